@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Sets up everything on a fresh machine, then runs the main job (the demo).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$ROOT/scripts/setup_env.sh"
+cd "$ROOT"
+exec "$PY" -m specops.demo "$@"

@@ -1,0 +1,71 @@
+"""The compiled module and what it was built with."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+try:
+    from specops import _C  # type: ignore[attr-defined]
+
+    _IMPORT_ERROR = None
+except ImportError as exc:  # a source checkout without a build
+    _C = None
+    _IMPORT_ERROR = str(exc)
+
+
+def has_cpp() -> bool:
+    return _C is not None
+
+
+def has_cuda_kernels() -> bool:
+    return _C is not None and bool(_C.with_cuda)
+
+
+def has_triton() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def triton_interpret() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def build_info() -> dict:
+    """What was compiled and what is usable at run time."""
+    import torch
+
+    info = {
+        "version": _version(),
+        "cpp": has_cpp(),
+        "cpp_import_error": _IMPORT_ERROR,
+        "host_kernels": list(_C.host_kernels) if _C else [],
+        "cxx_compiler": _C.cxx_compiler if _C else None,
+        "cuda_compiled": has_cuda_kernels(),
+        "cuda_kernels": list(_C.cuda_kernels) if _C else [],
+        "cuda_archs": _C.cuda_archs.split(",") if has_cuda_kernels() else [],
+        "cuda_build_version": _C.cuda_version if has_cuda_kernels() else None,
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "gpu_available": torch.cuda.is_available(),
+        "gpu_name": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "triton": _triton_version(),
+        "triton_interpret": triton_interpret(),
+    }
+    return info
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("specops")
+    except Exception:
+        return "unknown"
+
+
+def _triton_version():
+    if not has_triton():
+        return None
+    import triton
+
+    return triton.__version__

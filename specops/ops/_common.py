@@ -1,0 +1,218 @@
+"""Shared plumbing of the public ops: backend choice, argument checks, seeds, registration.
+
+Every op module follows the same shape:
+
+    def op(x, ..., backend="auto"):
+        check_tensor(...)                          # shape/dtype/device: always on, no sync
+        if validating(): check values              # needs the data: SPECOPS_VALIDATE=1 only
+        return torch.ops.specops.op(...)           # torch.library op (fake kernel for compile)
+
+and the registered implementation calls ``pick_backend`` and then the kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+
+from specops import _build
+
+LIB = torch.library.Library("specops", "DEF")  # noqa: TOR901 (define/impl: cheap dispatch)
+
+BACKENDS = ("auto", "cuda", "triton", "cpu", "reference")
+_INT_DTYPES = (torch.int32, torch.int64)
+_FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+# validation mode --------------------------------------------------------------------------
+_validate_override: bool | None = None
+
+
+def validating() -> bool:
+    """Value checks (they read the data, so they sync) run only in validation mode:
+    ``SPECOPS_VALIDATE=1`` or inside ``specops.validation()``."""
+    if _validate_override is not None:
+        return _validate_override
+    return os.environ.get("SPECOPS_VALIDATE", "0") == "1"
+
+
+@contextlib.contextmanager
+def validation(enabled: bool = True):
+    """``with specops.validation(): ...`` turns value checks on (or off) inside the block."""
+    global _validate_override
+    old = _validate_override
+    _validate_override = enabled
+    try:
+        yield
+    finally:
+        _validate_override = old
+
+
+# backends ---------------------------------------------------------------------------------
+def available_backends(device: torch.device, have: tuple[str, ...]) -> list[str]:
+    """Backends of an op (``have``, fastest first) usable for tensors on ``device``."""
+    out = []
+    for b in have:
+        if b == "cuda" and device.type == "cuda" and _build.has_cuda_kernels():
+            out.append(b)
+        elif (
+            b == "triton"
+            and _build.has_triton()
+            and (device.type == "cuda" or (device.type == "cpu" and _build.triton_interpret()))
+        ):
+            out.append(b)
+        elif b == "cpu" and device.type == "cpu" and _build.has_cpp():
+            out.append(b)
+        elif b == "reference":
+            out.append(b)
+    return out
+
+
+def pick_backend(op: str, backend: str, device: torch.device, have: tuple[str, ...]) -> str:
+    """Resolve ``backend`` for an op whose implementations are ``have`` (fastest first).
+
+    "auto" takes the fastest usable one, but never the Triton interpreter on CPU.  An explicit
+    backend that is not usable raises: nothing silently runs something else."""
+    if backend not in BACKENDS:
+        raise ValueError(f"specops.{op}: backend must be one of {BACKENDS}, got {backend!r}")
+    usable = available_backends(device, have)
+    if backend == "auto":
+        for b in usable:
+            if b == "triton" and device.type == "cpu":
+                continue
+            return b
+        return "reference"
+    if backend not in usable:
+        why = {
+            "cuda": "needs CUDA tensors and a build with nvcc",
+            "triton": "needs triton and CUDA tensors (or TRITON_INTERPRET=1 on CPU)",
+            "cpu": "needs CPU tensors and the compiled specops._C",
+        }.get(backend, "")
+        if backend not in have:
+            why = f"this op has backends {have}"
+        raise RuntimeError(
+            f"specops.{op}: backend {backend!r} is not available for {device.type} tensors ({why})"
+        )
+    return backend
+
+
+# argument checks ------------------------------------------------------------------------
+def _shape(t) -> tuple:
+    return tuple(t.shape)
+
+
+def check_tensor(op: str, name: str, t, *, ndim=None, dtypes=None, device=None, shape=None):
+    """Raise TypeError/ValueError naming the argument when ``t`` is not as expected.
+    ``shape`` entries may be None (any size)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"specops.{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if ndim is not None:
+        ndims = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if t.dim() not in ndims:
+            want = " or ".join(str(n) for n in ndims)
+            raise ValueError(
+                f"specops.{op}: {name} must have {want} dimensions, got shape {_shape(t)}"
+            )
+    if dtypes is not None and t.dtype not in dtypes:
+        names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise TypeError(f"specops.{op}: {name} must have dtype in ({names}), got {t.dtype}")
+    if device is not None and t.device != torch.device(device):
+        raise ValueError(
+            f"specops.{op}: {name} is on {t.device} but the other inputs are on {device}"
+        )
+    if shape is not None:
+        if t.dim() != len(shape) or any(s is not None and s != d for s, d in zip(shape, t.shape)):
+            want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
+            raise ValueError(f"specops.{op}: {name} must have shape {want}, got {_shape(t)}")
+    return t
+
+
+def check_probs(op: str, name: str, t, **kw):
+    return check_tensor(op, name, t, dtypes=_FLOAT_DTYPES, **kw)
+
+
+def check_ids(op: str, name: str, t, **kw):
+    return check_tensor(op, name, t, dtypes=_INT_DTYPES, **kw)
+
+
+def check_values_probs(op: str, name: str, t: torch.Tensor) -> None:
+    """Validation mode: finite and non-negative."""
+    if not validating():
+        return
+    if not torch.isfinite(t).all():
+        raise ValueError(f"specops.{op}: {name} has non-finite values")
+    if (t < 0).any():
+        raise ValueError(f"specops.{op}: {name} has negative probabilities")
+
+
+def check_values_ids(op: str, name: str, t: torch.Tensor, vocab: int, *, allow_pad=True) -> None:
+    """Validation mode: ids in [0, vocab) (or -1 padding)."""
+    if not validating() or t.numel() == 0:
+        return
+    lo = -1 if allow_pad else 0
+    if (t < lo).any() or (t >= vocab).any():
+        bad = t[(t < lo) | (t >= vocab)][0]
+        raise ValueError(f"specops.{op}: {name} holds id {int(bad)} outside [{lo}, {vocab})")
+
+
+# seeds ----------------------------------------------------------------------------------
+def rng_args(op: str, seed, offset, device: torch.device, num_seeds_max: int):
+    """Normalise ``seed``/``offset`` (Python ints or int64 tensors) to
+    (seed_tensor or None, seed_int, offset_tensor or None, offset_int).
+    A seed tensor is [] or [B] (one per request); an offset tensor is [] or [1]."""
+    seed_t = offset_t = None
+    seed_i = offset_i = 0
+    if isinstance(seed, torch.Tensor):
+        check_tensor(op, "seed", seed, ndim=(0, 1), dtypes=(torch.int64,), device=device)
+        if seed.dim() == 1 and seed.shape[0] not in (1, num_seeds_max):
+            raise ValueError(
+                f"specops.{op}: seed must have shape [] or [{num_seeds_max}] (one per request), "
+                f"got {_shape(seed)}"
+            )
+        seed_t = seed.reshape(-1)
+    elif isinstance(seed, int):
+        seed_i = seed
+    else:
+        raise TypeError(f"specops.{op}: seed must be an int or an int64 tensor, got {type(seed)}")
+    if isinstance(offset, torch.Tensor):
+        check_tensor(op, "offset", offset, ndim=(0, 1), dtypes=(torch.int64,), device=device)
+        if offset.numel() != 1:
+            raise ValueError(f"specops.{op}: offset must have one element, got {_shape(offset)}")
+        offset_t = offset.reshape(1)
+    elif isinstance(offset, int):
+        offset_i = offset
+    else:
+        raise TypeError(
+            f"specops.{op}: offset must be an int or an int64 tensor, got {type(offset)}"
+        )
+    return seed_t, seed_i, offset_t, offset_i
+
+
+def seed_for_reference(seed_t, seed_i: int, device) -> torch.Tensor:
+    return seed_t if seed_t is not None else torch.tensor(seed_i, dtype=torch.int64, device=device)
+
+
+def offset_for_reference(offset_t, offset_i: int, device) -> torch.Tensor:
+    return (
+        offset_t.reshape(())
+        if offset_t is not None
+        else torch.tensor(offset_i, dtype=torch.int64, device=device)
+    )
+
+
+def ptr(t) -> int:
+    return 0 if t is None else t.data_ptr()
+
+
+def stream_of(device: torch.device) -> int:
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def register(name: str, schema: str, impl, fake, *, keys=("CPU", "CUDA")) -> None:
+    """Define ``specops::name`` and give it an implementation per dispatch key and a fake."""
+    LIB.define(name + schema)
+    for key in keys:
+        LIB.impl(name, impl, key)
+    torch.library.register_fake(f"specops::{name}", fake, lib=LIB)

@@ -1,0 +1,101 @@
+"""specops.sample: one multinomial draw per row of a probability tensor."""
+
+from __future__ import annotations
+
+import torch
+
+from specops import _build, reference
+from specops.ops import _common as c
+
+_BACKENDS = ("cuda", "triton", "cpu", "reference")
+
+
+def sample(
+    probs: torch.Tensor,
+    *,
+    seed=0,
+    offset=0,
+    uniforms=None,
+    backend: str = "auto",
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Draw one token per row of ``probs`` [..., V] (non-negative, need not sum to 1) -> [...] int32.
+
+    Inverse CDF with one uniform per row: token = min{i : cumsum(p)_i > u * sum(p)}; a row with
+    no positive mass gives token 0.  ``seed``/``offset``: Python ints or int64 tensors (``seed``
+    [B] = one per request along dim 0).  ``uniforms`` [...] float32 replaces the Philox draws.
+    ``out`` [...] int32 may be preallocated (CUDA graphs)."""
+    c.check_probs("sample", "probs", probs, ndim=range(1, 8))
+    dev = probs.device
+    if probs.shape[-1] == 0:
+        raise ValueError(
+            f"specops.sample: probs must have a non-empty last dim, got {tuple(probs.shape)}"
+        )
+    lead = tuple(probs.shape[:-1])
+    seed_t, seed_i, off_t, off_i = c.rng_args("sample", seed, offset, dev, lead[0] if lead else 1)
+    if uniforms is not None:
+        c.check_tensor(
+            "sample", "uniforms", uniforms, dtypes=(torch.float32,), device=dev, shape=lead
+        )
+    if out is None:
+        out = torch.empty(lead, dtype=torch.int32, device=dev)
+    else:
+        c.check_tensor("sample", "out", out, dtypes=(torch.int32,), device=dev, shape=lead)
+    c.check_values_probs("sample", "probs", probs)
+    torch.ops.specops.sample(probs, seed_t, seed_i, off_t, off_i, uniforms, backend, out)
+    return out
+
+
+def _impl(probs, seed_t, seed_i, off_t, off_i, uniforms, backend, out):
+    be = c.pick_backend("sample", backend, probs.device, _BACKENDS)
+    if be == "reference":
+        seed = seed_t if seed_t is not None else seed_i
+        offset = off_t.reshape(()) if off_t is not None else off_i
+        out.copy_(reference.sample(probs, seed=seed, offset=offset, uniforms=uniforms))
+        return
+    v = probs.shape[-1]
+    p = probs.reshape(-1, v)
+    if p.dtype != torch.float32 or p.stride(-1) != 1:
+        p = p.float().contiguous()
+    rows = p.shape[0]
+    if rows == 0:
+        return
+    rows_per_seed = rows // seed_t.numel() if seed_t is not None else rows
+    res = out if out.is_contiguous() else torch.empty_like(out)
+    if be == "triton":
+        from specops.triton_kernels.sample import sample_triton
+
+        sample_triton(p, seed_t, seed_i, rows_per_seed, off_t, off_i, uniforms, res)
+    else:
+        args = (
+            p.data_ptr(),
+            rows,
+            v,
+            p.stride(0),
+            c.ptr(seed_t),
+            seed_i,
+            rows_per_seed,
+            c.ptr(off_t),
+            off_i,
+            c.ptr(uniforms),
+            res.data_ptr(),
+        )
+        if be == "cuda":
+            _build._C.sample_cuda(*args, c.stream_of(probs.device))
+        else:
+            _build._C.sample_cpu(*args)
+    if res is not out:
+        out.copy_(res)
+
+
+def _fake(probs, seed_t, seed_i, off_t, off_i, uniforms, backend, out):
+    return None
+
+
+c.register(
+    "sample",
+    "(Tensor probs, Tensor? seed_t, int seed_i, Tensor? offset_t, int offset_i, "
+    "Tensor? uniforms, str backend, Tensor(a!) out) -> ()",
+    _impl,
+    _fake,
+)

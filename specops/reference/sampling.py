@@ -1,0 +1,44 @@
+"""Reference sampling: multinomial draws on the shared Philox stream."""
+
+from __future__ import annotations
+
+import torch
+
+from specops.reference.philox import row_uniforms
+
+
+def rows_per_seed(seed, rows: int) -> int:
+    """Row r of an op's flat rows uses seed[r // rows_per_seed] (seed [B]: one per request)."""
+    if isinstance(seed, torch.Tensor) and seed.dim() == 1 and seed.numel() > 1:
+        return rows // seed.numel()
+    return rows
+
+
+def inverse_cdf(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """token = min{i : p_0 + ... + p_i > u * sum(p)} per row of p [R, V] (unnormalised, >= 0).
+    Falls back to the last token with positive mass, or 0 for a row without any.
+    Sums accumulate in float64 (as on every backend), so backends agree except on ties."""
+    p = p.float().clamp_min(0).double()
+    c = p.cumsum(-1)
+    target = u.double() * c[:, -1]
+    hit = (c > target[:, None]) & (p > 0)
+    v = p.shape[-1]
+    ids = torch.arange(v, device=p.device)
+    first_hit = torch.where(hit, ids, v).amin(-1)
+    last_pos = torch.where(p > 0, ids, -1).amax(-1).clamp_min(0)
+    return torch.where(first_hit < v, first_hit, last_pos).to(torch.int32)
+
+
+def sample(probs: torch.Tensor, *, seed=0, offset=0, uniforms=None) -> torch.Tensor:
+    """One draw per row of ``probs`` [..., V] (rows need not be normalised) -> [...] int32.
+    The row's uniform is draw 0 of stream row r (flat row index), or ``uniforms[..., ]``."""
+    lead = probs.shape[:-1]
+    p = probs.reshape(-1, probs.shape[-1]).float()
+    r = p.shape[0]
+    if uniforms is not None:
+        u = uniforms.reshape(r).float()
+    else:
+        u = row_uniforms(
+            seed, offset, r, 1, rows_per_seed=rows_per_seed(seed, r), device=probs.device
+        )[:, 0]
+    return inverse_cdf(p, u).reshape(lead)

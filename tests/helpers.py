@@ -1,0 +1,46 @@
+"""Shared test helpers: random distributions and the statistical tests used across files."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy import stats
+
+
+def random_probs(*shape, generator=None, sharpness=1.0, zero_frac=0.0, device="cpu"):
+    """Random distributions over the last dim; ``sharpness`` > 1 concentrates the mass and
+    ``zero_frac`` zeroes that fraction of entries (never a whole row)."""
+    logits = torch.randn(*shape, generator=generator, dtype=torch.float64) * sharpness
+    p = torch.softmax(logits, -1)
+    if zero_frac > 0:
+        drop = torch.rand(*shape, generator=generator) < zero_frac
+        drop[..., 0] &= ~drop.all(-1)
+        p = torch.where(drop, 0.0, p)
+        p = p / p.sum(-1, keepdim=True)
+    return p.to(torch.float32).to(device)
+
+
+def chi2_pvalue(counts, expected_probs, min_expected=5.0) -> float:
+    """Pearson chi-square goodness of fit; cells with small expectations are pooled."""
+    counts = np.asarray(counts, dtype=np.float64).ravel()
+    probs = np.asarray(expected_probs, dtype=np.float64).ravel()
+    n = counts.sum()
+    exp = probs / probs.sum() * n
+    if np.any((exp == 0) & (counts > 0)):
+        return 0.0  # an impossible outcome occurred
+    order = np.argsort(exp)
+    c, e = counts[order], exp[order]
+    pooled_c, pooled_e, acc_c, acc_e = [], [], 0.0, 0.0
+    for ci, ei in zip(c, e):
+        acc_c += ci
+        acc_e += ei
+        if acc_e >= min_expected:
+            pooled_c.append(acc_c)
+            pooled_e.append(acc_e)
+            acc_c = acc_e = 0.0
+    if acc_e > 0 and pooled_e:
+        pooled_c[-1] += acc_c
+        pooled_e[-1] += acc_e
+    if len(pooled_e) < 2:
+        return 1.0
+    return float(stats.chisquare(pooled_c, pooled_e).pvalue)

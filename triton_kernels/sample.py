@@ -1,0 +1,94 @@
+"""Triton multinomial sampling: one program per row, inverse CDF with float64 sums
+(see specops/reference/sampling.py)."""
+
+import torch
+import triton
+import triton.language as tl
+
+from specops.triton_kernels.philox import philox_uniform
+
+
+@triton.jit
+def _sample_kernel(
+    probs,
+    row_stride,
+    vocab,
+    seed_ptr,
+    seed_value,
+    rows_per_seed,
+    offset_ptr,
+    offset_value,
+    uniforms,
+    out,
+    HAS_SEED_PTR: tl.constexpr,
+    HAS_OFFSET_PTR: tl.constexpr,
+    HAS_UNIFORMS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    p_row = probs + row * row_stride
+    cols = tl.arange(0, BLOCK)
+
+    total = tl.zeros([BLOCK], dtype=tl.float64)
+    for base in range(0, vocab, BLOCK):
+        idx = base + cols
+        total += tl.maximum(tl.load(p_row + idx, mask=idx < vocab, other=0.0), 0.0).to(tl.float64)
+    total_sum = tl.sum(total, axis=0)
+
+    if HAS_UNIFORMS:
+        u = tl.load(uniforms + row)
+    else:
+        if HAS_SEED_PTR:
+            seed = tl.load(seed_ptr + row // rows_per_seed)
+        else:
+            seed = seed_value
+        if HAS_OFFSET_PTR:
+            offset = tl.load(offset_ptr)
+        else:
+            offset = offset_value
+        u = tl.sum(
+            philox_uniform(seed, offset, row + tl.zeros([1], tl.int64), tl.zeros([1], tl.int32)),
+            axis=0,
+        )
+    target = u.to(tl.float64) * total_sum
+
+    # first i with cumsum > target, among positive entries; else the last positive entry
+    running = total_sum * 0.0
+    found = vocab + 0 * row
+    last = 0 * row
+    for base in range(0, vocab, BLOCK):
+        idx = base + cols
+        p = tl.maximum(tl.load(p_row + idx, mask=idx < vocab, other=0.0), 0.0).to(tl.float64)
+        inclusive = tl.cumsum(p, axis=0) + running
+        hit = (inclusive > target) & (p > 0.0)
+        found = tl.minimum(found, tl.min(tl.where(hit, idx, vocab), axis=0))
+        last = tl.maximum(last, tl.max(tl.where(p > 0.0, idx, 0), axis=0))
+        running += tl.sum(p, axis=0)
+    tok = tl.where(found < vocab, found, last)
+    tl.store(out + row, tok.to(tl.int32))
+
+
+def sample_triton(p, seed_t, seed_i, rows_per_seed, off_t, off_i, uniforms, out):
+    rows, vocab = p.shape
+    block = min(4096, triton.next_power_of_2(vocab))
+    dummy = p  # never read when the matching HAS_* flag is off
+    _sample_kernel[(rows,)](
+        p,
+        p.stride(0),
+        vocab,
+        seed_t if seed_t is not None else dummy,
+        seed_i,
+        max(rows_per_seed, 1),
+        off_t if off_t is not None else dummy,
+        off_i,
+        uniforms if uniforms is not None else dummy,
+        out,
+        HAS_SEED_PTR=seed_t is not None,
+        HAS_OFFSET_PTR=off_t is not None,
+        HAS_UNIFORMS=uniforms is not None,
+        BLOCK=block,
+    )
+    return out
+
+
+__all__ = ["sample_triton", "torch"]
