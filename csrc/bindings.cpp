@@ -1,15 +1,11 @@
 // The one pybind11 module.  Thin: tensors arrive as integers (data pointers, sizes, strides,
 // stream); every check lives in the Python layer (specops/ops), which never calls in here with
-// arguments it has not validated.
+// arguments it has not validated.  Each family binds its kernels in csrc/bind_<family>.cpp.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <stdexcept>
-#include <string>
-
-#include "specops/common.h"
+#include "bind.h"
 #include "specops/philox.h"
-#include "specops/sample.h"
 #ifdef SPECOPS_WITH_CUDA
 #include "cuda_bindings.h"
 #endif
@@ -17,30 +13,16 @@
 namespace py = pybind11;
 using namespace specops;
 
-template <typename T>
-static T* ptr(int64_t address) {
-  return reinterpret_cast<T*>(static_cast<intptr_t>(address));
+namespace specops {
+std::vector<std::string>& host_kernel_names() {
+  static std::vector<std::string> names;
+  return names;
 }
-
-static RngArgs make_rng(int64_t seed_ptr, int64_t seed_value, int64_t rows_per_seed,
-                        int64_t offset_ptr, int64_t offset_value, int64_t uniforms_ptr,
-                        int64_t draws_per_row) {
-  RngArgs rng;
-  rng.seed_ptr = ptr<const int64_t>(seed_ptr);
-  rng.seed_value = seed_value;
-  rng.rows_per_seed = rows_per_seed > 0 ? rows_per_seed : 1;
-  rng.offset_ptr = ptr<const int64_t>(offset_ptr);
-  rng.offset_value = offset_value;
-  rng.uniforms = ptr<const float>(uniforms_ptr);
-  rng.draws_per_row = draws_per_row;
-  return rng;
+std::vector<std::string>& cuda_kernel_names() {
+  static std::vector<std::string> names;
+  return names;
 }
-
-#ifdef SPECOPS_WITH_CUDA
-static void check_cuda(const std::string& err, const char* op) {
-  if (!err.empty()) throw std::runtime_error(std::string("specops.") + op + ": " + err);
-}
-#endif
+}  // namespace specops
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "specops compiled kernels (raw-pointer interface; use the specops package)";
@@ -57,12 +39,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("cuda_device_count", []() { return 0; });
 #endif
   m.attr("cxx_compiler") = std::string(SPECOPS_CXX_COMPILER_STR);
-  m.attr("host_kernels") = py::make_tuple("sample");
-#ifdef SPECOPS_WITH_CUDA
-  m.attr("cuda_kernels") = py::make_tuple("sample");
-#else
-  m.attr("cuda_kernels") = py::make_tuple();
-#endif
 
   m.def(
       "philox_uniform",
@@ -76,26 +52,11 @@ PYBIND11_MODULE(_C, m) {
     return py::make_tuple(r.x[0], r.x[1], r.x[2], r.x[3]);
   });
 
-  m.def(
-      "sample_cpu",
-      [](int64_t probs, int64_t rows, int64_t vocab, int64_t row_stride, int64_t seed_ptr,
-         int64_t seed_value, int64_t rows_per_seed, int64_t offset_ptr, int64_t offset_value,
-         int64_t uniforms, int64_t out) {
-        RngArgs rng = make_rng(seed_ptr, seed_value, rows_per_seed, offset_ptr, offset_value,
-                               uniforms, 1);
-        py::gil_scoped_release release;
-        sample_host(ptr<const float>(probs), rows, vocab, row_stride, rng, ptr<int32_t>(out));
-      });
-#ifdef SPECOPS_WITH_CUDA
-  m.def("sample_cuda", [](int64_t probs, int64_t rows, int64_t vocab, int64_t row_stride,
-                          int64_t seed_ptr, int64_t seed_value, int64_t rows_per_seed,
-                          int64_t offset_ptr, int64_t offset_value, int64_t uniforms, int64_t out,
-                          int64_t stream) {
-    RngArgs rng =
-        make_rng(seed_ptr, seed_value, rows_per_seed, offset_ptr, offset_value, uniforms, 1);
-    check_cuda(launch_sample_cuda(ptr<const float>(probs), rows, vocab, row_stride, rng,
-                                  ptr<int32_t>(out), ptr<void>(stream)),
-               "sample");
-  });
-#endif
+  bind_sample(m);
+  bind_verify(m);
+  bind_kv(m);
+  bind_features(m);
+
+  m.attr("host_kernels") = host_kernel_names();
+  m.attr("cuda_kernels") = cuda_kernel_names();
 }

@@ -1,8 +1,12 @@
-"""specops: fused kernels for speculative decoding of visual AR models and VLMs."""
+"""specops: fused kernels for speculative decoding of visual AR models and VLMs.
 
+The public ops are re-exported from ``specops.ops`` (one module per family); their plain-PyTorch
+semantics live in ``specops.reference``."""
+
+from specops import ops as _ops
 from specops import reference
 from specops._build import build_info
-from specops.ops import sample, validation
+from specops.ops import *  # noqa: F403
 from specops.tree import Tree
 
-__all__ = ["Tree", "build_info", "reference", "sample", "validation"]
+__all__ = ["Tree", "build_info", "reference", *_ops.__all__]

@@ -122,7 +122,8 @@ class Tree:
             )
         if length < len(parents):
             raise ValueError(
-                f"Tree.kary_chain: length must be >= the {len(parents)} nodes of kary({k}, {depth}),"
+                f"Tree.kary_chain: length must be >= the {len(parents)} nodes of "
+                f"kary({k}, {depth}),"
                 f" got {length}"
             )
         # First leaf of the k-ary part: follow first children from the root.

@@ -1,15 +1,19 @@
 import pytest
 import torch
+from helpers import chi2_pvalue, random_probs
 
 import specops
-from helpers import chi2_pvalue, random_probs
 from specops import _build
 
 BACKENDS = ["reference", "cpu", "triton"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 def _device_for(backend):
-    return "cuda" if backend == "cuda" or (backend == "triton" and torch.cuda.is_available()) else "cpu"
+    return (
+        "cuda"
+        if backend == "cuda" or (backend == "triton" and torch.cuda.is_available())
+        else "cpu"
+    )
 
 
 def test_philox_known_answers():
@@ -84,7 +88,7 @@ def test_explicit_uniforms(backend):
 def test_frequencies_match_probs(backend):
     dev = _device_for(backend)
     p = random_probs(11, generator=torch.Generator().manual_seed(3), zero_frac=0.2)
-    n = 20000
+    n = 3000 if backend == "triton" and dev == "cpu" else 20000  # the interpreter is slow
     probs = p.expand(n, -1).contiguous().to(dev)
     toks = specops.sample(probs, seed=2024, backend=backend).cpu()
     counts = torch.bincount(toks.long(), minlength=11)
@@ -138,7 +142,8 @@ def test_compile_and_opcheck():
     p = random_probs(3, 40, generator=torch.Generator().manual_seed(0))
     out = torch.empty(3, dtype=torch.int32)
     torch.library.opcheck(
-        torch.ops.specops.sample.default, (p, None, 1, None, 2, None, "cpu", out),
+        torch.ops.specops.sample.default,
+        (p, None, 1, None, 2, None, "cpu", out),
         test_utils=("test_schema", "test_faketensor"),
     )
     f = torch.compile(lambda x: specops.sample(x, seed=1, backend="cpu"), fullgraph=False)

@@ -4,7 +4,6 @@
 import torch
 import triton
 import triton.language as tl
-
 from specops.triton_kernels.philox import philox_uniform
 
 

@@ -7,6 +7,8 @@ import torch
 from specops import _build, reference
 from specops.ops import _common as c
 
+__all__ = ["sample"]
+
 _BACKENDS = ("cuda", "triton", "cpu", "reference")
 
 
@@ -19,7 +21,7 @@ def sample(
     backend: str = "auto",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Draw one token per row of ``probs`` [..., V] (non-negative, need not sum to 1) -> [...] int32.
+    """One token per row of ``probs`` [..., V] (non-negative, need not sum to 1) -> [...] int32.
 
     Inverse CDF with one uniform per row: token = min{i : cumsum(p)_i > u * sum(p)}; a row with
     no positive mass gives token 0.  ``seed``/``offset``: Python ints or int64 tensors (``seed``

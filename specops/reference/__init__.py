@@ -1,8 +1,15 @@
 """Plain-PyTorch semantics of every public op: the ground truth, and the fallback backend.
 
-Readable, vectorised over the batch, correct on any device.  Each family has its own module."""
+Readable, vectorised over the batch, correct on any device.  One module per op family; each
+lists its public names in ``__all__`` and they are re-exported here."""
 
-from specops.reference.philox import philox_uniform, row_uniforms
-from specops.reference.sampling import inverse_cdf, sample
+import importlib
 
-__all__ = ["philox_uniform", "row_uniforms", "inverse_cdf", "sample"]
+_FAMILIES = ("philox", "sampling", "verify", "tree_build", "attention", "kv", "features")
+
+__all__: list[str] = []
+for _family in _FAMILIES:
+    _module = importlib.import_module(f"specops.reference.{_family}")
+    for _name in _module.__all__:
+        globals()[_name] = getattr(_module, _name)
+    __all__ += _module.__all__

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+__all__ = ["philox4x32_10", "philox_uniform", "row_uniforms"]
+
 _M32 = 0xFFFFFFFF
 _M0, _M1 = 0xD2511F53, 0xCD9E8D57
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85

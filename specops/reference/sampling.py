@@ -1,10 +1,12 @@
-"""Reference sampling: multinomial draws on the shared Philox stream."""
+"""Reference sampling: multinomial draws on the shared Philox stream, probs_from_logits."""
 
 from __future__ import annotations
 
 import torch
 
 from specops.reference.philox import row_uniforms
+
+__all__ = ["rows_per_seed", "inverse_cdf", "sample"]
 
 
 def rows_per_seed(seed, rows: int) -> int:

@@ -1,0 +1,3 @@
+"""Public attention ops: validation, backend choice, registration."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Public kv ops: validation, backend choice, registration."""
+
+__all__: list[str] = []

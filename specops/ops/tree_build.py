@@ -1,0 +1,3 @@
+"""Public tree_build ops: validation, backend choice, registration."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Public verify ops: validation, backend choice, registration."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Reference features ops (see DESIGN.md, Public API)."""
+
+__all__: list[str] = []

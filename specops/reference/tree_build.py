@@ -1,0 +1,3 @@
+"""Reference tree_build ops (see DESIGN.md, Public API)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Reference verify ops (see DESIGN.md, Public API)."""
+
+__all__: list[str] = []
