@@ -5,7 +5,7 @@ lists its public names in ``__all__`` and they are re-exported here."""
 
 import importlib
 
-_FAMILIES = ("philox", "sampling", "verify", "tree_build", "attention", "kv", "features")
+_FAMILIES = ("philox", "sampling", "probs", "verify", "tree_build", "attention", "kv", "features")
 
 __all__: list[str] = []
 for _family in _FAMILIES:
