@@ -14,6 +14,7 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
   "${PIP[@]}" "torch==${SPECOPS_TORCH_VERSION:-2.13.0}"
 fi
 "${PIP[@]}" numpy scipy pytest pillow "triton>=3.2" "scikit-build-core>=0.10" "pybind11>=2.12" ninja "cmake>=3.24"
-# Build and install specops (C++ always, CUDA whenever nvcc is found).
-"${PIP[@]}" --no-build-isolation "$ROOT"
+# Build specops (C++ always, CUDA whenever nvcc is found) and install it editable: Python edits
+# are live and `python -m bench` / `python -m specops.demo` from the checkout see the build.
+"${PIP[@]}" --no-build-isolation -e "$ROOT"
 export PY

@@ -4,6 +4,4 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup_env.sh"
 cd "$ROOT"
-# The pytest script (not `python -m pytest`) keeps the source tree off sys.path, so the tests
-# import the installed package with its compiled module.
 exec "$(dirname "$PY")/pytest" -q -ra "$@"

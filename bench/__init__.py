@@ -1,0 +1,1 @@
+"""specops benchmarks: `python -m bench --help`."""

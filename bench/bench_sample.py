@@ -1,0 +1,69 @@
+"""specops.sample: every backend vs torch.multinomial (the eager op it replaces)."""
+
+from __future__ import annotations
+
+import torch
+
+import specops
+from bench.harness import Row, time_fn, with_ratios
+from specops.ops._common import available_backends
+
+SHAPES_GPU = [(1, 32000), (64, 32000), (256, 65536), (128, 184622)]
+SHAPES_CPU = [(16, 32000), (2, 65536)]
+SHAPES_QUICK = [(4, 1000)]
+
+
+def run(device: str, quick: bool) -> list[Row]:
+    shapes = SHAPES_QUICK if quick else (SHAPES_GPU if device == "cuda" else SHAPES_CPU)
+    backends = [
+        b
+        for b in available_backends(torch.device(device), ("cuda", "triton", "cpu", "reference"))
+        if not (b == "triton" and device == "cpu")
+    ]
+    rows = []
+    for rows_, vocab in shapes:
+        g = torch.Generator(device=device).manual_seed(0)
+        probs = [
+            torch.softmax(torch.randn(rows_, vocab, device=device, generator=g), -1)
+            for _ in range(4 if device == "cuda" else 1)
+        ]
+        out = torch.empty(rows_, dtype=torch.int32, device=device)
+        nbytes = probs[0].numel() * 4
+        shape = f"B={rows_} V={vocab}"
+        for be in backends:
+            fns = [
+                lambda p=p, be=be, o=out: specops.sample(p, seed=1, backend=be, out=o)
+                for p in probs
+            ]
+            st = time_fn(fns, device)
+            rows.append(
+                Row(
+                    "sample",
+                    shape,
+                    be,
+                    st.median_us,
+                    st.p20_us,
+                    st.p80_us,
+                    nbytes / (st.median_us * 1e-6) / 1e9,
+                )
+            )
+        fns = [lambda p=p: torch.multinomial(p, 1) for p in probs]
+        st = time_fn(fns, device)
+        rows.append(
+            Row(
+                "sample",
+                shape,
+                "torch.multinomial",
+                st.median_us,
+                st.p20_us,
+                st.p80_us,
+                nbytes / (st.median_us * 1e-6) / 1e9,
+            )
+        )
+    return with_ratios(rows, ("cuda", "triton", "cpu"))
+
+
+if __name__ == "__main__":
+    from bench.__main__ import main
+
+    main(["--ops", "sample"])

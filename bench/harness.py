@@ -1,0 +1,263 @@
+"""Timing, ceilings and reporting shared by every bench_*.py.
+
+GPU: CUDA events around a CUDA-graph replay of `reps` calls (falls back to eager launches when
+the function cannot be captured), warm-up first, inputs rotated across `rotate` copies so the L2
+does not hold them, medians with p20/p80 over `trials`.  CPU: wall clock over repeats.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime as _dt
+import os
+import platform
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+
+import torch
+
+# Set by the runner's --profile: cudaProfilerStart/Stop around the timed trials only, so
+# `nsys profile --capture-range=cudaProfilerApi` / `ncu --profile-from-start off` skip warm-up.
+PROFILE = False
+
+
+@dataclasses.dataclass
+class Stats:
+    median_us: float
+    p20_us: float
+    p80_us: float
+
+
+@dataclasses.dataclass
+class Row:
+    op: str
+    shape: str
+    backend: str
+    median_us: float
+    p20_us: float
+    p80_us: float
+    gbps: float | None = None
+    ratios: str = ""  # "peer=x.xx;peer2=y.yy": peer time / this time (>1: this is faster)
+    note: str = ""
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    if len(xs) == 1:
+        return xs[0]
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _summary(samples_us: list[float]) -> Stats:
+    return Stats(
+        statistics.median(samples_us), _quantile(samples_us, 0.2), _quantile(samples_us, 0.8)
+    )
+
+
+def time_cpu(
+    fn: Callable[[], object], *, warmup: int = 2, trials: int = 7, min_time_s: float = 0.05
+) -> Stats:
+    for _ in range(warmup):
+        fn()
+    # calls per trial so that one trial lasts about min_time_s
+    t0 = time.perf_counter()
+    fn()
+    one = max(time.perf_counter() - t0, 1e-7)
+    per_trial = max(1, int(min_time_s / one))
+    samples = []
+    for _ in range(trials):
+        t0 = time.perf_counter()
+        for _ in range(per_trial):
+            fn()
+        samples.append((time.perf_counter() - t0) / per_trial * 1e6)
+    return _summary(samples)
+
+
+def time_cuda(
+    fns: list[Callable[[], object]] | Callable[[], object],
+    *,
+    warmup: int = 5,
+    trials: int = 15,
+    reps: int = 20,
+    use_graph: bool = True,
+) -> Stats:
+    """``fns``: one callable per rotated input copy (called round-robin)."""
+    if callable(fns):
+        fns = [fns]
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            for f in fns:
+                f()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+
+    def body():
+        for i in range(reps):
+            fns[i % len(fns)]()
+
+    run = body
+    if use_graph:
+        try:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                body()
+            run = g.replay
+        except Exception:  # not capturable: time eager launches
+            torch.cuda.synchronize()
+            run = body
+    run()
+    torch.cuda.synchronize()
+    samples = []
+    if PROFILE:
+        torch.cuda.cudart().cudaProfilerStart()
+    for _ in range(trials):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / reps)
+    if PROFILE:
+        torch.cuda.cudart().cudaProfilerStop()
+    return _summary(samples)
+
+
+def time_fn(fn, device: str, **kw) -> Stats:
+    if device == "cuda":
+        return time_cuda(fn, **kw)
+    return time_cpu(fn if callable(fn) else fn[0])
+
+
+def ceilings(device: str) -> dict[str, float]:
+    """Measured in the same run: device-to-device copy GB/s (read + write), bf16 matmul TFLOP/s."""
+    if device != "cuda":
+        return {}
+    n = 256 * 1024 * 1024  # 256 MiB
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    st = time_cuda(lambda: dst.copy_(src), reps=10, trials=10)
+    copy_gbps = 2 * n / (st.median_us * 1e-6) / 1e9
+    m = 8192
+    a = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
+    st = time_cuda(lambda: a @ b, reps=5, trials=10)
+    tflops = 2 * m**3 / (st.median_us * 1e-6) / 1e12
+    return {"copy_gbps": copy_gbps, "bf16_matmul_tflops": tflops}
+
+
+def git_commit() -> str:
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except Exception:
+        return os.environ.get("SPECOPS_COMMIT", "unknown")
+
+
+def environment(device: str) -> dict[str, str]:
+    try:
+        import triton
+
+        triton_v = triton.__version__
+    except ImportError:
+        triton_v = "none"
+    if device == "cuda":
+        name = torch.cuda.get_device_name()
+    else:
+        name = platform.processor() or platform.machine()
+        name = f"cpu:{name}:{os.cpu_count()}cores"
+    return {
+        "device": name,
+        "torch": torch.__version__,
+        "cuda": str(torch.version.cuda),
+        "triton": triton_v,
+        "commit": git_commit(),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def with_ratios(rows: list[Row], subject_backends: tuple[str, ...]) -> list[Row]:
+    """For every (op, shape), ratio of each other backend's time to each subject backend's."""
+    by_case: dict[tuple[str, str], list[Row]] = {}
+    for r in rows:
+        by_case.setdefault((r.op, r.shape), []).append(r)
+    for case in by_case.values():
+        for r in case:
+            if r.backend not in subject_backends:
+                continue
+            r.ratios = ";".join(
+                f"{o.backend}={o.median_us / r.median_us:.2f}" for o in case if o is not r
+            )
+    return rows
+
+
+CSV_FIELDS = [
+    "op",
+    "shape",
+    "backend",
+    "median_us",
+    "p20_us",
+    "p80_us",
+    "gbps",
+    "ratios",
+    "note",
+    "device",
+    "torch",
+    "cuda",
+    "triton",
+    "commit",
+    "date",
+]
+
+
+def write_csv(path: str, rows: list[Row], env: dict[str, str]) -> None:
+    new = not os.path.exists(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        if new:
+            w.writeheader()
+        for r in rows:
+            d = dataclasses.asdict(r)
+            d["gbps"] = "" if r.gbps is None else f"{r.gbps:.1f}"
+            for k in ("median_us", "p20_us", "p80_us"):
+                d[k] = f"{d[k]:.2f}"
+            d.update(env)
+            w.writerow(d)
+
+
+def print_table(rows: list[Row], ceil: dict[str, float] | None = None) -> None:
+    if ceil:
+        print("ceilings: " + ", ".join(f"{k}={v:.1f}" for k, v in ceil.items()))
+    hdr = (
+        f"{'op':<20} {'shape':<34} {'backend':<18} {'median_us':>10} {'p20':>9} {'p80':>9}"
+        f" {'GB/s':>8}  ratios (peer time / this)"
+    )
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        gb = "" if r.gbps is None else f"{r.gbps:.1f}"
+        print(
+            f"{r.op:<20} {r.shape:<34} {r.backend:<18} {r.median_us:>10.2f} {r.p20_us:>9.2f} "
+            f"{r.p80_us:>9.2f} {gb:>8}  {r.ratios} {r.note}"
+        )
