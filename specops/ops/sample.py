@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from specops import _build, reference
+from specops._nvtx import traced
 from specops.ops import _common as c
 
 __all__ = ["sample"]
@@ -12,6 +13,7 @@ __all__ = ["sample"]
 _BACKENDS = ("cuda", "triton", "cpu", "reference")
 
 
+@traced("sample")
 def sample(
     probs: torch.Tensor,
     *,

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# One command for a GPU machine with no network: build specops, run the GPU tests, the whole
+# benchmark suite and the demo, and write logs and CSVs to an output folder.
+#
+#   bash bench/gpu_run.sh [OUT_DIR]        (default: $OUT, else ./gpu_out)
+#
+# Needs a python3 with torch, triton, nvcc, cmake, ninja, pybind11 and scikit-build-core.
+# Peer packages (flashinfer-python, sgl-kernel, ...) are picked up from wheels in ./.whl
+# (git-ignored; see bench/README.md).  At most 8 files are written to OUT_DIR.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+OUT_DIR="${1:-${OUT:-$ROOT/gpu_out}}"
+mkdir -p "$OUT_DIR"
+PY="${PY:-python3}"
+export PYTHONUNBUFFERED=1
+export SPECOPS_CUDA_ARCHS="${SPECOPS_CUDA_ARCHS:-90}"
+
+if compgen -G ".whl/*.whl" > /dev/null; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
+fi
+
+echo "== build" | tee "$OUT_DIR/build.log"
+t0=$(date +%s)
+"$PY" -m pip install --no-index --no-deps --no-build-isolation -e . >> "$OUT_DIR/build.log" 2>&1
+build_rc=$?
+echo "build rc=$build_rc in $(( $(date +%s) - t0 )) s" | tee -a "$OUT_DIR/build.log"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >> "$OUT_DIR/build.log" 2>&1
+"$PY" - > "$OUT_DIR/build_info.json" <<'PYEOF'
+import json, specops
+print(json.dumps(specops.build_info(), indent=1))
+PYEOF
+cat "$OUT_DIR/build_info.json"
+
+echo "== tests"
+t0=$(date +%s)
+"$PY" -m pytest -q -ra -p no:cacheprovider tests > "$OUT_DIR/tests.log" 2>&1
+test_rc=$?
+echo "tests rc=$test_rc in $(( $(date +%s) - t0 )) s"
+
+echo "== bench"
+"$PY" -m bench --device cuda --csv "$OUT_DIR/bench.csv" > "$OUT_DIR/bench.log" 2>&1
+bench_rc=$?
+
+echo "== demo"
+demo_rc=skipped
+if "$PY" -c "import specops.demo" 2>/dev/null; then
+  "$PY" -m specops.demo --out "$OUT_DIR/demo.png" > "$OUT_DIR/demo.log" 2>&1
+  demo_rc=$?
+fi
+
+echo
+echo "== summary"
+tail -n 3 "$OUT_DIR/tests.log"
+grep -E "FAILED|ERROR" "$OUT_DIR/tests.log" | head -20
+tail -n 60 "$OUT_DIR/bench.log"
+[ -f "$OUT_DIR/demo.log" ] && tail -n 15 "$OUT_DIR/demo.log"
+echo "build=$build_rc tests=$test_rc bench=$bench_rc demo=$demo_rc"
