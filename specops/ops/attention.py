@@ -1,3 +1,247 @@
-"""Public attention ops: validation, backend choice, registration."""
+"""specops.tree_attention and specops.append_kv: tree-masked attention over a KV cache.
 
-__all__: list[str] = []
+Semantics in specops/reference/attention.py; the Triton kernel in
+triton_kernels/tree_attention.py.  Backends: "triton" (CUDA, or the interpreter on CPU when
+asked for explicitly) and "reference"; "auto" picks triton on CUDA and the reference on CPU.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from specops import reference
+from specops.ops import _common as c
+from specops.tree import Tree
+
+__all__ = ["tree_attention", "append_kv"]
+
+_BACKENDS = ("triton", "reference")
+_ATTN_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_IDX_DTYPES = (torch.int32, torch.int64)
+_TRITON_MAX_HEAD_DIM = 256  # = specops.triton_kernels.tree_attention.MAX_HEAD_DIM
+
+
+def _check_cache(op, q_like, k_cache, v_cache, cache_seqlens, block_table, batch):
+    """Shared checks of (k_cache, v_cache, cache_seqlens, block_table) against a
+    [B, N, H, D] tensor ``q_like``; returns (Hkv, capacity)."""
+    dev = q_like.device
+    d = q_like.shape[-1]
+    c.check_tensor(op, "k_cache", k_cache, ndim=4, device=dev)
+    c.check_tensor(op, "v_cache", v_cache, ndim=4, device=dev, shape=tuple(k_cache.shape))
+    if k_cache.dtype != q_like.dtype or v_cache.dtype != q_like.dtype:
+        what = "q" if op == "tree_attention" else "k"
+        raise TypeError(
+            f"specops.{op}: k_cache and v_cache must have {what}'s dtype {q_like.dtype}, got "
+            f"{k_cache.dtype} and {v_cache.dtype}"
+        )
+    if k_cache.shape[-1] != d:
+        raise ValueError(
+            f"specops.{op}: head dims differ: {'q' if op == 'tree_attention' else 'k'} has "
+            f"D = {d} but k_cache {tuple(k_cache.shape)} has D = {k_cache.shape[-1]}"
+        )
+    hkv = k_cache.shape[2]
+    c.check_ids(op, "cache_seqlens", cache_seqlens, device=dev, shape=(batch,))
+    if block_table is None:
+        if k_cache.shape[0] != batch:
+            raise ValueError(
+                f"specops.{op}: a contiguous k_cache must have shape [B={batch}, S_max, Hkv, D], "
+                f"got {tuple(k_cache.shape)} (pass block_table for a paged cache)"
+            )
+        cap = k_cache.shape[1]
+    else:
+        c.check_tensor(op, "block_table", block_table, ndim=2, dtypes=_IDX_DTYPES, device=dev)
+        if block_table.shape[0] != batch:
+            raise ValueError(
+                f"specops.{op}: block_table must have shape [B={batch}, max_pages], got "
+                f"{tuple(block_table.shape)}"
+            )
+        cap = block_table.shape[1] * k_cache.shape[1]
+    return hkv, cap
+
+
+def _check_capacity(op, cache_seqlens, n, cap, block_table, num_pages, page):
+    """Validation mode: 0 <= L_b and L_b + N <= capacity; used block-table entries in range."""
+    if not c.validating() or cache_seqlens.numel() == 0:
+        return
+    end = cache_seqlens.long() + n
+    if (cache_seqlens < 0).any() or (end > cap).any():
+        i = int(((cache_seqlens < 0) | (end > cap)).nonzero()[0, 0])
+        raise ValueError(
+            f"specops.{op}: cache_seqlens[{i}] = {int(cache_seqlens[i])} plus the N = {n} new "
+            f"tokens does not fit the cache capacity {cap}"
+        )
+    if block_table is not None and block_table.numel():
+        first = torch.arange(block_table.shape[1], device=block_table.device) * page
+        used = first[None, :] < end[:, None]
+        bad = used & ((block_table < 0) | (block_table >= num_pages))
+        if bad.any():
+            i, j = (int(x) for x in bad.nonzero()[0])
+            raise ValueError(
+                f"specops.{op}: block_table[{i}, {j}] = {int(block_table[i, j])} is not a page "
+                f"of the cache (it has {num_pages} pages)"
+            )
+
+
+def _mask_bits(op, tree, batch, n, dev):
+    if isinstance(tree, Tree):
+        if tree.num_nodes != n:
+            raise ValueError(
+                f"specops.{op}: tree has {tree.num_nodes} nodes but q has N = {n} tokens"
+            )
+        mask = tree.mask_bits
+        name = "tree"
+    elif isinstance(tree, torch.Tensor):
+        mask = tree
+        name = "tree (mask_bits)"
+    else:
+        raise TypeError(
+            f"specops.{op}: tree must be a specops.Tree or a mask_bits int32 tensor, got "
+            f"{type(tree).__name__}"
+        )
+    c.check_tensor(op, name, mask, ndim=3, dtypes=(torch.int32,), device=dev)
+    words = (n + 31) // 32
+    if mask.shape[0] not in (1, batch) or mask.shape[1] != n or mask.shape[2] < words:
+        raise ValueError(
+            f"specops.{op}: {name} mask_bits must have shape [1 or B={batch}, N={n}, >= {words}] "
+            f"(ceil(N/32) words per row), got {tuple(mask.shape)}"
+        )
+    return mask
+
+
+def tree_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    tree,
+    *,
+    block_table: torch.Tensor | None = None,
+    sm_scale: float | None = None,
+    return_lse: bool = False,
+    backend: str = "auto",
+):
+    """Attention of N tree tokens over a committed prefix plus their ancestors.
+
+    q [B, N, Hq, D]; k_cache, v_cache [B, S_max, Hkv, D] (contiguous) or [P, page, Hkv, D] with
+    ``block_table`` [B, max_pages] (paged); cache_seqlens [B] int32 = committed prefix length
+    L_b; the tree tokens' K/V already sit at positions L_b + n (``append_kv``).  ``tree`` is a
+    Tree (batch 1 or B) or mask_bits [1 or B, N, >= ceil(N/32)] int32.  Query n sees the whole
+    prefix and the tree slots whose bit is set in its mask row (itself and its ancestors).
+    Hq % Hkv == 0 (GQA: head h reads KV head h // (Hq / Hkv)).  ``sm_scale`` defaults to
+    1/sqrt(D).  Returns out [B, N, Hq, D] in q's dtype, and lse [B, N, Hq] float32 (natural log)
+    when ``return_lse``."""
+    op = "tree_attention"
+    c.check_tensor(op, "q", q, ndim=4, dtypes=_ATTN_DTYPES)
+    dev = q.device
+    b, n, hq, d = q.shape
+    hkv, cap = _check_cache(op, q, k_cache, v_cache, cache_seqlens, block_table, b)
+    if hkv == 0 or hq % hkv != 0:
+        raise ValueError(
+            f"specops.{op}: q's {hq} heads must be a multiple of the cache's {hkv} KV heads "
+            f"(q {tuple(q.shape)}, k_cache {tuple(k_cache.shape)})"
+        )
+    mask = _mask_bits(op, tree, b, n, dev)
+    if backend == "triton" and (d > _TRITON_MAX_HEAD_DIM or q.dtype == torch.float64):
+        raise ValueError(
+            f"specops.{op}: the triton backend takes head_dim <= {_TRITON_MAX_HEAD_DIM} and "
+            f"float16/bfloat16/float32, got D = {d}, {q.dtype}"
+        )
+    if sm_scale is None:
+        sm_scale = 1.0 / math.sqrt(d)
+    _check_capacity(op, cache_seqlens, n, cap, block_table, k_cache.shape[0], k_cache.shape[1])
+    out, lse = torch.ops.specops.tree_attention(
+        q, k_cache, v_cache, cache_seqlens, mask, block_table, float(sm_scale), backend
+    )
+    return (out, lse) if return_lse else out
+
+
+def _attn_impl(q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_scale, backend):
+    d = q.shape[-1]
+    have = _BACKENDS if d <= _TRITON_MAX_HEAD_DIM and q.dtype != torch.float64 else ("reference",)
+    be = c.pick_backend("tree_attention", backend, q.device, have)
+    b, n, hq, _ = q.shape
+    if be == "reference":
+        out, lse = reference.tree_attention(
+            q, k_cache, v_cache, cache_seqlens, mask_bits,
+            block_table=block_table, sm_scale=sm_scale, return_lse=True,
+        )  # fmt: skip
+        return out.contiguous(), lse.float().contiguous()
+    from specops.triton_kernels.tree_attention import tree_attention_triton
+
+    out = torch.empty((b, n, hq, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((b, n, hq), dtype=torch.float32, device=q.device)
+    tree_attention_triton(
+        q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_scale, out, lse
+    )
+    return out, lse
+
+
+def _attn_fake(q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_scale, backend):
+    b, n, hq, d = q.shape
+    return q.new_empty((b, n, hq, d)), q.new_empty((b, n, hq), dtype=torch.float32)
+
+
+c.register(
+    "tree_attention",
+    "(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, Tensor mask_bits, "
+    "Tensor? block_table, float sm_scale, str backend) -> (Tensor, Tensor)",
+    _attn_impl,
+    _attn_fake,
+)
+
+
+def append_kv(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    *,
+    block_table: torch.Tensor | None = None,
+    backend: str = "auto",
+) -> None:
+    """Write k, v [B, N, Hkv, D] into the caches (contiguous [B, S_max, Hkv, D] or paged
+    [P, page, Hkv, D] + ``block_table``) at positions cache_seqlens[b] + n, in place.
+    cache_seqlens is not advanced (``commit_kv`` does that after verification).  Positions
+    outside the cache are an error in validation mode and dropped otherwise."""
+    op = "append_kv"
+    c.check_tensor(op, "k", k, ndim=4, dtypes=_ATTN_DTYPES)
+    dev = k.device
+    b, n, hkv, d = k.shape
+    c.check_tensor(op, "v", v, device=dev, shape=tuple(k.shape))
+    if v.dtype != k.dtype:
+        raise TypeError(f"specops.{op}: v must have k's dtype {k.dtype}, got {v.dtype}")
+    _, cap = _check_cache(op, k, k_cache, v_cache, cache_seqlens, block_table, b)
+    if k_cache.shape[2] != hkv:
+        raise ValueError(
+            f"specops.{op}: k has {hkv} KV heads but k_cache {tuple(k_cache.shape)} has "
+            f"{k_cache.shape[2]}"
+        )
+    _check_capacity(op, cache_seqlens, n, cap, block_table, k_cache.shape[0], k_cache.shape[1])
+    torch.ops.specops.append_kv(k_cache, v_cache, k, v, cache_seqlens, block_table, backend)
+
+
+def _append_impl(k_cache, v_cache, k, v, cache_seqlens, block_table, backend):
+    have = _BACKENDS if k.dtype != torch.float64 else ("reference",)
+    be = c.pick_backend("append_kv", backend, k.device, have)
+    if be == "reference":
+        reference.append_kv(k_cache, v_cache, k, v, cache_seqlens, block_table=block_table)
+        return
+    from specops.triton_kernels.append_kv import append_kv_triton
+
+    append_kv_triton(k_cache, v_cache, k, v, cache_seqlens, block_table)
+
+
+def _append_fake(k_cache, v_cache, k, v, cache_seqlens, block_table, backend):
+    return None
+
+
+c.register(
+    "append_kv",
+    "(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, Tensor cache_seqlens, "
+    "Tensor? block_table, str backend) -> ()",
+    _append_impl,
+    _append_fake,
+)

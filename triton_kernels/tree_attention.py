@@ -1,0 +1,384 @@
+"""Triton tree attention: N tree queries against a committed prefix plus their own ancestors.
+
+Semantics: specops/reference/attention.py.  For request b, KV head h and a query row r of the
+GQA group (query n = r // G, head h * G + r % G):
+
+    o_r = sum_s softmax_s(c * <q_r, k_s>) v_s,  s over the prefix [0, L_b) and the tree slots
+    j (position L_b + j) whose bit j is set in mask row n;  c = sm_scale.
+
+Kernel design
+- GQA packing: the G = Hq / Hkv query heads that share KV head h are packed with the N tree
+  tokens into one row space of N * G rows (row r = n * G + g), tiled by BLOCK_M.  A program
+  owns one such tile, so every K/V tile it loads serves BLOCK_M query rows; the tiles of one
+  (split, b, h) are neighbouring program ids (axis 0), so they read the same K/V from L2.
+- Prefix tiles carry no mask at all (every prefix position is visible to every query): only
+  the last, partial tile of a split checks s < end.  Tree tiles (the N slots after the prefix)
+  are masked by the ancestor bitmask: bit j % 32 of word j // 32 of row n.
+- Split-KV: the prefix [0, L_b) is cut into NUM_SPLITS chunks (a multiple of BLOCK_N each,
+  computed on the device from L_b); split s accumulates its chunk with the online softmax in
+  the base-2 domain (m = running max of c log2(e) qk, l = sum 2^(x - m), acc = sum 2^(x - m) v)
+  and writes o_s = acc / l and lse_s = ln 2 * (m + log2 l).  The last split also takes the tree
+  part.  A second kernel merges: lse = log sum_s e^lse_s, o = sum_s e^(lse_s - lse) o_s.
+  NUM_SPLITS comes from static shapes only (batch, heads, rows, cache capacity, SM count), so
+  the launch is CUDA-graph safe and never syncs.  With one split the first kernel writes the
+  final output directly.
+- Contiguous [B, S_max, Hkv, D] and paged [P, page, Hkv, D] caches: position s of request b is
+  at row s % page of page block_table[b, s // page] (clamped into [0, P)).  Positions are
+  clamped to the cache capacity, so no value of cache_seqlens reads out of bounds.
+- head_dim: any D <= 256, padded to a power of two (>= 16) with masked loads.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["tree_attention_triton", "choose_num_splits", "MAX_HEAD_DIM"]
+
+MAX_HEAD_DIM = 256
+_LOG2E = 1.4426950408889634
+_LN2 = 0.6931471805599453
+
+
+@triton.jit
+def _load_kv_tile(
+    base,  # pointer to element [b or page 0, row 0, h, 0] of the cache
+    bt_row,  # pointer to block_table[b, 0] (paged only)
+    kpos,  # [BLOCK_N] logical positions
+    col_ok,  # [BLOCK_N] bool, positions to load (others read as 0)
+    offs_d,
+    s_page,
+    s_row,
+    s_d,
+    NUM_PAGES,
+    D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PAGED: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    MASKED: tl.constexpr,
+):
+    if PAGED:
+        page = tl.load(bt_row + kpos // PAGE_SIZE, mask=col_ok, other=0)
+        page = tl.minimum(tl.maximum(page, 0), NUM_PAGES - 1).to(tl.int64)
+        row_off = page * s_page + (kpos % PAGE_SIZE) * s_row
+    else:
+        row_off = kpos.to(tl.int64) * s_row
+    ptrs = base + row_off[:, None] + offs_d[None, :] * s_d
+    if MASKED:
+        mask = col_ok[:, None]
+        if BLOCK_D != D:
+            mask = mask & (offs_d[None, :] < D)
+        return tl.load(ptrs, mask=mask, other=0.0)
+    elif BLOCK_D != D:
+        return tl.load(ptrs, mask=offs_d[None, :] < D, other=0.0)
+    else:
+        return tl.load(ptrs)
+
+
+@triton.jit
+def _online_softmax_step(acc, l_i, m_i, q, k, v, qk_scale, vis, USE_VIS: tl.constexpr, PREC):
+    # x = c log2(e) <q, k>; masked entries -inf; a fully masked row keeps m = -inf, l = 0.
+    x = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+    if USE_VIS:
+        x = tl.where(vis, x, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(x, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.math.exp2(x - m_use[:, None])
+    alpha = tl.math.exp2(m_i - m_use)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _tree_attn_fwd(
+    Q,
+    K,
+    V,
+    SEQLENS,
+    MASK,
+    BT,
+    OUT,
+    LSE,
+    qk_scale,
+    s_qb,
+    s_qn,
+    s_qh,
+    s_qd,
+    s_kp,
+    s_ks,
+    s_kh,
+    s_kd,
+    s_vp,
+    s_vs,
+    s_vh,
+    s_vd,
+    s_mb,
+    s_mn,
+    s_mw,
+    s_btb,
+    s_osplit,
+    s_ob,
+    s_on,
+    s_oh,
+    s_lsplit,
+    s_lb,
+    s_ln,
+    N,
+    HKV,
+    CAP,
+    NUM_PAGES,
+    G: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    PAGED: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    split = tl.program_id(1)
+    bh = tl.program_id(2)
+    b = bh // HKV
+    h = bh % HKV
+    b64 = b.to(tl.int64)
+
+    # packed GQA rows: r = n * G + g  ->  query n, head h * G + g
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < N * G
+    row_n = rows // G
+    head = h * G + rows % G
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    q_ptrs = Q + b64 * s_qb + row_n[:, None] * s_qn + head[:, None] * s_qh + offs_d[None, :] * s_qd
+    q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+
+    seqlen = tl.load(SEQLENS + b).to(tl.int32)
+    seqlen = tl.minimum(tl.maximum(seqlen, 0), CAP)
+
+    if PAGED:
+        k_base = K + h.to(tl.int64) * s_kh
+        v_base = V + h.to(tl.int64) * s_vh
+        bt_row = BT + b64 * s_btb
+    else:
+        k_base = K + b64 * s_kp + h.to(tl.int64) * s_kh
+        v_base = V + b64 * s_vp + h.to(tl.int64) * s_vh
+        bt_row = BT
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    offs_n = tl.arange(0, BLOCK_N)
+    no_vis = tl.zeros([BLOCK_M, BLOCK_N], tl.int1)
+
+    # prefix chunk of this split: [lo, hi), chunk a multiple of BLOCK_N
+    chunk = tl.cdiv(tl.cdiv(seqlen, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = split * chunk
+    hi = tl.minimum(lo + chunk, seqlen)
+    full_end = lo + tl.maximum(hi - lo, 0) // BLOCK_N * BLOCK_N
+    for start in range(lo, full_end, BLOCK_N):  # full prefix tiles: no mask
+        kpos = start + offs_n
+        k = _load_kv_tile(
+            k_base, bt_row, kpos, kpos < CAP, offs_d, s_kp, s_ks, s_kd, NUM_PAGES,
+            D, BLOCK_D, PAGED, PAGE_SIZE, False,
+        )  # fmt: skip
+        v = _load_kv_tile(
+            v_base, bt_row, kpos, kpos < CAP, offs_d, s_vp, s_vs, s_vd, NUM_PAGES,
+            D, BLOCK_D, PAGED, PAGE_SIZE, False,
+        )  # fmt: skip
+        acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, q, k, v, qk_scale, no_vis, False, PREC)
+    if full_end < hi:  # the partial last prefix tile: columns s < hi
+        kpos = full_end + offs_n
+        col_ok = kpos < hi
+        k = _load_kv_tile(
+            k_base, bt_row, kpos, col_ok, offs_d, s_kp, s_ks, s_kd, NUM_PAGES,
+            D, BLOCK_D, PAGED, PAGE_SIZE, True,
+        )  # fmt: skip
+        v = _load_kv_tile(
+            v_base, bt_row, kpos, col_ok, offs_d, s_vp, s_vs, s_vd, NUM_PAGES,
+            D, BLOCK_D, PAGED, PAGE_SIZE, True,
+        )  # fmt: skip
+        vis = tl.broadcast_to(col_ok[None, :], (BLOCK_M, BLOCK_N))
+        acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, q, k, v, qk_scale, vis, True, PREC)
+
+    if split == NUM_SPLITS - 1:
+        # tree slots j at positions seqlen + j: visible iff bit j of mask row n (and in range)
+        mask_row = MASK + b64 * s_mb + row_n[:, None] * s_mn
+        for t0 in range(0, N, BLOCK_N):
+            j = t0 + offs_n
+            kpos = seqlen + j
+            col_ok = (j < N) & (kpos < CAP)
+            k = _load_kv_tile(
+                k_base, bt_row, kpos, col_ok, offs_d, s_kp, s_ks, s_kd, NUM_PAGES,
+                D, BLOCK_D, PAGED, PAGE_SIZE, True,
+            )  # fmt: skip
+            v = _load_kv_tile(
+                v_base, bt_row, kpos, col_ok, offs_d, s_vp, s_vs, s_vd, NUM_PAGES,
+                D, BLOCK_D, PAGED, PAGE_SIZE, True,
+            )  # fmt: skip
+            ok2 = row_ok[:, None] & col_ok[None, :]
+            words = tl.load(mask_row + (j // 32)[None, :] * s_mw, mask=ok2, other=0)
+            vis = (((words >> (j % 32)[None, :]) & 1) != 0) & ok2
+            acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, q, k, v, qk_scale, vis, True, PREC)
+
+    # o = acc / l, lse = ln2 * (m + log2 l); rows that saw nothing: o = 0, lse = -inf
+    has = l_i > 0.0
+    o = acc / tl.where(has, l_i, 1.0)[:, None]
+    log2_l = tl.math.log2(tl.where(has, l_i, 1.0))
+    lse = tl.where(has, (m_i + log2_l) * 0.6931471805599453, -float("inf"))
+    o_ptrs = (
+        OUT
+        + split.to(tl.int64) * s_osplit
+        + b64 * s_ob
+        + row_n[:, None] * s_on
+        + head[:, None] * s_oh
+        + offs_d[None, :]
+    )
+    tl.store(o_ptrs, o.to(OUT.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+    l_ptrs = LSE + split.to(tl.int64) * s_lsplit + b64 * s_lb + row_n * s_ln + head
+    tl.store(l_ptrs, lse, mask=row_ok)
+
+
+@triton.jit
+def _merge_splits(
+    O_PART,
+    LSE_PART,
+    OUT,
+    LSE,
+    R,
+    s_osplit,
+    s_lsplit,
+    D: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    ROWS: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    # lse = log sum_s e^lse_s,  o = sum_s e^(lse_s - lse) o_s   (online over s; rows flat)
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    row_ok = rows < R
+    offs_d = tl.arange(0, BLOCK_D)
+    ok2 = row_ok[:, None] & (offs_d[None, :] < D)
+    m = tl.full([ROWS], float("-inf"), tl.float32)
+    l_i = tl.zeros([ROWS], tl.float32)
+    acc = tl.zeros([ROWS, BLOCK_D], tl.float32)
+    rows64 = rows.to(tl.int64)
+    for s in range(NUM_SPLITS):
+        lse_s = tl.load(LSE_PART + s * s_lsplit + rows64, mask=row_ok, other=float("-inf"))
+        o_s = tl.load(O_PART + s * s_osplit + rows64[:, None] * D + offs_d[None, :], mask=ok2)
+        m_new = tl.maximum(m, lse_s)
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m - m_use)
+        w = tl.exp(lse_s - m_use)
+        acc = acc * alpha[:, None] + w[:, None] * o_s
+        l_i = l_i * alpha + w
+        m = m_new
+    has = l_i > 0.0
+    o = acc / tl.where(has, l_i, 1.0)[:, None]
+    lse = tl.where(has, m + tl.log(tl.where(has, l_i, 1.0)), -float("inf"))
+    tl.store(OUT + rows64[:, None] * D + offs_d[None, :], o.to(OUT.dtype.element_ty), mask=ok2)
+    tl.store(LSE + rows64, lse, mask=row_ok)
+
+
+_SM_COUNT: dict = {}
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4  # the interpreter: a few splits, so tests exercise the merge
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _SM_COUNT:
+        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _SM_COUNT[idx]
+
+
+def _tiles(n: int, g: int, d: int) -> tuple[int, int, int]:
+    block_d = max(16, triton.next_power_of_2(d))
+    rows = n * g
+    block_m = max(16, min(triton.next_power_of_2(rows), 64 if block_d >= 128 else 128))
+    block_n = 64
+    return block_m, block_n, block_d
+
+
+def choose_num_splits(batch: int, hkv: int, m_blocks: int, capacity: int, block_n: int, device):
+    """Prefix splits from static shapes only: enough programs for about two waves of SMs,
+    but at least 4 K/V tiles of a full cache per split, and at most 64 splits."""
+    progs = batch * hkv * m_blocks
+    sms = _sm_count(torch.device(device))
+    if progs >= sms:
+        return 1
+    want = triton.cdiv(2 * sms, progs)
+    by_len = max(1, capacity // (4 * block_n))
+    return max(1, min(want, by_len, 64))
+
+
+def tree_attention_triton(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    mask_bits: torch.Tensor,
+    block_table: torch.Tensor | None,
+    sm_scale: float,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    *,
+    num_splits: int | None = None,
+) -> None:
+    """Fill ``out`` [B, N, Hq, D] (q's dtype, contiguous) and ``lse`` [B, N, Hq] float32
+    (contiguous).  Inputs are checked by specops.ops.attention."""
+    b, n, hq, d = q.shape
+    hkv = k_cache.shape[2]
+    g = hq // hkv
+    paged = block_table is not None
+    if paged:
+        num_pages, page = k_cache.shape[0], k_cache.shape[1]
+        cap = block_table.shape[1] * page
+        bt, s_btb = block_table, block_table.stride(0)
+    else:
+        num_pages, page = 1, 1
+        cap = k_cache.shape[1]
+        bt, s_btb = cache_seqlens, 0  # never read
+    if b == 0 or n == 0:
+        return
+    block_m, block_n, block_d = _tiles(n, g, d)
+    m_blocks = triton.cdiv(n * g, block_m)
+    if num_splits is None:
+        num_splits = choose_num_splits(b, hkv, m_blocks, cap, block_n, q.device)
+    s_mb = mask_bits.stride(0) if mask_bits.shape[0] > 1 else 0
+    prec = "ieee" if q.dtype == torch.float32 else "tf32"
+    qk_scale = sm_scale * _LOG2E
+    if num_splits == 1:
+        o_t, l_t = out, lse
+        o_strides = (0, out.stride(0), out.stride(1), out.stride(2))
+        l_strides = (0, lse.stride(0), lse.stride(1))
+    else:
+        o_t = torch.empty((num_splits, b, n, hq, d), dtype=torch.float32, device=q.device)
+        l_t = torch.empty((num_splits, b, n, hq), dtype=torch.float32, device=q.device)
+        o_strides = o_t.stride()[:4]
+        l_strides = l_t.stride()[:3]
+    grid = (m_blocks, num_splits, b * hkv)
+    _tree_attn_fwd[grid](
+        q, k_cache, v_cache, cache_seqlens, mask_bits, bt, o_t, l_t,
+        qk_scale,
+        *q.stride(),
+        *k_cache.stride(),
+        *v_cache.stride(),
+        s_mb, mask_bits.stride(1), mask_bits.stride(2),
+        s_btb,
+        *o_strides,
+        *l_strides,
+        n, hkv, cap, num_pages,
+        G=g, D=d, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+        NUM_SPLITS=num_splits, PAGED=paged, PAGE_SIZE=page, PREC=prec,
+        num_warps=4 if block_m * block_d <= 64 * 128 else 8, num_stages=2,
+    )  # fmt: skip
+    if num_splits > 1:
+        rows = b * n * hq
+        merge_rows = 16
+        _merge_splits[(triton.cdiv(rows, merge_rows),)](
+            o_t, l_t, out, lse, rows, o_t.stride(0), l_t.stride(0),
+            D=d, NUM_SPLITS=num_splits, ROWS=merge_rows, BLOCK_D=block_d, num_warps=4,
+        )  # fmt: skip
