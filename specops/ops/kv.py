@@ -1,3 +1,324 @@
-"""Public kv ops: validation, backend choice, registration."""
+"""specops.commit_kv: make the accepted path's K/V entries the committed prefix, in every layer,
+in one launch, and advance ``cache_seqlens`` on the device."""
 
-__all__: list[str] = []
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+import torch
+
+from specops import _build, reference
+from specops._nvtx import traced
+from specops.ops import _common as c
+
+__all__ = ["commit_kv"]
+
+_BACKENDS = ("cuda", "cpu", "reference")
+_CACHE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_MAX_MOVES = 2048  # shared memory of the CUDA kernel: 16 bytes per entry of accepted_slots
+_OP = "commit_kv"
+
+
+@traced("commit_kv")
+def commit_kv(caches, cache_seqlens, accepted_slots, *, block_table=None, backend="auto") -> None:
+    """Move the accepted entries to ``cache_seqlens + [0, m)`` in every layer, K and V, and
+    advance ``cache_seqlens`` by m, on the device, in one launch.
+
+    ``caches``: a tensor [layers, 2, B, S, Hkv, D] (paged: [layers, 2, P, page, Hkv, D] with
+    ``block_table`` [B, pages]) or a list of per-layer ``(k_cache, v_cache)`` pairs of
+    [B, S, Hkv, D] (paged: [P, page, Hkv, D]) sharing one shape, dtype and strides.  float16,
+    bfloat16 or float32; each position's [Hkv, D] row must be contiguous.
+    ``cache_seqlens`` [B] int32: committed length per request, advanced in place.
+    ``accepted_slots`` [B, M] int32/int64: offsets from ``cache_seqlens`` of the accepted nodes,
+    in path order (strictly increasing), -1 padded at the end.
+
+    For every request b, layer and K/V: cache[cs + i] <- cache[cs + s_i] for the m_b non -1
+    entries (values read before any write: overlapping moves such as 5 -> 2 with 2 -> 1 are
+    safe, and an in-place prefix s_i = i is a no-op), then cs += m_b.  Slots that are not
+    committed are left behind.
+
+    Validation mode raises on -1 before a valid entry, non-increasing slots, a slot beyond the
+    capacity, a path longer than the free space, or (paged) a page id outside [0, P).  Fast mode
+    never touches memory outside the cache: each request commits only the longest prefix of
+    valid entries (specops.reference.kv).  CUDA: launches on the same cache pointers must not
+    run concurrently on two streams (they share a small per-device counter workspace)."""
+    paged = block_table is not None
+    if isinstance(caches, torch.Tensor):
+        c.check_tensor(_OP, "caches", caches, ndim=6, dtypes=_CACHE_DTYPES)
+        if caches.shape[1] != 2:
+            raise ValueError(
+                f"specops.commit_kv: caches must have shape [layers, 2, "
+                f"{'P, page' if paged else 'B, S'}, Hkv, D] (dim 1 = K, V), got "
+                f"{tuple(caches.shape)}"
+            )
+        _check_rows(caches, "caches")
+        slab = caches[0, 0] if caches.shape[0] else caches.new_empty(caches.shape[2:])
+        tensors = None
+    else:
+        tensors = _flatten_pairs(caches)
+        slab = tensors[0]
+    dev = slab.device
+    lead = slab.shape[0]
+    c.check_tensor(_OP, "cache_seqlens", cache_seqlens, ndim=1, dtypes=(torch.int32,), device=dev)
+    if not cache_seqlens.is_contiguous():
+        raise ValueError("specops.commit_kv: cache_seqlens must be contiguous (it is written)")
+    batch = cache_seqlens.shape[0]
+    c.check_ids(_OP, "accepted_slots", accepted_slots, ndim=2, device=dev)
+    if accepted_slots.shape[0] != batch:
+        raise ValueError(
+            f"specops.commit_kv: accepted_slots must have shape [{batch}, M] (B from "
+            f"cache_seqlens), got {tuple(accepted_slots.shape)}"
+        )
+    if accepted_slots.shape[1] > _MAX_MOVES:
+        raise ValueError(
+            f"specops.commit_kv: accepted_slots has {accepted_slots.shape[1]} columns, at most "
+            f"{_MAX_MOVES} are supported"
+        )
+    if paged:
+        c.check_ids(_OP, "block_table", block_table, ndim=2, device=dev)
+        if block_table.shape[0] != batch:
+            raise ValueError(
+                f"specops.commit_kv: block_table must have shape [{batch}, pages], got "
+                f"{tuple(block_table.shape)}"
+            )
+        block_table = block_table.to(torch.int32).contiguous()
+        capacity = block_table.shape[1] * slab.shape[1]
+    else:
+        if lead != batch:
+            raise ValueError(
+                f"specops.commit_kv: the caches' batch dim is {lead} but cache_seqlens has "
+                f"{batch} entries (paged caches need block_table)"
+            )
+        capacity = slab.shape[1]
+    slots = accepted_slots.to(torch.int32).contiguous()
+    if c.validating():
+        _check_values(cache_seqlens, slots, capacity, block_table, lead)
+    if tensors is None:
+        torch.ops.specops.commit_kv(caches, cache_seqlens, slots, block_table, backend)
+    else:
+        torch.ops.specops.commit_kv_list(tensors, cache_seqlens, slots, block_table, backend)
+
+
+# argument checks ------------------------------------------------------------------------
+def _check_rows(t: torch.Tensor, name: str) -> None:
+    """Each position's [Hkv, D] row is contiguous (the kernels move it as row_bytes bytes)."""
+    if t.numel() and not (t.stride(-1) == 1 and (t.shape[-2] == 1 or t.stride(-2) == t.shape[-1])):
+        raise ValueError(
+            f"specops.commit_kv: {name} must have contiguous [Hkv, D] rows (strides of the last "
+            f"two dims [D, 1]), got strides {t.stride()}"
+        )
+
+
+def _flatten_pairs(caches) -> list[torch.Tensor]:
+    if not isinstance(caches, (list, tuple)) or not caches:
+        raise TypeError(
+            "specops.commit_kv: caches must be a tensor [layers, 2, ...] or a non-empty list of "
+            f"(k_cache, v_cache) pairs, got {type(caches).__name__}"
+        )
+    out = []
+    for i, pair in enumerate(caches):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise TypeError(
+                f"specops.commit_kv: caches[{i}] must be a (k_cache, v_cache) pair, got "
+                f"{type(pair).__name__}"
+            )
+        out.extend(pair)
+    first = out[0]
+    c.check_tensor(_OP, "caches[0][0]", first, ndim=4, dtypes=_CACHE_DTYPES)
+    _check_rows(first, "caches[0][0]")
+    for j, t in enumerate(out):
+        name = f"caches[{j // 2}][{j % 2}]"
+        c.check_tensor(_OP, name, t, dtypes=(first.dtype,), device=first.device, shape=first.shape)
+        if t.stride() != first.stride():
+            raise ValueError(
+                f"specops.commit_kv: {name} has strides {t.stride()} but caches[0][0] has "
+                f"{first.stride()}: every layer's K and V must share one layout"
+            )
+    return out
+
+
+def _check_values(cs, slots, capacity, block_table, num_pages) -> None:
+    """Validation mode: the input is well formed, so the kernels commit every non -1 entry."""
+    if slots.numel() == 0:
+        return
+    if (cs < 0).any() or (cs > capacity).any():
+        raise ValueError(f"specops.commit_kv: cache_seqlens has values outside [0, {capacity}]")
+    if (slots < -1).any():
+        raise ValueError("specops.commit_kv: accepted_slots has entries < -1 (-1 is padding)")
+    pad = slots < 0
+    if (pad[:, :-1] & ~pad[:, 1:]).any():
+        raise ValueError("specops.commit_kv: accepted_slots has -1 padding before a valid entry")
+    valid = ~pad
+    if (valid[:, 1:] & (slots[:, 1:] <= slots[:, :-1])).any():
+        raise ValueError(
+            "specops.commit_kv: accepted_slots must be strictly increasing (path order)"
+        )
+    m = valid.sum(1)
+    if (cs.long() + m > capacity).any():
+        raise ValueError(
+            f"specops.commit_kv: a path is longer than the free space (cache_seqlens + m > "
+            f"capacity {capacity})"
+        )
+    last = torch.where(valid, slots, -1).amax(1).long()
+    if ((cs.long() + last >= capacity) & (m > 0)).any():
+        raise ValueError(
+            f"specops.commit_kv: accepted_slots has a slot beyond the capacity (cache_seqlens "
+            f"+ slot >= {capacity})"
+        )
+    if block_table is not None:
+        page = capacity // block_table.shape[1]
+        pos = cs.long()[:, None] + torch.where(valid, slots, 0).long()
+        pos = torch.cat(
+            [pos, cs.long()[:, None] + torch.arange(slots.shape[1], device=cs.device)], 1
+        )
+        pages = block_table.long().gather(1, (pos // page).clamp(0, block_table.shape[1] - 1))
+        used = torch.cat([valid, valid], 1)
+        if (used & ((pages < 0) | (pages >= num_pages))).any():
+            raise ValueError(
+                f"specops.commit_kv: block_table maps a committed position to a page outside "
+                f"[0, {num_pages})"
+            )
+
+
+# kernels --------------------------------------------------------------------------------
+_counters: dict[torch.device, torch.Tensor] = {}
+_bases: OrderedDict[tuple, tuple[torch.Tensor, int, torch.Tensor]] = OrderedDict()
+
+
+def _counter_workspace(device: torch.device, batch: int) -> torch.Tensor:
+    """Per-device int32 zeros [>= B]: the CUDA kernel's last-block-done counters (it leaves
+    them zero).  Allocated on first use: warm up before capturing a CUDA graph."""
+    ws = _counters.get(device)
+    if ws is None or ws.numel() < batch:
+        ws = torch.zeros(max(batch, 64), dtype=torch.int32, device=device)
+        _counters[device] = ws
+    return ws
+
+
+def _base_array(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, int]:
+    """(int64 [2 * layers] of the slabs' addresses on their device, the largest power of two
+    <= 16 dividing them all), cached by address: a list of cache tensors is allocated once, so
+    steady-state calls copy nothing to the device."""
+    dev = tensors[0].device
+    addrs = tuple(t.data_ptr() for t in tensors)
+    key = (dev, addrs)
+    hit = _bases.get(key)
+    if hit is None:
+        host = torch.tensor(addrs, dtype=torch.int64)
+        if dev.type == "cuda":
+            host = host.pin_memory()  # kept alive in the cache entry while the copy runs
+            arr = host.to(dev, non_blocking=True)
+        else:
+            arr = host
+        hit = (arr, _vec_bytes(addrs), host)
+        _bases[key] = hit
+        while len(_bases) > 64:
+            _bases.popitem(last=False)
+    else:
+        _bases.move_to_end(key)
+    return hit[0], hit[1]
+
+
+def _vec_bytes(values) -> int:
+    """Largest of 16, 8, 4, 2, 1 dividing every value (addresses, strides, row size in bytes)."""
+    g = 0
+    for v in values:
+        g = math.gcd(g, int(v))
+    for w in (16, 8, 4, 2):
+        if g % w == 0:
+            return w
+    return 1
+
+
+def _launch(be, slab, base, bases, stride_layer, stride_kv, layers, cs, slots, block_table):
+    """slab: one layer's K (or V) tensor, for the geometry; ``bases``: None (stacked: slab
+    (l, kv) at base + l * stride_layer + kv * stride_kv) or (address array, its alignment)."""
+    es = slab.element_size()
+    row_bytes = slab.shape[2] * slab.shape[3] * es
+    if block_table is None:
+        page_size, capacity, bt, bt_stride = 0, slab.shape[1], 0, 0
+    else:
+        page_size = slab.shape[1]
+        capacity = block_table.shape[1] * page_size
+        bt, bt_stride = block_table.data_ptr(), block_table.stride(0)
+    geometry = [stride_layer * es, stride_kv * es, slab.stride(0) * es, slab.stride(1) * es]
+    args = (
+        base,
+        0 if bases is None else bases[0].data_ptr(),
+        geometry[0],
+        geometry[1],
+        layers,
+        geometry[2],
+        geometry[3],
+        row_bytes,
+        capacity,
+        page_size,
+        bt,
+        bt_stride,
+        slab.shape[0],
+        cs.data_ptr(),
+        slots.data_ptr(),
+        slots.stride(0),
+        cs.shape[0],
+        slots.shape[1],
+    )
+    if be == "cuda":
+        vec = _vec_bytes([row_bytes, *geometry, base if bases is None else bases[1]])
+        ws = _counter_workspace(cs.device, cs.shape[0])
+        _build._C.commit_kv_cuda(*args, vec, ws.data_ptr(), c.stream_of(cs.device))
+    else:
+        _build._C.commit_kv_cpu(*args)
+
+
+def _impl(caches, cache_seqlens, slots, block_table, backend):
+    be = c.pick_backend(_OP, backend, caches.device, _BACKENDS)
+    if be == "reference":
+        reference.commit_kv(caches, cache_seqlens, slots, block_table=block_table)
+        return
+    if caches.numel() == 0 or slots.shape[1] == 0:
+        return
+    _launch(
+        be,
+        caches[0, 0],
+        caches.data_ptr(),
+        None,
+        caches.stride(0),
+        caches.stride(1),
+        caches.shape[0],
+        cache_seqlens,
+        slots,
+        block_table,
+    )
+
+
+def _impl_list(caches, cache_seqlens, slots, block_table, backend):
+    be = c.pick_backend(_OP, backend, caches[0].device, _BACKENDS)
+    if be == "reference":
+        pairs = [(caches[i], caches[i + 1]) for i in range(0, len(caches), 2)]
+        reference.commit_kv(pairs, cache_seqlens, slots, block_table=block_table)
+        return
+    if caches[0].numel() == 0 or slots.shape[1] == 0:
+        return
+    bases = _base_array(list(caches))
+    _launch(be, caches[0], 0, bases, 0, 0, len(caches) // 2, cache_seqlens, slots, block_table)
+
+
+def _fake(caches, cache_seqlens, slots, block_table, backend):
+    return None
+
+
+c.register(
+    "commit_kv",
+    "(Tensor(a!) caches, Tensor(b!) cache_seqlens, Tensor accepted_slots, Tensor? block_table, "
+    "str backend) -> ()",
+    _impl,
+    _fake,
+)
+c.register(
+    "commit_kv_list",
+    "(Tensor(a!)[] caches, Tensor(b!) cache_seqlens, Tensor accepted_slots, Tensor? block_table, "
+    "str backend) -> ()",
+    _impl_list,
+    _fake,
+)
