@@ -8,7 +8,7 @@ from specops import _build, reference
 from specops._nvtx import traced
 from specops.ops import _common as c
 
-__all__ = ["sample"]
+__all__ = ["sample", "sample_without_replacement"]
 
 _BACKENDS = ("cuda", "triton", "cpu", "reference")
 
@@ -102,4 +102,67 @@ c.register(
     "Tensor? uniforms, str backend, Tensor(a!) out) -> ()",
     _impl,
     _fake,
+)
+
+
+@traced("sample_without_replacement")
+def sample_without_replacement(
+    probs: torch.Tensor,
+    k: int,
+    *,
+    seed=0,
+    offset=0,
+    uniforms=None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """k distinct tokens per row of ``probs`` [..., V] (non-negative, need not sum to 1), in the
+    order of sequential sampling without replacement -> [..., k] int32.
+
+    Gumbel top-k: key_v = log(p_v) - log(-log(u_v)) with one uniform per entry; the k largest
+    keys, largest first.  Zero-probability entries are never chosen: a row with fewer than k
+    positive entries is padded with -1.  Random draws: flat row r, draw v = entry v (``seed``
+    [B] = one per request along dim 0); ``uniforms`` [..., V] float32 replaces them.  Exact
+    semantics: ``specops.reference.sample_without_replacement``."""
+    op = "sample_without_replacement"
+    c.check_probs(op, "probs", probs, ndim=range(1, 8))
+    dev = probs.device
+    if probs.shape[-1] == 0:
+        raise ValueError(
+            f"specops.{op}: probs must have a non-empty last dim, got {tuple(probs.shape)}"
+        )
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise TypeError(f"specops.{op}: k must be an int, got {type(k).__name__}")
+    if k < 1:
+        raise ValueError(f"specops.{op}: k must be >= 1, got {k}")
+    lead = tuple(probs.shape[:-1])
+    seed_t, seed_i, off_t, off_i = c.rng_args(op, seed, offset, dev, lead[0] if lead else 1)
+    if uniforms is not None:
+        c.check_tensor(
+            op, "uniforms", uniforms, dtypes=(torch.float32,), device=dev, shape=tuple(probs.shape)
+        )
+    c.check_values_probs(op, "probs", probs)
+    return torch.ops.specops.sample_without_replacement(
+        probs, k, seed_t, seed_i, off_t, off_i, uniforms, backend
+    )
+
+
+def _wor_impl(probs, k, seed_t, seed_i, off_t, off_i, uniforms, backend):
+    c.pick_backend("sample_without_replacement", backend, probs.device, ("reference",))
+    seed = seed_t if seed_t is not None else seed_i
+    offset = off_t.reshape(()) if off_t is not None else off_i
+    return reference.sample_without_replacement(
+        probs, k, seed=seed, offset=offset, uniforms=uniforms
+    )
+
+
+def _wor_fake(probs, k, seed_t, seed_i, off_t, off_i, uniforms, backend):
+    return probs.new_empty((*probs.shape[:-1], k), dtype=torch.int32)
+
+
+c.register(
+    "sample_without_replacement",
+    "(Tensor probs, int k, Tensor? seed_t, int seed_i, Tensor? offset_t, int offset_i, "
+    "Tensor? uniforms, str backend) -> Tensor",
+    _wor_impl,
+    _wor_fake,
 )

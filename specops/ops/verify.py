@@ -1,3 +1,599 @@
-"""Public verify ops: validation, backend choice, registration."""
+"""Public verification ops: verify_chain, verify_tree, verify_jacobi, path_acceptance.
 
-__all__: list[str] = []
+Each function checks shapes/dtypes/devices (always) and values (validation mode only), then calls
+its ``torch.ops.specops.*`` op (torch.library define/impl, with a fake kernel for
+torch.compile).  The semantics, including which Philox (row, draw) every random decision uses,
+are documented in ``specops/reference/verify.py``; every backend follows them token for token.
+Backends: "reference" for now (cpu/cuda kernels will register behind the same ops)."""
+
+from __future__ import annotations
+
+import torch
+
+from specops._nvtx import traced
+from specops.ops import _common as c
+from specops.reference import verify as rv
+from specops.reference.verify import ChainResult, JacobiResult, Relaxation, TreeResult
+from specops.tree import Tree
+
+__all__ = ["Relaxation", "verify_chain", "verify_tree", "verify_jacobi", "path_acceptance"]
+
+_BACKENDS = ("reference",)
+
+
+# checks ---------------------------------------------------------------------------------------
+def _check_target(op: str, t) -> tuple[int, int, int]:
+    c.check_probs(op, "target_probs", t, ndim=3)
+    b, n, v = t.shape
+    if n < 1 or v < 1:
+        raise ValueError(
+            f"specops.{op}: target_probs must have at least one row and a non-empty vocab, "
+            f"got shape {tuple(t.shape)}"
+        )
+    return b, n, v
+
+
+def _check_draft_probs(op: str, t, b: int, rows: int, v: int, dev):
+    if t is None:
+        return
+    c.check_probs(op, "draft_probs", t, ndim=3, device=dev)
+    if t.shape[-1] != v:
+        raise ValueError(
+            f"specops.{op}: draft_probs has vocab {t.shape[-1]} but target_probs has vocab {v} "
+            f"(draft_probs shape {tuple(t.shape)})"
+        )
+    c.check_tensor(op, "draft_probs", t, shape=(b, rows, v))
+
+
+def _check_relax(op: str, relax, v: int, dev):
+    """-> (neighbors tensor or None, delta float)."""
+    if relax is None:
+        return None, 0.0
+    if not isinstance(relax, Relaxation):
+        raise TypeError(
+            f"specops.{op}: relax must be a specops.Relaxation(neighbors, delta), "
+            f"got {type(relax).__name__}"
+        )
+    nb, delta = relax.neighbors, relax.delta
+    c.check_ids(op, "relax.neighbors", nb, ndim=2, device=dev)
+    if nb.shape[0] != v:
+        raise ValueError(
+            f"specops.{op}: relax.neighbors must have shape [V={v}, k], got {tuple(nb.shape)}"
+        )
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)):
+        raise TypeError(f"specops.{op}: relax.delta must be a float, got {type(delta).__name__}")
+    if not delta >= 0:
+        raise ValueError(f"specops.{op}: relax.delta must be >= 0, got {delta}")
+    if c.validating():
+        c.check_values_ids(op, "relax.neighbors", nb, v)
+    return nb, float(delta)
+
+
+def _check_uniforms(op: str, u, b: int, draws: int, dev):
+    if u is not None:
+        c.check_tensor(op, "uniforms", u, dtypes=(torch.float32,), device=dev, shape=(b, draws))
+
+
+def _check_tree(op: str, tree, b: int, n: int, dev) -> None:
+    if not isinstance(tree, Tree):
+        raise TypeError(f"specops.{op}: tree must be a specops.Tree, got {type(tree).__name__}")
+    if tree.batch_size not in (1, b):
+        raise ValueError(
+            f"specops.{op}: tree has batch {tree.batch_size} but target_probs has batch {b} "
+            f"(a tree must have batch 1 or {b})"
+        )
+    if tree.num_nodes != n:
+        raise ValueError(
+            f"specops.{op}: tree has {tree.num_nodes} nodes but target_probs has {n} rows "
+            "(one per node)"
+        )
+    if tree.device != torch.device(dev):
+        raise ValueError(f"specops.{op}: tree is on {tree.device} but the inputs are on {dev}")
+
+
+def _bool(op: str, name: str, val) -> bool:
+    if not isinstance(val, bool):
+        raise TypeError(f"specops.{op}: {name} must be a bool, got {type(val).__name__}")
+    return val
+
+
+def _ref_rng(seed_t, seed_i, off_t, off_i, dev):
+    return c.seed_for_reference(seed_t, seed_i, dev), c.offset_for_reference(off_t, off_i, dev)
+
+
+def _relax_of(neighbors, delta):
+    return None if neighbors is None else Relaxation(neighbors, delta)
+
+
+# verify_chain ---------------------------------------------------------------------------------
+@traced("verify_chain")
+def verify_chain(
+    target_probs: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    draft_probs: torch.Tensor | None = None,
+    *,
+    num_draft: torch.Tensor | None = None,
+    seed=0,
+    offset=0,
+    relax: Relaxation | None = None,
+    greedy: bool = False,
+    uniforms: torch.Tensor | None = None,
+    backend: str = "auto",
+) -> ChainResult:
+    """Chain speculative sampling: verify K drafts per request against the target, lossless.
+
+    ``target_probs`` [B, K+1, V] (row i = target dist for draft i, row K = bonus),
+    ``draft_tokens`` [B, K] int32/int64 (-1 ends a request's drafts), ``draft_probs`` [B, K, V]
+    or None (deterministic drafts), ``num_draft`` [B] int drafts per request (ragged batches).
+    ``relax``: LANTERN ``Relaxation`` (makes verification lossy).  ``greedy``: argmax
+    verification, bit-exact with greedy decoding.  ``uniforms`` [B, K+1] float32 replaces the
+    Philox draws (draw i = test of draft i, draw K = the final sample).
+
+    Returns ``ChainResult(tokens [B, K+1] int32, num_accepted [B] int32)``: accepted drafts, then
+    one corrected/bonus token, -1 after.  Exact semantics: ``specops.reference.verify_chain``."""
+    op = "verify_chain"
+    b, k1, v = _check_target(op, target_probs)
+    dev = target_probs.device
+    k = k1 - 1
+    c.check_ids(op, "draft_tokens", draft_tokens, ndim=2, device=dev)
+    c.check_tensor(op, "draft_tokens", draft_tokens, shape=(b, k))
+    _check_draft_probs(op, draft_probs, b, k, v, dev)
+    if num_draft is not None:
+        c.check_ids(op, "num_draft", num_draft, device=dev, shape=(b,))
+    greedy = _bool(op, "greedy", greedy)
+    nb, delta = _check_relax(op, relax, v, dev)
+    if greedy and nb is not None:
+        raise ValueError(f"specops.{op}: relax cannot be combined with greedy=True")
+    seed_t, seed_i, off_t, off_i = c.rng_args(op, seed, offset, dev, b)
+    _check_uniforms(op, uniforms, b, k + 1, dev)
+    if c.validating():
+        c.check_values_probs(op, "target_probs", target_probs)
+        if draft_probs is not None:
+            c.check_values_probs(op, "draft_probs", draft_probs)
+        c.check_values_ids(op, "draft_tokens", draft_tokens, v)
+        if (
+            num_draft is not None
+            and num_draft.numel()
+            and ((num_draft < 0) | (num_draft > k)).any()
+        ):
+            raise ValueError(f"specops.{op}: num_draft values must be in [0, {k}]")
+    tokens, num = torch.ops.specops.verify_chain(
+        target_probs,
+        draft_tokens,
+        draft_probs,
+        num_draft,
+        seed_t,
+        seed_i,
+        off_t,
+        off_i,
+        nb,
+        delta,
+        greedy,
+        uniforms,
+        backend,
+    )
+    return ChainResult(tokens, num)
+
+
+def _chain_impl(
+    target,
+    tokens,
+    draft,
+    num_draft,
+    seed_t,
+    seed_i,
+    off_t,
+    off_i,
+    nb,
+    delta,
+    greedy,
+    uniforms,
+    backend,
+):
+    c.pick_backend("verify_chain", backend, target.device, _BACKENDS)
+    seed, offset = _ref_rng(seed_t, seed_i, off_t, off_i, target.device)
+    r = rv.verify_chain(
+        target,
+        tokens,
+        draft,
+        num_draft=num_draft,
+        seed=seed,
+        offset=offset,
+        relax=_relax_of(nb, delta),
+        greedy=greedy,
+        uniforms=uniforms,
+    )
+    return r.tokens, r.num_accepted
+
+
+def _chain_fake(
+    target,
+    tokens,
+    draft,
+    num_draft,
+    seed_t,
+    seed_i,
+    off_t,
+    off_i,
+    nb,
+    delta,
+    greedy,
+    uniforms,
+    backend,
+):
+    b, k1, _ = target.shape
+    return (
+        target.new_empty((b, k1), dtype=torch.int32),
+        target.new_empty((b,), dtype=torch.int32),
+    )
+
+
+c.register(
+    "verify_chain",
+    "(Tensor target_probs, Tensor draft_tokens, Tensor? draft_probs, Tensor? num_draft, "
+    "Tensor? seed_t, int seed_i, Tensor? offset_t, int offset_i, Tensor? neighbors, "
+    "float delta, bool greedy, Tensor? uniforms, str backend) -> (Tensor, Tensor)",
+    _chain_impl,
+    _chain_fake,
+)
+
+
+# verify_tree ----------------------------------------------------------------------------------
+@traced("verify_tree")
+def verify_tree(
+    target_probs: torch.Tensor,
+    tree: Tree,
+    draft_tokens: torch.Tensor,
+    draft_probs: torch.Tensor | None = None,
+    *,
+    without_replacement: bool = False,
+    seed=0,
+    offset=0,
+    relax: Relaxation | None = None,
+    greedy: bool = False,
+    uniforms: torch.Tensor | None = None,
+    backend: str = "auto",
+) -> TreeResult:
+    """Tree speculative sampling (recursive rejection sampling, siblings in index order).
+
+    ``target_probs`` [B, N, V] (row n = target dist for the children of node n), ``tree`` a
+    ``Tree`` of N nodes with batch 1 or B, ``draft_tokens`` [B, N] (entry 0 ignored, -1 =
+    padding node), ``draft_probs`` [B, N, V] (row n = the draft dist the children of n were
+    drawn from) or None (deterministic drafts).  ``without_replacement``: siblings were drawn
+    without replacement.  ``uniforms`` [B, N] float32 (draw n - 1 = test of node n, draw N - 1 =
+    the final sample).  The output width D+1 is read from the tree once per Tree object.
+
+    Returns ``TreeResult(path, tokens [B, D+1] int32, num_accepted [B] int32)``.  Exact semantics:
+    ``specops.reference.verify_tree``."""
+    op = "verify_tree"
+    b, n, v = _check_target(op, target_probs)
+    dev = target_probs.device
+    _check_tree(op, tree, b, n, dev)
+    c.check_ids(op, "draft_tokens", draft_tokens, ndim=2, device=dev)
+    c.check_tensor(op, "draft_tokens", draft_tokens, shape=(b, n))
+    _check_draft_probs(op, draft_probs, b, n, v, dev)
+    wor = _bool(op, "without_replacement", without_replacement)
+    greedy = _bool(op, "greedy", greedy)
+    nb, delta = _check_relax(op, relax, v, dev)
+    if greedy and nb is not None:
+        raise ValueError(f"specops.{op}: relax cannot be combined with greedy=True")
+    seed_t, seed_i, off_t, off_i = c.rng_args(op, seed, offset, dev, b)
+    _check_uniforms(op, uniforms, b, n, dev)
+    if c.validating():
+        c.check_values_probs(op, "target_probs", target_probs)
+        if draft_probs is not None:
+            c.check_values_probs(op, "draft_probs", draft_probs)
+        c.check_values_ids(op, "draft_tokens", draft_tokens[:, 1:], v)
+    width = rv._path_width(tree)
+    path, tokens, num = torch.ops.specops.verify_tree(
+        target_probs,
+        tree.first_child,
+        tree.next_sibling,
+        width,
+        draft_tokens,
+        draft_probs,
+        wor,
+        seed_t,
+        seed_i,
+        off_t,
+        off_i,
+        nb,
+        delta,
+        greedy,
+        uniforms,
+        backend,
+    )
+    return TreeResult(path, tokens, num)
+
+
+class _TreeArrays:
+    """What the reference walk reads of a Tree: first_child / next_sibling."""
+
+    def __init__(self, first_child, next_sibling):
+        self.first_child = first_child
+        self.next_sibling = next_sibling
+
+
+def _tree_impl(
+    target,
+    first_child,
+    next_sibling,
+    width,
+    tokens,
+    draft,
+    wor,
+    seed_t,
+    seed_i,
+    off_t,
+    off_i,
+    nb,
+    delta,
+    greedy,
+    uniforms,
+    backend,
+):
+    c.pick_backend("verify_tree", backend, target.device, _BACKENDS)
+    seed, offset = _ref_rng(seed_t, seed_i, off_t, off_i, target.device)
+    r = rv.verify_tree(
+        target,
+        _TreeArrays(first_child, next_sibling),
+        tokens,
+        draft,
+        without_replacement=wor,
+        seed=seed,
+        offset=offset,
+        relax=_relax_of(nb, delta),
+        greedy=greedy,
+        uniforms=uniforms,
+        width=width,
+    )
+    return r.path, r.tokens, r.num_accepted
+
+
+def _tree_fake(
+    target,
+    first_child,
+    next_sibling,
+    width,
+    tokens,
+    draft,
+    wor,
+    seed_t,
+    seed_i,
+    off_t,
+    off_i,
+    nb,
+    delta,
+    greedy,
+    uniforms,
+    backend,
+):
+    b = target.shape[0]
+    return (
+        target.new_empty((b, width), dtype=torch.int32),
+        target.new_empty((b, width), dtype=torch.int32),
+        target.new_empty((b,), dtype=torch.int32),
+    )
+
+
+c.register(
+    "verify_tree",
+    "(Tensor target_probs, Tensor first_child, Tensor next_sibling, int width, "
+    "Tensor draft_tokens, Tensor? draft_probs, bool without_replacement, Tensor? seed_t, "
+    "int seed_i, Tensor? offset_t, int offset_i, Tensor? neighbors, float delta, bool greedy, "
+    "Tensor? uniforms, str backend) -> (Tensor, Tensor, Tensor)",
+    _tree_impl,
+    _tree_fake,
+)
+
+
+# verify_jacobi --------------------------------------------------------------------------------
+@traced("verify_jacobi")
+def verify_jacobi(
+    target_probs: torch.Tensor,
+    window_tokens: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    *,
+    tree: Tree | None = None,
+    continue_after_reject: bool = True,
+    num_candidates: int = 1,
+    seed=0,
+    offset=0,
+    relax: Relaxation | None = None,
+    uniforms: torch.Tensor | None = None,
+    backend: str = "auto",
+) -> JacobiResult:
+    """One Speculative Jacobi Decoding step (SJD, or SJD-PAC with continuation / a tree window).
+
+    ``target_probs`` [B, L, V], ``window_tokens`` [B, L], ``draft_probs`` [B, L, V] (the dists
+    the window tokens were drawn from; None = one-hot).  ``tree``: None (chain window: row i =
+    target dist of slot i) or a ``Tree`` of L nodes, batch 1 or B, e.g. ``Tree.kary_chain``
+    (``verify_tree``'s node convention).  ``num_candidates`` > 1 adds the proactive-drafting
+    candidates.  ``uniforms`` [B, 2L] float32, or [B, 2L + L*V] with num_candidates > 1.
+
+    Returns ``JacobiResult(num_accepted [B], next_window [B, L], first_reject [B],
+    candidates [B, L, num_candidates] or None, path [B, L] in tree mode or None)``, int32.
+    Exact semantics and draw indices: ``specops.reference.verify_jacobi``."""
+    op = "verify_jacobi"
+    b, L, v = _check_target(op, target_probs)
+    dev = target_probs.device
+    if tree is not None:
+        _check_tree(op, tree, b, L, dev)
+    c.check_ids(op, "window_tokens", window_tokens, ndim=2, device=dev)
+    c.check_tensor(op, "window_tokens", window_tokens, shape=(b, L))
+    _check_draft_probs(op, draft_probs, b, L, v, dev)
+    cont = _bool(op, "continue_after_reject", continue_after_reject)
+    if isinstance(num_candidates, bool) or not isinstance(num_candidates, int):
+        raise TypeError(
+            f"specops.{op}: num_candidates must be an int, got {type(num_candidates).__name__}"
+        )
+    if num_candidates < 1:
+        raise ValueError(f"specops.{op}: num_candidates must be >= 1, got {num_candidates}")
+    nb, delta = _check_relax(op, relax, v, dev)
+    seed_t, seed_i, off_t, off_i = c.rng_args(op, seed, offset, dev, b)
+    draws = 2 * L + (L * v if num_candidates > 1 else 0)
+    _check_uniforms(op, uniforms, b, draws, dev)
+    if c.validating():
+        c.check_values_probs(op, "target_probs", target_probs)
+        if draft_probs is not None:
+            c.check_values_probs(op, "draft_probs", draft_probs)
+        ids = window_tokens if tree is None else window_tokens[:, 1:]
+        c.check_values_ids(op, "window_tokens", ids, v)
+    fc = tree.first_child if tree is not None else None
+    ns = tree.next_sibling if tree is not None else None
+    num, nw, first, cands, path = torch.ops.specops.verify_jacobi(
+        target_probs,
+        window_tokens,
+        draft_probs,
+        fc,
+        ns,
+        cont,
+        num_candidates,
+        seed_t,
+        seed_i,
+        off_t,
+        off_i,
+        nb,
+        delta,
+        uniforms,
+        backend,
+    )
+    return JacobiResult(
+        num, nw, first, cands if num_candidates > 1 else None, path if tree is not None else None
+    )
+
+
+def _jacobi_impl(
+    target,
+    window,
+    draft,
+    fc,
+    ns,
+    cont,
+    k,
+    seed_t,
+    seed_i,
+    off_t,
+    off_i,
+    nb,
+    delta,
+    uniforms,
+    backend,
+):
+    c.pick_backend("verify_jacobi", backend, target.device, _BACKENDS)
+    seed, offset = _ref_rng(seed_t, seed_i, off_t, off_i, target.device)
+    tree = _TreeArrays(fc, ns) if fc is not None else None
+    r = rv.verify_jacobi(
+        target,
+        window,
+        draft,
+        tree=tree,
+        continue_after_reject=cont,
+        num_candidates=k,
+        seed=seed,
+        offset=offset,
+        relax=_relax_of(nb, delta),
+        uniforms=uniforms,
+    )
+    b, L, _ = target.shape
+    cands = (
+        r.candidates if r.candidates is not None else target.new_empty((b, L, 0), dtype=torch.int32)
+    )
+    path = r.path if r.path is not None else target.new_empty((b, 0), dtype=torch.int32)
+    return r.num_accepted, r.next_window, r.first_reject, cands, path
+
+
+def _jacobi_fake(
+    target,
+    window,
+    draft,
+    fc,
+    ns,
+    cont,
+    k,
+    seed_t,
+    seed_i,
+    off_t,
+    off_i,
+    nb,
+    delta,
+    uniforms,
+    backend,
+):
+    b, L, _ = target.shape
+    i32 = torch.int32
+    return (
+        target.new_empty((b,), dtype=i32),
+        target.new_empty((b, L), dtype=i32),
+        target.new_empty((b,), dtype=i32),
+        target.new_empty((b, L, k if k > 1 else 0), dtype=i32),
+        target.new_empty((b, L if fc is not None else 0), dtype=i32),
+    )
+
+
+c.register(
+    "verify_jacobi",
+    "(Tensor target_probs, Tensor window_tokens, Tensor? draft_probs, Tensor? first_child, "
+    "Tensor? next_sibling, bool continue_after_reject, int num_candidates, Tensor? seed_t, "
+    "int seed_i, Tensor? offset_t, int offset_i, Tensor? neighbors, float delta, "
+    "Tensor? uniforms, str backend) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+    _jacobi_impl,
+    _jacobi_fake,
+)
+
+
+# path_acceptance ------------------------------------------------------------------------------
+@traced("path_acceptance")
+def path_acceptance(
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    tree: Tree,
+    draft_tokens: torch.Tensor,
+    *,
+    backend: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """VSD path acceptance: per root-to-leaf path, kappa = prod_i min(1, p_i/q_i) and
+    expected_len = sum_k prod_{i<=k} min(1, p_i/q_i)  (VSD Eqs. 2, 9-11).
+
+    Arguments follow ``verify_tree`` (``draft_probs`` None = deterministic drafts).  Returns
+    (kappa, expected_len) float32 [B, P], paths in ``Tree.paths()`` order (P read from the tree
+    once per Tree object), rows with fewer leaves padded with 0."""
+    op = "path_acceptance"
+    b, n, v = _check_target(op, target_probs)
+    dev = target_probs.device
+    _check_tree(op, tree, b, n, dev)
+    c.check_ids(op, "draft_tokens", draft_tokens, ndim=2, device=dev)
+    c.check_tensor(op, "draft_tokens", draft_tokens, shape=(b, n))
+    _check_draft_probs(op, draft_probs, b, n, v, dev)
+    if c.validating():
+        c.check_values_probs(op, "target_probs", target_probs)
+        if draft_probs is not None:
+            c.check_values_probs(op, "draft_probs", draft_probs)
+        c.check_values_ids(op, "draft_tokens", draft_tokens[:, 1:], v)
+    num_paths = rv._num_leaves(tree)
+    kappa, exp_len = torch.ops.specops.path_acceptance(
+        target_probs, draft_probs, tree.parents, num_paths, draft_tokens, backend
+    )
+    return kappa, exp_len
+
+
+def _pa_impl(target, draft, parents, num_paths, tokens, backend):
+    c.pick_backend("path_acceptance", backend, target.device, _BACKENDS)
+    return rv._path_acceptance(target, draft, parents, tokens, num_paths)
+
+
+def _pa_fake(target, draft, parents, num_paths, tokens, backend):
+    b = target.shape[0]
+    return (
+        target.new_empty((b, num_paths), dtype=torch.float32),
+        target.new_empty((b, num_paths), dtype=torch.float32),
+    )
+
+
+c.register(
+    "path_acceptance",
+    "(Tensor target_probs, Tensor? draft_probs, Tensor parents, int num_paths, "
+    "Tensor draft_tokens, str backend) -> (Tensor, Tensor)",
+    _pa_impl,
+    _pa_fake,
+)

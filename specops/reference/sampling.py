@@ -6,7 +6,7 @@ import torch
 
 from specops.reference.philox import row_uniforms
 
-__all__ = ["rows_per_seed", "inverse_cdf", "sample"]
+__all__ = ["rows_per_seed", "inverse_cdf", "sample", "sample_without_replacement"]
 
 
 def rows_per_seed(seed, rows: int) -> int:
@@ -44,3 +44,35 @@ def sample(probs: torch.Tensor, *, seed=0, offset=0, uniforms=None) -> torch.Ten
             seed, offset, r, 1, rows_per_seed=rows_per_seed(seed, r), device=probs.device
         )[:, 0]
     return inverse_cdf(p, u).reshape(lead)
+
+
+def sample_without_replacement(probs: torch.Tensor, k: int, *, seed=0, offset=0, uniforms=None):
+    """k distinct draws per row of ``probs`` [..., V] (non-negative, need not sum to 1), in the
+    order of sequential sampling without replacement -> [..., k] int32.
+
+    Gumbel top-k: with one uniform u_v per vocabulary entry, key_v = log(p_v) - log(-log(u_v))
+    (float32); the result is the ids of the k largest keys, largest first (ties: lower id
+    first).  Entry 0 is therefore a plain draw from p, entry j a draw from p without the first j.
+    Entries with p_v <= 0 are never chosen: a row with fewer than k positive entries returns all
+    of them (in key order) followed by -1 padding; k > V pads likewise.
+
+    Random draws: flat row r (row-major over the leading dims; ``seed`` [B] = one per request
+    along dim 0), draw v = u_v for entry v.  ``uniforms`` [..., V] float32 replaces them."""
+    lead = probs.shape[:-1]
+    v = probs.shape[-1]
+    p = probs.reshape(-1, v).float()
+    r = p.shape[0]
+    if uniforms is not None:
+        u = uniforms.reshape(r, v).float()
+    else:
+        u = row_uniforms(
+            seed, offset, r, v, rows_per_seed=rows_per_seed(seed, r), device=probs.device
+        )
+    keys = torch.log(p.clamp_min(0)) - torch.log(-torch.log(u))
+    keys = torch.where(p > 0, keys, float("-inf"))
+    kk = min(k, v)
+    order = torch.sort(keys, dim=-1, descending=True, stable=True).indices[:, :kk]
+    out = torch.where(keys.gather(-1, order) > float("-inf"), order, -1).to(torch.int32)
+    if k > v:
+        out = torch.cat([out, out.new_full((r, k - v), -1)], -1)
+    return out.reshape(*lead, k)
