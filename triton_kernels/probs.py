@@ -1,0 +1,319 @@
+"""Triton probs_from_logits: CFG combine, temperature, top-k, top-p and softmax in one kernel.
+
+One program per row; no sort.  Semantics: specops/reference/probs.py.  The row is never stored
+between passes: every pass re-reads the logits (L2-resident after the first) and recomputes
+
+    x = (u + s * (c - u)) / T        (float32, no fused multiply-add; -inf in c or u -> -inf)
+
+and its order-preserving 32-bit key ``key(x)`` (the float's bits with the sign bit flipped for
+x >= 0 and all bits flipped for x < 0, so ``x < y  <=>  key(x) < key(y)`` as unsigned ints;
+-0.0 is folded into +0.0 first).  Thresholds are keys, so "x >= tau" tests are exact.
+
+Passes over the row:
+
+0. max m, arg-max (lowest index on ties), min finite value, the online softmax sum
+   ``sum exp(x - m)`` (rows without top-k), and the top-k radix histogram of the key's top 8 bits.
+1. top-k = radix select on the key, 8 bits a level (levels 1-3 are one pass each, over the
+   elements whose higher digits match the prefix chosen so far): with r = how many of the
+   k largest are still to be found inside the current prefix, pick the digit j with
+   ``#(digit > j) < r <= #(digit >= j)``.  The k-th largest key tau_k is exact after 4 levels,
+   or earlier when the whole bin is needed (``#(digit >= j) == r``: then tau_k = the lowest key
+   of that bin, the same kept set).  Kept: ``key >= tau_k``, so every tie of the k-th value is
+   kept.
+2. Z = sum over the top-k survivors of exp(x - m) (one pass; from pass 0 without top-k).
+3. top-p = pivot search on the mass ``M(t) = sum_{key >= t} w``, w = exp(x - m) on survivors:
+   invariant ``M(lo) >= p Z`` and ``tau_p <= hi`` (lo, hi keys; hi = key(m) at the start).  A
+   pass evaluates NPIV pivots in (lo, hi] -- evenly spaced in value, the key midpoint (so the key
+   range at least halves every pass: <= 32 passes) and hi itself -- and for each pivot t the
+   mass M(t), the smallest survivor key >= t (a) and the largest survivor key < t (b).  Then
+   ``lo <- a`` of the largest pivot with ``M(t) >= p Z`` and ``hi <- b`` of the smallest pivot
+   with ``M(t) < p Z``; lo, hi are element keys, so the loop ends with lo == hi == tau_p,
+   exactly, after a handful of passes; M(lo) is the normaliser of the kept set.
+4. write ``p_i = exp(x_i - m) / M`` on kept tokens, 0 elsewhere (one-hot of the arg-max for
+   greedy rows, T < 1e-5, and for rows whose logits are all -inf).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+GREEDY_TEMPERATURE = 1e-5  # as specops.reference.probs.GREEDY_TEMPERATURE
+_U32_MAX = tl.constexpr(0xFFFFFFFF)
+
+
+@triton.jit
+def _key(x):
+    """Order-preserving uint32 key of a float32 (no NaN; -0.0 already folded into +0.0)."""
+    u = x.to(tl.uint32, bitcast=True)
+    return tl.where((u >> 31) != 0, ~u, u | 0x80000000)
+
+
+@triton.jit
+def _unkey(k):
+    """Inverse of _key."""
+    u = tl.where((k >> 31) != 0, k & 0x7FFFFFFF, ~k)
+    return u.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _row_x(c_row, u_row, idx, valid, s, t_div, CFG: tl.constexpr):
+    """x = (u + s * (c - u)) / T in float32; -inf outside the row and where c or u is -inf."""
+    c = tl.load(c_row + idx, mask=valid, other=float("-inf")).to(tl.float32)
+    if CFG:
+        u = tl.load(u_row + idx, mask=valid, other=float("-inf")).to(tl.float32)
+        masked = (c == float("-inf")) | (u == float("-inf"))
+        c = tl.where(masked, 0.0, c)
+        u = tl.where(masked, 0.0, u)
+        d = c - u
+        e = s * d
+        lg = tl.where(masked, float("-inf"), u + e)
+    else:
+        lg = c
+    x = lg / t_div
+    return tl.where(x == 0.0, 0.0, x)
+
+
+@triton.jit
+def _pick_digit(hist, r, NB: tl.constexpr):
+    """Radix step: the digit j with #(digit > j) < r <= #(digit >= j); returns
+    (j, r - #(digit > j), whether exactly the whole bin j is needed)."""
+    bins = tl.arange(0, NB)
+    ge = tl.cumsum(hist, 0, reverse=True)  # ge[b] = #(digit >= b)
+    j = tl.max(tl.where(ge >= r, bins, 0), 0)
+    ge_j = tl.sum(tl.where(bins == j, ge, 0), 0)
+    h_j = tl.sum(tl.where(bins == j, hist, 0), 0)
+    r_new = r - (ge_j - h_j)
+    return j, r_new, r_new == h_j
+
+
+@triton.jit
+def _probs_kernel(
+    cond,
+    uncond,
+    c_stride,
+    u_stride,
+    out,
+    o_stride,
+    vocab,
+    rows_per_req,
+    t_ptr,
+    t_val,
+    k_ptr,
+    k_val,
+    p_ptr,
+    p_val,
+    s_ptr,
+    s_val,
+    CFG: tl.constexpr,
+    TOPK: tl.constexpr,
+    TOPP: tl.constexpr,
+    T_PTR: tl.constexpr,
+    K_PTR: tl.constexpr,
+    P_PTR: tl.constexpr,
+    S_PTR: tl.constexpr,
+    BLOCK: tl.constexpr,
+    NPIV: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    req = row // rows_per_req
+    c_row = cond + row * c_stride
+    u_row = uncond + row * u_stride
+    o_row = out + row * o_stride
+    cols = tl.arange(0, BLOCK)
+
+    # per-request parameters
+    if T_PTR:
+        temp = tl.load(t_ptr + req).to(tl.float32)
+    else:
+        temp = tl.full([], t_val, tl.float32)
+    greedy = temp < 1e-5
+    t_div = tl.where(greedy, 1.0, temp)
+    s = 1.0
+    if CFG:
+        if S_PTR:
+            s = tl.load(s_ptr + req).to(tl.float32)
+        else:
+            s = tl.full([], s_val, tl.float32)
+    if TOPK:
+        if K_PTR:
+            k = tl.load(k_ptr + req).to(tl.int32)
+        else:
+            k = tl.full([], k_val, tl.int32)
+        topk_on = (k >= 1) & (k < vocab) & ~greedy
+    else:
+        k = tl.full([], 0, tl.int32)
+        topk_on = greedy & ~greedy
+
+    # pass 0: max, arg-max, min finite, online softmax sum, radix level 0 ---------------------
+    m = tl.full([], -float("inf"), tl.float32)
+    mn = tl.full([], float("inf"), tl.float32)
+    arg = tl.full([], 0, tl.int32)
+    ssum = tl.full([], 0.0, tl.float32)
+    hist = tl.zeros([256], dtype=tl.int32)
+    for base in range(0, vocab, BLOCK):
+        idx = base + cols
+        valid = idx < vocab
+        x = _row_x(c_row, u_row, idx, valid, s, t_div, CFG)
+        bm = tl.max(x, 0)
+        barg = tl.min(tl.where(x == bm, idx, vocab), 0)
+        arg = tl.where(bm > m, barg, arg)  # strict: an earlier block keeps ties
+        m_new = tl.maximum(m, bm)
+        mn = tl.minimum(mn, tl.min(tl.where(x > -float("inf"), x, float("inf")), 0))
+        if ~topk_on:
+            # s <- s e^(m - m') + sum e^(x - m'); nothing to add while m' = -inf
+            fin = m_new > -float("inf")
+            m_safe = tl.where(fin, m_new, 0.0)
+            ssum = tl.where(fin, ssum * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe), 0), 0.0)
+        if TOPK:
+            if topk_on:
+                hist += tl.histogram((_key(x) >> 24).to(tl.int32), 256, mask=valid)
+        m = m_new
+    onehot = greedy | (m == -float("inf"))
+    m_safe = tl.where(onehot, 0.0, m)
+
+    # top-k: radix select of the k-th largest key, 8 bits a level -----------------------------
+    tau = tl.full([], 0, tl.uint32)  # keep key >= tau (0: everything)
+    if TOPK:
+        if topk_on & ~onehot:
+            j, r, done = _pick_digit(hist, k, 256)
+            prefix = j.to(tl.uint32)
+            tau = prefix << 24
+            for lv in tl.static_range(1, 4):
+                if ~done:
+                    hist = tl.zeros([256], dtype=tl.int32)
+                    for base in range(0, vocab, BLOCK):
+                        idx = base + cols
+                        valid = idx < vocab
+                        key = _key(_row_x(c_row, u_row, idx, valid, s, t_div, CFG))
+                        member = valid & ((key >> (32 - 8 * lv)) == prefix)
+                        digit = ((key >> (24 - 8 * lv)) & 255).to(tl.int32)
+                        hist += tl.histogram(digit, 256, mask=member)
+                    j, r, done = _pick_digit(hist, r, 256)
+                    prefix = (prefix << 8) | j.to(tl.uint32)
+                    tau = prefix << (24 - 8 * lv)
+
+    # Z: softmax normaliser of the top-k survivors ---------------------------------------------
+    z = ssum
+    if TOPK:
+        if topk_on & ~onehot:
+            acc = tl.zeros([BLOCK], dtype=tl.float32)
+            for base in range(0, vocab, BLOCK):
+                idx = base + cols
+                valid = idx < vocab
+                x = _row_x(c_row, u_row, idx, valid, s, t_div, CFG)
+                acc += tl.where(valid & (_key(x) >= tau), tl.exp(x - m_safe), 0.0)
+            z = tl.sum(acc, 0)
+
+    # top-p: pivot search on the survivors' mass ------------------------------------------------
+    if TOPP:
+        if P_PTR:
+            p = tl.load(p_ptr + req).to(tl.float32)
+        else:
+            p = tl.full([], p_val, tl.float32)
+        if (p < 1.0) & ~onehot:
+            # p <= 0 keeps the arg-max ties: any target in (0, 1] does, since w_max = 1
+            target = tl.maximum(p * z, 1e-30)
+            lo = tl.maximum(tau, _key(mn))  # M(lo) = Z >= target
+            hi = _key(m)  # tau_p <= key(m)
+            m_lo = z
+            jv = tl.arange(0, NPIV)
+            frac = (jv + 1).to(tl.float32) / NPIV
+            while lo < hi:
+                # pivots in (lo, hi]: value-spaced, the key midpoint, and hi (the last one)
+                xlo = _unkey(lo)
+                xhi = _unkey(hi)
+                fv = xlo + (xhi - xlo) * frac
+                kv = _key(tl.where(fv == 0.0, 0.0, fv))
+                kv = tl.where(jv == NPIV - 2, lo + (hi - lo + 1) // 2, kv)
+                kv = tl.minimum(tl.maximum(kv, lo + 1), hi)
+                mass = tl.zeros([NPIV], dtype=tl.float32)
+                a = tl.full([NPIV], _U32_MAX, tl.uint32)
+                b = tl.zeros([NPIV], dtype=tl.uint32)
+                for base in range(0, vocab, BLOCK):
+                    idx = base + cols
+                    valid = idx < vocab
+                    x = _row_x(c_row, u_row, idx, valid, s, t_div, CFG)
+                    key = _key(x)
+                    surv = valid & (key >= tau)
+                    w = tl.where(surv, tl.exp(x - m_safe), 0.0)
+                    ge = key[:, None] >= kv[None, :]
+                    mass += tl.sum(tl.where(ge, w[:, None], 0.0), 0)
+                    kb = key[:, None]
+                    a = tl.minimum(a, tl.min(tl.where(ge & surv[:, None], kb, _U32_MAX), 0))
+                    b = tl.maximum(b, tl.max(tl.where(~ge & surv[:, None], kb, 0), 0))
+                ok = mass >= target
+                best = tl.max(tl.where(ok, kv, 0), 0)  # pivots are >= 1, so 0 = none
+                sel = ok & (kv == best)
+                a_best = tl.min(tl.where(sel, a, _U32_MAX), 0)
+                m_best = tl.max(tl.where(sel, mass, 0.0), 0)
+                m_lo = tl.where(best > 0, m_best, m_lo)
+                lo = tl.where(best > 0, tl.maximum(lo, a_best), lo)
+                hi = tl.minimum(hi, tl.min(tl.where(ok, _U32_MAX, b), 0))
+            tau = lo
+            z = m_lo
+
+    # write ---------------------------------------------------------------------------------
+    inv_z = 1.0 / tl.where(onehot, 1.0, z)
+    for base in range(0, vocab, BLOCK):
+        idx = base + cols
+        valid = idx < vocab
+        if onehot:
+            pr = tl.where(idx == arg, 1.0, 0.0)
+        else:
+            x = _row_x(c_row, u_row, idx, valid, s, t_div, CFG)
+            pr = tl.where(_key(x) >= tau, tl.exp(x - m_safe) * inv_z, 0.0)
+        tl.store(o_row + idx, pr, mask=valid)
+
+
+def probs_triton(cond, uncond, t, k, p, s, rows_per_req, out, *, block=None, npiv=8):
+    """cond/uncond [R, V] (unit stride in V), out [R, V] float32 (unit stride in V).
+    t, k, p, s: a [B] tensor (float32 / int32) or a Python scalar; k None = no top-k,
+    p None = no top-p, uncond None = no CFG."""
+    rows, vocab = cond.shape
+    if rows == 0:
+        return out
+    if block is None:
+        block = min(4096, max(16, triton.next_power_of_2(vocab)))
+
+    def split(v, default):
+        if isinstance(v, torch.Tensor):
+            return v, default, True
+        return cond, (default if v is None else v), False
+
+    t_ptr, t_val, t_is = split(t, 1.0)
+    k_ptr, k_val, k_is = split(k, 0)
+    p_ptr, p_val, p_is = split(p, 1.0)
+    s_ptr, s_val, s_is = split(s, 1.0)
+    _probs_kernel[(rows,)](
+        cond,
+        uncond if uncond is not None else cond,
+        cond.stride(0),
+        uncond.stride(0) if uncond is not None else 0,
+        out,
+        out.stride(0),
+        vocab,
+        max(rows_per_req, 1),
+        t_ptr,
+        float(t_val),
+        k_ptr,
+        int(k_val),
+        p_ptr,
+        float(p_val),
+        s_ptr,
+        float(s_val),
+        CFG=uncond is not None,
+        TOPK=k is not None,
+        TOPP=p is not None,
+        T_PTR=t_is,
+        K_PTR=k_is,
+        P_PTR=p_is,
+        S_PTR=s_is,
+        BLOCK=block,
+        NPIV=npiv,
+        num_warps=8,
+        enable_fp_fusion=False,
+    )
+    return out
+
+
+__all__ = ["probs_triton"]
