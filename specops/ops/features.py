@@ -1,3 +1,346 @@
-"""Public features ops: validation, backend choice, registration."""
+"""Public features ops: row gathers, the drafter input, VVS's feature cache and path similarity.
 
-__all__: list[str] = []
+Semantics in specops/reference/features.py; fast kernels in triton_kernels/features.py."""
+
+from __future__ import annotations
+
+import torch
+
+from specops import reference
+from specops._nvtx import traced
+from specops.ops import _common as c
+
+__all__ = ["FeatureCache", "gather_rows", "drafter_inputs", "path_similarity"]
+
+_BACKENDS = ("triton", "reference")
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+_MAX_PATHS = 1024  # one program holds all P paths of a position
+
+
+def _check_index_values(op, name, index, bound, what="index") -> None:
+    """Validation mode: entries in [-1, bound)."""
+    if c.validating() and index.numel() and ((index < -1) | (index >= bound)).any():
+        bad = index[(index < -1) | (index >= bound)][0]
+        raise ValueError(f"specops.{op}: {name} holds {what} {int(bad)} outside [-1, {bound})")
+
+
+# gather_rows ----------------------------------------------------------------------------
+@traced("gather_rows")
+def gather_rows(src: torch.Tensor, index: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
+    """out[b, j] = src[b, index[b, j]]: src [B, N, H], index [B, M] int32/int64 -> [B, M, H];
+    -1 reads as a zero row (validation mode raises on other out-of-range indices, fast mode
+    reads them as zeros)."""
+    c.check_tensor("gather_rows", "src", src, ndim=3)
+    c.check_ids("gather_rows", "index", index, ndim=2, device=src.device)
+    if index.shape[0] != src.shape[0]:
+        raise ValueError(
+            f"specops.gather_rows: index must have shape [{src.shape[0]}, M] (B from src), got "
+            f"{tuple(index.shape)}"
+        )
+    _check_index_values("gather_rows", "index", index, src.shape[1])
+    return torch.ops.specops.gather_rows(src, index, backend)
+
+
+def _gather_impl(src, index, backend):
+    be = c.pick_backend("gather_rows", backend, src.device, _BACKENDS)
+    if be == "reference":
+        return reference.gather_rows(src, index)
+    from specops.triton_kernels.features import gather_rows_triton
+
+    out = torch.empty(
+        index.shape[0], index.shape[1], src.shape[2], dtype=src.dtype, device=src.device
+    )
+    gather_rows_triton(src, index, out)
+    return out
+
+
+def _gather_fake(src, index, backend):
+    return src.new_empty(index.shape[0], index.shape[1], src.shape[2])
+
+
+c.register(
+    "gather_rows", "(Tensor src, Tensor index, str backend) -> Tensor", _gather_impl, _gather_fake
+)
+
+
+# drafter_inputs -------------------------------------------------------------------------
+@traced("drafter_inputs")
+def drafter_inputs(
+    embedding: torch.Tensor,
+    tokens: torch.Tensor,
+    features: torch.Tensor,
+    step_embedding: torch.Tensor | None = None,
+    *,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """The EAGLE/HiViS drafter input in one kernel:
+    cat([embedding[tokens], features, step_embedding], -1) -> [B, M, E + H (+ S)].
+
+    embedding [V, E]; tokens [B, M] int32/int64 (-1 padding gives a zero embedding row; other
+    ids outside [0, V) raise in validation mode and give zero rows in fast mode); features
+    [B, M, H]; step_embedding None, [S] (broadcast to every row) or [B, M, S].  All float
+    tensors share one dtype (float32, float16 or bfloat16), which the output has."""
+    op = "drafter_inputs"
+    c.check_probs(op, "embedding", embedding, ndim=2)
+    dev, dt = embedding.device, embedding.dtype
+    c.check_ids(op, "tokens", tokens, ndim=2, device=dev)
+    b, m = tokens.shape
+    c.check_tensor(op, "features", features, ndim=3, dtypes=(dt,), device=dev)
+    if features.shape[:2] != (b, m):
+        raise ValueError(
+            f"specops.drafter_inputs: features must have shape [{b}, {m}, H] (B, M from tokens), "
+            f"got {tuple(features.shape)}"
+        )
+    if step_embedding is not None:
+        c.check_tensor(op, "step_embedding", step_embedding, ndim=(1, 3), dtypes=(dt,), device=dev)
+        if step_embedding.dim() == 3 and step_embedding.shape[:2] != (b, m):
+            raise ValueError(
+                f"specops.drafter_inputs: step_embedding must have shape [S] or [{b}, {m}, S], "
+                f"got {tuple(step_embedding.shape)}"
+            )
+    _check_index_values(op, "tokens", tokens, embedding.shape[0], "token id")
+    return torch.ops.specops.drafter_inputs(embedding, tokens, features, step_embedding, backend)
+
+
+def _drafter_impl(embedding, tokens, features, step_embedding, backend):
+    be = c.pick_backend("drafter_inputs", backend, embedding.device, _BACKENDS)
+    if be == "reference":
+        return reference.drafter_inputs(embedding, tokens, features, step_embedding)
+    from specops.triton_kernels.features import drafter_inputs_triton
+
+    out = _drafter_fake(embedding, tokens, features, step_embedding, backend)
+    drafter_inputs_triton(embedding, tokens, features, step_embedding, out)
+    return out
+
+
+def _drafter_fake(embedding, tokens, features, step_embedding, backend):
+    s = 0 if step_embedding is None else step_embedding.shape[-1]
+    width = embedding.shape[1] + features.shape[2] + s
+    return embedding.new_empty(tokens.shape[0], tokens.shape[1], width)
+
+
+c.register(
+    "drafter_inputs",
+    "(Tensor embedding, Tensor tokens, Tensor features, Tensor? step_embedding, str backend) "
+    "-> Tensor",
+    _drafter_impl,
+    _drafter_fake,
+)
+
+
+# path_similarity ------------------------------------------------------------------------
+@traced("path_similarity")
+def path_similarity(
+    paths: torch.Tensor,
+    codebook: torch.Tensor,
+    *,
+    alpha: float = 0.9,
+    stride: int = 1,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """VVS's skip decision (Eq. 2): the exponentially weighted mean pairwise cosine similarity of
+    P candidate paths' codebook embeddings -> [B] float32.
+
+    paths [B, P, L] token ids (P >= 1, L >= 1), codebook [V, C] (the VQ latent embeddings).
+    With e = normalize(codebook[paths]) and the positions l = 0, stride, 2 stride, ... < L:
+    S_l = mean over ordered pairs i != j of <e_i,l, e_j,l>; result = sum_l alpha^l S_l /
+    sum_l alpha^l.  P = 1 gives 1.0.  Ids outside [0, V) raise in validation mode and count as
+    zero vectors in fast mode.  One program per request; float64 sums."""
+    op = "path_similarity"
+    c.check_ids(op, "paths", paths, ndim=3)
+    c.check_probs(op, "codebook", codebook, ndim=2, device=paths.device)
+    b, p, length = paths.shape
+    if p < 1 or length < 1 or p > _MAX_PATHS:
+        raise ValueError(
+            f"specops.path_similarity: paths must have shape [B, P, L] with 1 <= P <= "
+            f"{_MAX_PATHS} and L >= 1, got {tuple(paths.shape)}"
+        )
+    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
+        raise ValueError(f"specops.path_similarity: stride must be an int >= 1, got {stride!r}")
+    alpha = float(alpha)
+    if not (alpha >= 0.0 and alpha < float("inf")):
+        raise ValueError(f"specops.path_similarity: alpha must be finite and >= 0, got {alpha}")
+    if c.validating() and paths.numel() and ((paths < 0) | (paths >= codebook.shape[0])).any():
+        bad = paths[(paths < 0) | (paths >= codebook.shape[0])][0]
+        raise ValueError(
+            f"specops.path_similarity: paths holds token id {int(bad)} outside "
+            f"[0, {codebook.shape[0]})"
+        )
+    return torch.ops.specops.path_similarity(paths, codebook, alpha, stride, backend)
+
+
+def _path_sim_impl(paths, codebook, alpha, stride, backend):
+    be = c.pick_backend("path_similarity", backend, paths.device, _BACKENDS)
+    if be == "reference" or paths.shape[1] < 2:
+        # P = 1 is the constant 1.0 on every backend (no kernel to run)
+        return reference.path_similarity(paths, codebook, alpha=alpha, stride=stride)
+    from specops.triton_kernels.features import path_similarity_triton
+
+    out = torch.empty(paths.shape[0], dtype=torch.float32, device=paths.device)
+    path_similarity_triton(paths, codebook, alpha, stride, out)
+    return out
+
+
+def _path_sim_fake(paths, codebook, alpha, stride, backend):
+    return codebook.new_empty(paths.shape[0], dtype=torch.float32)
+
+
+c.register(
+    "path_similarity",
+    "(Tensor paths, Tensor codebook, float alpha, int stride, str backend) -> Tensor",
+    _path_sim_impl,
+    _path_sim_fake,
+)
+
+
+# feature cache --------------------------------------------------------------------------
+def _write_impl(store, stamps, positions, feats, step_t, step_i, backend):
+    be = c.pick_backend("feature_cache_write", backend, store.device, _BACKENDS)
+    if be == "reference":
+        step = step_t if step_t is not None else step_i
+        reference.feature_cache_write(store, stamps, positions, feats, step)
+        return
+    from specops.triton_kernels.features import feature_cache_write_triton
+
+    feature_cache_write_triton(store, stamps, positions, feats, step_t, step_i)
+
+
+def _write_fake(store, stamps, positions, feats, step_t, step_i, backend):
+    return None
+
+
+c.register(
+    "feature_cache_write",
+    "(Tensor(a!) store, Tensor(b!) stamps, Tensor positions, Tensor feats, Tensor? step_t, "
+    "int step_i, str backend) -> ()",
+    _write_impl,
+    _write_fake,
+)
+
+
+class FeatureCache:
+    """VVS's token-level feature cache: a preallocated [B, capacity, H] store of the target's
+    hidden states by token position, and a per-slot int32 step stamp (-1: never written).
+
+    Verified step t (post verification included: the tokens accepted without verification
+    earlier are re-run by this target pass)::
+
+        cache.write(positions, hidden, step=t)        # [B, N], [B, N, H]; -1 positions skipped
+
+    Skipped step (tokens accepted without verification have no features yet): read the most
+    recent cached ones, of mixed staleness, without a host sync::
+
+        pos = cache.recent_positions(verified_len, num_unverified, width)
+        feats = cache.read(pos)                       # [B, width, H], -1 -> zeros
+        staleness = cache.age(pos, step=t)            # [B, width] int32, -1 for -1 / unwritten
+
+    ``step`` is an int or an integer tensor [] / [B] (device-side step counters for CUDA
+    graphs).  Positions outside [0, capacity) raise in validation mode; in fast mode writes to
+    them are dropped and reads give zeros.  A position repeated within one write row stores one
+    of its rows (unspecified which; validation mode raises)."""
+
+    def __init__(self, batch, capacity, hidden, dtype=torch.float32, device=None, backend="auto"):
+        if dtype not in _FLOATS:
+            raise TypeError(f"specops.FeatureCache: dtype must be one of {_FLOATS}, got {dtype}")
+        for name, v in (("batch", batch), ("capacity", capacity), ("hidden", hidden)):
+            if not isinstance(v, int) or v < 0:
+                raise ValueError(f"specops.FeatureCache: {name} must be an int >= 0, got {v!r}")
+        dev = torch.device(device) if device is not None else torch.device("cpu")
+        self.features = torch.zeros(batch, capacity, hidden, dtype=dtype, device=dev)
+        self.stamps = torch.full((batch, capacity), -1, dtype=torch.int32, device=dev)
+        self.backend = backend
+
+    @property
+    def batch(self) -> int:
+        return self.features.shape[0]
+
+    @property
+    def capacity(self) -> int:
+        return self.features.shape[1]
+
+    @property
+    def hidden(self) -> int:
+        return self.features.shape[2]
+
+    @property
+    def device(self) -> torch.device:
+        return self.features.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.features.dtype
+
+    def reset(self) -> None:
+        """Forget everything (stamps -1, features 0)."""
+        self.features.zero_()
+        self.stamps.fill_(-1)
+
+    def _check_positions(self, op, positions):
+        c.check_ids(op, "positions", positions, ndim=2, device=self.device)
+        if positions.shape[0] != self.batch:
+            raise ValueError(
+                f"specops.{op}: positions must have shape [{self.batch}, M] (the cache's batch), "
+                f"got {tuple(positions.shape)}"
+            )
+        _check_index_values(op, "positions", positions, self.capacity, "position")
+
+    def _step(self, op, step):
+        if isinstance(step, torch.Tensor):
+            c.check_ids(op, "step", step, ndim=(0, 1), device=self.device)
+            if step.numel() not in (1, self.batch):
+                raise ValueError(
+                    f"specops.{op}: step must have shape [] or [{self.batch}], got "
+                    f"{tuple(step.shape)}"
+                )
+            return step.reshape(-1), 0
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise TypeError(f"specops.{op}: step must be an int or an integer tensor, got {step!r}")
+        if not -(2**31) <= step < 2**31:
+            raise ValueError(f"specops.{op}: step {step} does not fit in int32")
+        return None, step
+
+    def write(self, positions: torch.Tensor, feats: torch.Tensor, step) -> None:
+        """store[b, positions[b, j]] = feats[b, j], stamped ``step``; -1 positions skipped."""
+        op = "FeatureCache.write"
+        self._check_positions(op, positions)
+        c.check_probs(op, "feats", feats, ndim=3, device=self.device)
+        if feats.shape != (*positions.shape, self.hidden):
+            raise ValueError(
+                f"specops.{op}: feats must have shape [{positions.shape[0]}, "
+                f"{positions.shape[1]}, {self.hidden}], got {tuple(feats.shape)}"
+            )
+        step_t, step_i = self._step(op, step)
+        if c.validating() and positions.shape[1] > 1:
+            srt = positions.sort(1).values
+            if ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any():
+                raise ValueError(f"specops.{op}: positions repeats a position within a row")
+        torch.ops.specops.feature_cache_write(
+            self.features, self.stamps, positions, feats, step_t, step_i, self.backend
+        )
+
+    def read(self, positions: torch.Tensor) -> torch.Tensor:
+        """[B, M, H]: the cached features at ``positions``; -1 (and never-written slots, which
+        hold zeros) read as zeros."""
+        self._check_positions("FeatureCache.read", positions)
+        return torch.ops.specops.gather_rows(self.features, positions, self.backend)
+
+    def age(self, positions: torch.Tensor, step) -> torch.Tensor:
+        """[B, M] int32: step - the step each slot was last written; -1 for -1 positions and
+        never-written slots."""
+        op = "FeatureCache.age"
+        self._check_positions(op, positions)
+        step_t, step_i = self._step(op, step)
+        return reference.feature_cache_age(
+            self.stamps, positions, step_t if step_t is not None else step_i
+        )
+
+    def recent_positions(self, end, count, width: int) -> torch.Tensor:
+        """[B, width] int32 on the cache's device: end - count, ..., end - 1 per request, then
+        -1 (the ``count`` most recent positions before ``end``; ints or [B] tensors)."""
+        return reference.recent_positions(end, count, width, device=self.device)
+
+    def __repr__(self) -> str:
+        return (
+            f"FeatureCache(batch={self.batch}, capacity={self.capacity}, hidden={self.hidden}, "
+            f"dtype={self.dtype}, device={self.device})"
+        )
