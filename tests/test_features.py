@@ -1,0 +1,242 @@
+"""features: the Triton kernels equal the reference (copies: exactly; path_similarity: 1e-5)."""
+
+import pytest
+import torch
+from test_reference_features import brute_path_similarity
+
+import specops
+from specops import reference
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gather_rows(dtype):
+    g = torch.Generator().manual_seed(0)
+    src = torch.randn(3, 7, 40, generator=g).to(dtype).to(DEV)
+    index = torch.tensor([[0, 6, -1, 2, 2], [1, -1, 3, 4, 5], [-1, -1, -1, -1, -1]], device=DEV)
+    for idx in (index, index.int()):
+        got = specops.gather_rows(src, idx, backend="triton")
+        assert got.dtype == dtype and got.shape == (3, 5, 40)
+        assert torch.equal(got, reference.gather_rows(src, idx))
+    # strided source (a view), wide rows (two column chunks), and the auto backend
+    wide = torch.randn(2, 9, 2 * 2100, generator=g).to(DEV)[:, 1:, ::2]
+    idx = torch.tensor([[7, 0, -1], [3, 3, 1]], device=DEV)
+    got = specops.gather_rows(wide, idx, backend="triton")
+    assert torch.equal(got, reference.gather_rows(wide, idx))
+    assert torch.equal(specops.gather_rows(wide, idx), got)
+
+
+def test_gather_rows_fast_mode_out_of_range_reads_zeros():
+    src = torch.randn(2, 4, 8, device=DEV)
+    idx = torch.tensor([[4, -5, 1], [100, 0, -1]], device=DEV)
+    with specops.validation(False):
+        got = specops.gather_rows(src, idx, backend="triton")
+    want = torch.zeros(2, 3, 8, device=DEV)
+    want[0, 2], want[1, 1] = src[0, 1], src[1, 0]
+    assert torch.equal(got, want)
+    with pytest.raises(ValueError, match="index"):
+        specops.gather_rows(src, idx)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("step", ["none", "broadcast", "per_row"])
+def test_drafter_inputs(dtype, step):
+    g = torch.Generator().manual_seed(1)
+    emb = torch.randn(50, 24, generator=g).to(dtype).to(DEV)
+    tokens = torch.randint(0, 50, (2, 5), generator=g).to(DEV)
+    tokens[1, 3] = -1
+    feats = torch.randn(2, 5, 33, generator=g).to(dtype).to(DEV)
+    st = {
+        "none": None,
+        "broadcast": torch.randn(7, generator=g).to(dtype).to(DEV),
+        "per_row": torch.randn(2, 5, 7, generator=g).to(dtype).to(DEV),
+    }[step]
+    got = specops.drafter_inputs(emb, tokens.int(), feats, st, backend="triton")
+    want = reference.drafter_inputs(emb, tokens, feats, st)
+    assert got.dtype == dtype and got.shape == want.shape
+    assert torch.equal(got, want)
+    manual = [emb[tokens.clamp_min(0)] * (tokens >= 0)[..., None], feats]
+    if st is not None:
+        manual.append(st.expand(2, 5, 7))
+    assert torch.equal(got, torch.cat(manual, -1))
+
+
+def test_drafter_inputs_strided_and_out_of_range():
+    g = torch.Generator().manual_seed(2)
+    emb = torch.randn(30, 16, generator=g).to(DEV)[::2]  # strided [15, 16]
+    feats = torch.randn(3, 6, 10, generator=g).to(DEV).transpose(0, 1)  # [6, 3, 10] view
+    tokens = torch.tensor([[0, 14, 15], [99, -7, 3], [1, 2, 3], [4, 5, 6], [7, 8, 9], [1, 1, 1]])
+    tokens = tokens.to(DEV)
+    with specops.validation(False):
+        got = specops.drafter_inputs(emb, tokens, feats, backend="triton")
+    assert torch.equal(got, reference.drafter_inputs(emb, tokens, feats))
+    assert torch.equal(got[0, 2, :16], torch.zeros(16, device=DEV))  # id 15 == V: zero row
+    with pytest.raises(ValueError, match="token id"):
+        specops.drafter_inputs(emb, tokens, feats)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("shape", [(1, 2, 5, 8), (3, 5, 9, 4), (2, 3, 4, 300)])
+def test_path_similarity_vs_pairwise_loop(stride, shape):
+    b, p, length, c = shape
+    g = torch.Generator().manual_seed(b * 7 + c)
+    codebook = torch.randn(40, c, generator=g)
+    # correlated paths (realistic: candidate paths share most tokens) and a random one
+    base = torch.randint(0, 40, (b, 1, length), generator=g)
+    paths = base.expand(b, p, length).clone()
+    flip = torch.rand(b, p, length, generator=g) < 0.4
+    paths[flip] = torch.randint(0, 40, (int(flip.sum()),), generator=g)
+    for alpha in (0.9, 0.6):
+        want = brute_path_similarity(paths, codebook, alpha, stride)
+        got = specops.path_similarity(
+            paths.to(DEV), codebook.to(DEV), alpha=alpha, stride=stride, backend="triton"
+        )
+        assert got.dtype == torch.float32 and got.shape == (b,)
+        torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-7)
+        ref = specops.path_similarity(paths, codebook, alpha=alpha, stride=stride)
+        torch.testing.assert_close(ref.double(), want, rtol=1e-5, atol=1e-7)
+
+
+def test_path_similarity_edge_cases():
+    cb = torch.randn(10, 6, generator=torch.Generator().manual_seed(3)).to(DEV)
+    one = torch.randint(0, 10, (2, 1, 4)).to(DEV)
+    assert specops.path_similarity(one, cb, backend="triton").tolist() == [1.0, 1.0]
+    same = torch.tensor([[[1, 2, 3, 4]] * 3]).to(DEV)
+    torch.testing.assert_close(
+        specops.path_similarity(same, cb, backend="triton"), torch.ones(1, device=DEV)
+    )
+    # half-precision codebooks; ids out of range count as zero vectors in fast mode
+    paths = torch.tensor([[[0, 1, 2], [0, 11, 2], [3, 1, -1]]]).to(DEV)
+    with specops.validation(False):
+        got = specops.path_similarity(paths, cb.half(), alpha=0.8, backend="triton")
+    want = brute_path_similarity(paths.cpu(), cb.half().float().cpu(), 0.8, 1)
+    torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="token id"):
+        specops.path_similarity(paths, cb)
+
+
+@pytest.mark.parametrize("backend", ["triton", "reference"])
+def test_feature_cache_round_trip_and_ages(backend):
+    g = torch.Generator().manual_seed(4)
+    b, cap, h = 2, 16, 12
+    fc = specops.FeatureCache(b, cap, h, dtype=torch.float16, device=DEV, backend=backend)
+    ref_store = torch.zeros(b, cap, h, dtype=torch.float16, device=DEV)
+    ref_stamps = torch.full((b, cap), -1, dtype=torch.int32, device=DEV)
+    assert fc.read(torch.tensor([[0, 5], [15, -1]], device=DEV)).abs().sum() == 0
+    for step in range(4):
+        pos = torch.stack([torch.randperm(cap, generator=g)[:5] for _ in range(b)]).to(DEV)
+        pos[0, -1] = -1
+        feats = torch.randn(b, 5, h, generator=g).to(DEV)  # float32 in, stored as float16
+        st = step if step < 2 else torch.tensor([step, step + 1], device=DEV)
+        fc.write(pos, feats, st)
+        reference.feature_cache_write(ref_store, ref_stamps, pos, feats, st)
+        assert torch.equal(fc.features, ref_store) and torch.equal(fc.stamps, ref_stamps)
+        back = fc.read(pos)
+        assert torch.equal(back[pos >= 0], feats.half()[pos >= 0])
+        assert torch.equal(back[pos < 0], torch.zeros_like(back[pos < 0]))
+        assert (fc.age(pos, st + 1)[pos >= 0] == 1).all()
+    q = torch.arange(cap, device=DEV).expand(b, cap)
+    assert torch.equal(fc.age(q, 10), reference.feature_cache_age(ref_stamps, q, 10))
+    assert ((fc.age(q, 10) == -1) == (ref_stamps == -1)).all()
+
+
+def test_feature_cache_vvs_pattern():
+    """Verified steps write back; a skipped step reads the most recent cached features for its
+    unverified tokens (mixed staleness) without a host sync; post verification overwrites."""
+    b, cap, h = 2, 32, 4
+    fc = specops.FeatureCache(b, cap, h, device=DEV, backend="triton")
+    hidden = lambda pos, step: (pos[..., None] * 10 + step).float().expand(*pos.shape, h)
+    # step 0 (verified): positions 0..5 for request 0, 0..3 for request 1
+    pos0 = torch.tensor([[0, 1, 2, 3, 4, 5], [0, 1, 2, 3, -1, -1]], device=DEV)
+    fc.write(pos0, hidden(pos0, 0), step=0)
+    # step 1 (verified): request 0 accepts 2 more (6, 7), request 1 accepts 4 (4..7)
+    pos1 = torch.tensor([[6, 7, -1, -1], [4, 5, 6, 7]], device=DEV)
+    fc.write(pos1, hidden(pos1, 1), step=1)
+    verified = torch.tensor([8, 8], device=DEV)
+    # step 2 skipped: 3 and 5 tokens accepted without verification -> the 3 / 5 most recent
+    unverified = torch.tensor([3, 5], device=DEV)
+    pos = fc.recent_positions(verified, unverified, 5)
+    assert pos.tolist() == [[5, 6, 7, -1, -1], [3, 4, 5, 6, 7]]
+    feats = fc.read(pos)
+    assert feats[0, :3, 0].tolist() == [50.0, 61.0, 71.0]  # mixed staleness: step 0 and 1
+    assert fc.age(pos, 2).tolist() == [[2, 1, 1, -1, -1], [2, 1, 1, 1, 1]]
+    # step 3 verified (post verification re-runs the unverified tokens 8..): write-back
+    pos3 = verified[:, None] + torch.arange(4, device=DEV)
+    fc.write(pos3, hidden(pos3, 3), step=torch.tensor(3, device=DEV))
+    assert fc.read(pos3)[:, :, 0].tolist() == [[83.0, 93.0, 103.0, 113.0]] * 2
+
+
+def test_feature_cache_bad_inputs():
+    fc = specops.FeatureCache(2, 8, 4, device=DEV)
+    with pytest.raises(ValueError, match="positions"):
+        fc.write(torch.zeros(3, 2, dtype=torch.long, device=DEV), torch.zeros(3, 2, 4), 0)
+    with pytest.raises(ValueError, match="feats"):
+        fc.write(torch.zeros(2, 2, dtype=torch.long, device=DEV), torch.zeros(2, 2, 5), 0)
+    with pytest.raises(ValueError, match="position 8"):
+        fc.write(torch.tensor([[8, 0], [1, 2]], device=DEV), torch.zeros(2, 2, 4, device=DEV), 0)
+    with pytest.raises(ValueError, match="repeats"):
+        fc.write(torch.tensor([[1, 1], [1, 2]], device=DEV), torch.zeros(2, 2, 4, device=DEV), 0)
+    with pytest.raises(TypeError, match="step"):
+        fc.write(torch.tensor([[1, 0], [1, 2]], device=DEV), torch.zeros(2, 2, 4, device=DEV), 1.5)
+    with pytest.raises(ValueError, match="step"):
+        fc.age(torch.tensor([[1, 0], [1, 2]], device=DEV), torch.tensor([1, 2, 3], device=DEV))
+    with pytest.raises(TypeError, match="dtype"):
+        specops.FeatureCache(2, 8, 4, dtype=torch.int32)
+    # fast mode: out-of-range writes are dropped, reads give zeros
+    with specops.validation(False):
+        fc.write(torch.tensor([[8, -3], [1, 2]], device=DEV), torch.ones(2, 2, 4, device=DEV), 5)
+        assert fc.stamps[0].eq(-1).all() and fc.stamps[1, 1:3].eq(5).all()
+        assert fc.read(torch.tensor([[8, 1], [1, 9]], device=DEV))[:, :, 0].tolist() == [
+            [0.0, 0.0],
+            [1.0, 0.0],
+        ]
+
+
+def test_bad_inputs():
+    emb, tok, feats = torch.randn(10, 4), torch.zeros(2, 3, dtype=torch.long), torch.randn(2, 3, 5)
+    with pytest.raises(TypeError, match="features"):
+        specops.drafter_inputs(emb, tok, feats.half())
+    with pytest.raises(ValueError, match="features"):
+        specops.drafter_inputs(emb, tok, feats[:1])
+    with pytest.raises(ValueError, match="step_embedding"):
+        specops.drafter_inputs(emb, tok, feats, torch.randn(2, 2, 3))
+    with pytest.raises(TypeError, match="tokens"):
+        specops.drafter_inputs(emb, tok.float(), feats)
+    with pytest.raises(ValueError, match="index"):
+        specops.gather_rows(torch.randn(2, 3, 4), torch.zeros(3, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="paths"):
+        specops.path_similarity(torch.zeros(2, 0, 3, dtype=torch.long), torch.randn(4, 2))
+    with pytest.raises(ValueError, match="stride"):
+        specops.path_similarity(torch.zeros(2, 2, 3, dtype=torch.long), torch.randn(4, 2), stride=0)
+    with pytest.raises(ValueError, match="alpha"):
+        specops.path_similarity(torch.zeros(2, 2, 3, dtype=torch.long), torch.randn(4, 2), alpha=-1)
+    with pytest.raises(RuntimeError, match="not available"):
+        specops.gather_rows(
+            torch.randn(2, 3, 4), torch.zeros(2, 2, dtype=torch.long), backend="cpu"
+        )
+
+
+def test_opcheck():
+    g = torch.Generator().manual_seed(5)
+    src, idx = torch.randn(2, 5, 8, generator=g), torch.tensor([[0, -1, 4], [2, 2, 1]])
+    emb, feats = torch.randn(9, 4, generator=g), torch.randn(2, 3, 6, generator=g)
+    paths, cb = torch.randint(0, 9, (2, 3, 4), generator=g), torch.randn(9, 5, generator=g)
+    store, stamps = torch.zeros(2, 6, 8), torch.full((2, 6), -1, dtype=torch.int32)
+    pos = torch.tensor([[0, 3, -1], [5, 1, 2]])
+    utils = ("test_schema", "test_faketensor")
+    for be in ("triton", "reference"):
+        ops = torch.ops.specops
+        torch.library.opcheck(ops.gather_rows.default, (src, idx, be), test_utils=utils)
+        torch.library.opcheck(
+            ops.drafter_inputs.default, (emb, idx, feats, torch.randn(3), be), test_utils=utils
+        )
+        torch.library.opcheck(
+            ops.path_similarity.default, (paths, cb, 0.9, 2, be), test_utils=utils
+        )
+        torch.library.opcheck(
+            ops.feature_cache_write.default,
+            (store.clone(), stamps.clone(), pos, torch.randn(2, 3, 8), None, 4, be),
+            test_utils=utils,
+        )
