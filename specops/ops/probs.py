@@ -1,3 +1,191 @@
 """Public probs_from_logits: CFG, temperature, top-k/top-p, softmax."""
 
-__all__: list[str] = []
+from __future__ import annotations
+
+import math
+
+import torch
+
+from specops import reference
+from specops.ops import _common as c
+
+__all__ = ["probs_from_logits"]
+
+_OP = "probs_from_logits"
+_BACKENDS = ("triton", "reference")
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+_INTS = (torch.int32, torch.int64)
+
+
+def probs_from_logits(
+    logits: torch.Tensor,
+    *,
+    temperature=1.0,
+    top_k=None,
+    top_p=None,
+    cfg_scale=None,
+    uncond_logits: torch.Tensor | None = None,
+    backend: str = "auto",
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Sampling distributions [..., V] float32 from ``logits`` [..., V] (float32/16, bfloat16).
+
+    Per flat row, in this order (maths and tie rules: ``specops/reference/probs.py``):
+
+    - CFG (``uncond_logits`` [..., V] with ``cfg_scale``): ``l = u + s * (c - u)`` in float32;
+      a token that is -inf in either row stays -inf.
+    - temperature: ``x = l / T``; ``T < 1e-5`` (0 included) gives the one-hot of ``argmax l``
+      (ties -> lowest index) and skips the filters.
+    - ``top_k``: keep ``x >= `` the k-th largest value (every tie of the k-th value is kept, so
+      more than k tokens survive only on exact ties); ``top_k`` 0 or >= V keeps everything.
+    - ``top_p`` (after top-k, as in vLLM/HF): keep the smallest set of largest tokens whose
+      softmax mass (among the top-k survivors) is >= p, every tie at the boundary kept; at least
+      the arg-max survives; ``top_p`` 1 keeps everything.
+    - softmax over the survivors; filtered tokens get exactly 0.
+
+    ``temperature``, ``top_k``, ``top_p``, ``cfg_scale``: Python scalars, or tensors [B] (one per
+    request, dim 0 of ``logits``, broadcast over its positions) or [] / [1].  ``top_k`` int
+    tensors, the others float tensors.  A row whose logits are all -inf is the one-hot of token
+    0.  ``out`` [..., V] float32 contiguous may be preallocated (CUDA graphs).
+
+    ``backend``: "triton" (one fused kernel, no sort), "reference", or "auto" (triton on CUDA,
+    the reference on CPU)."""
+    c.check_probs(_OP, "logits", logits, ndim=range(1, 9))
+    shape = tuple(logits.shape)
+    v = shape[-1]
+    if v == 0:
+        raise ValueError(f"specops.{_OP}: logits must have a non-empty last dim, got {shape}")
+    dev = logits.device
+    batch = shape[0] if len(shape) > 1 else 1
+
+    if uncond_logits is not None:
+        c.check_probs(_OP, "uncond_logits", uncond_logits, device=dev)
+        if tuple(uncond_logits.shape) != shape:
+            raise ValueError(
+                f"specops.{_OP}: uncond_logits must have the shape of logits {list(shape)}, "
+                f"got {list(uncond_logits.shape)}"
+            )
+        if cfg_scale is None:
+            raise ValueError(f"specops.{_OP}: uncond_logits is given but cfg_scale is None")
+    elif cfg_scale is not None:
+        raise ValueError(f"specops.{_OP}: cfg_scale is given but uncond_logits is None")
+
+    t_t, t_v = _param("temperature", temperature, batch, dev, _FLOATS, torch.float32)
+    k_t, k_v = _param("top_k", 0 if top_k is None else top_k, batch, dev, _INTS, torch.int32)
+    p_t, p_v = _param("top_p", 1.0 if top_p is None else top_p, batch, dev, _FLOATS, torch.float32)
+    s_t, s_v = _param(
+        "cfg_scale", 1.0 if cfg_scale is None else cfg_scale, batch, dev, _FLOATS, torch.float32
+    )
+
+    if out is None:
+        out = torch.empty(shape, dtype=torch.float32, device=dev)
+    else:
+        c.check_tensor(_OP, "out", out, dtypes=(torch.float32,), device=dev, shape=shape)
+        if not out.is_contiguous():
+            raise ValueError(f"specops.{_OP}: out must be contiguous")
+
+    if c.validating():
+        _check_values(logits, uncond_logits, t_t, k_t, p_t, s_t)
+    torch.ops.specops.probs_from_logits(
+        logits, uncond_logits, t_t, t_v, k_t, k_v, p_t, p_v, s_t, s_v, backend, out
+    )
+    return out
+
+
+def _param(name, value, batch, dev, dtypes, want):
+    """Scalar -> (None, value) after a range check; tensor [] / [1] / [B] -> ([B] want, 0)."""
+    if isinstance(value, torch.Tensor):
+        c.check_tensor(_OP, name, value, ndim=(0, 1), dtypes=dtypes, device=dev)
+        n = value.numel()
+        if n not in (1, batch):
+            raise ValueError(
+                f"specops.{_OP}: {name} must have shape [], [1] or [{batch}] (one per request), "
+                f"got {list(value.shape)}"
+            )
+        return value.reshape(-1).to(want).expand(batch).contiguous(), 0
+    integer = want == torch.int32
+    if isinstance(value, bool) or not isinstance(value, (int, float) if not integer else int):
+        kind = "an int" if integer else "a float"
+        raise TypeError(
+            f"specops.{_OP}: {name} must be {kind} or a tensor, got {type(value).__name__}"
+        )
+    bad = {
+        "temperature": not (math.isfinite(value) and value >= 0),
+        "top_k": value < 0,
+        "top_p": not (0 < value <= 1),
+        "cfg_scale": not math.isfinite(value),
+    }[name]
+    if bad:
+        want_txt = {
+            "temperature": "finite and >= 0",
+            "top_k": ">= 0 (0 = no top-k)",
+            "top_p": "in (0, 1]",
+            "cfg_scale": "finite",
+        }[name]
+        raise ValueError(f"specops.{_OP}: {name} must be {want_txt}, got {value}")
+    return None, value
+
+
+def _check_values(logits, uncond, t_t, k_t, p_t, s_t) -> None:
+    """Validation mode (reads the data): no NaN / +inf logits; parameter tensors in range."""
+    for name, x in (("logits", logits), ("uncond_logits", uncond)):
+        if x is not None and (torch.isnan(x).any() or (x == float("inf")).any()):
+            raise ValueError(f"specops.{_OP}: {name} has NaN or +inf values (-inf is allowed)")
+    if t_t is not None and not (torch.isfinite(t_t).all() and (t_t >= 0).all()):
+        raise ValueError(f"specops.{_OP}: temperature must be finite and >= 0, got {t_t.tolist()}")
+    if k_t is not None and (k_t < 0).any():
+        raise ValueError(f"specops.{_OP}: top_k must be >= 0 (0 = no top-k), got {k_t.tolist()}")
+    if p_t is not None and not ((p_t > 0).all() and (p_t <= 1).all()):
+        raise ValueError(f"specops.{_OP}: top_p must be in (0, 1], got {p_t.tolist()}")
+    if s_t is not None and not torch.isfinite(s_t).all():
+        raise ValueError(f"specops.{_OP}: cfg_scale must be finite, got {s_t.tolist()}")
+
+
+def _impl(logits, uncond, t_t, t_v, k_t, k_v, p_t, p_v, s_t, s_v, backend, out):
+    be = c.pick_backend(_OP, backend, logits.device, _BACKENDS)
+    temperature = t_t if t_t is not None else t_v
+    top_k = k_t if k_t is not None else (k_v or None)  # scalar 0: no top-k
+    top_p = p_t if p_t is not None else (p_v if p_v < 1.0 else None)  # scalar 1: no top-p
+    cfg = (s_t if s_t is not None else s_v) if uncond is not None else None
+    if be == "reference":
+        out.copy_(
+            reference.probs_from_logits(
+                logits,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                cfg_scale=cfg,
+                uncond_logits=uncond,
+            )
+        )
+        return
+    v = logits.shape[-1]
+    x = logits.reshape(-1, v)
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    u = None
+    if uncond is not None:
+        u = uncond.reshape(-1, v)
+        if u.stride(-1) != 1:
+            u = u.contiguous()
+    rows = x.shape[0]
+    if rows == 0:
+        return
+    batch = logits.shape[0] if logits.dim() > 1 else 1
+    from specops.triton_kernels.probs import probs_triton
+
+    probs_triton(x, u, temperature, top_k, top_p, cfg, rows // batch, out.view(-1, v))
+
+
+def _fake(logits, uncond, t_t, t_v, k_t, k_v, p_t, p_v, s_t, s_v, backend, out):
+    return None
+
+
+c.register(
+    _OP,
+    "(Tensor logits, Tensor? uncond, Tensor? temperature_t, float temperature, Tensor? top_k_t, "
+    "int top_k, Tensor? top_p_t, float top_p, Tensor? cfg_t, float cfg, str backend, "
+    "Tensor(a!) out) -> ()",
+    _impl,
+    _fake,
+)

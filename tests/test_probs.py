@@ -1,0 +1,187 @@
+"""specops.probs_from_logits: the fused Triton kernel against the reference; argument checks.
+
+On CPU the kernel runs in the Triton interpreter (cost per program and per loop iteration), so
+rows are few and vocabularies moderate; GPU-only cases are marked ``gpu``."""
+
+import math
+
+import pytest
+import torch
+
+import specops
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def both(logits, **kw):
+    got = specops.probs_from_logits(logits, backend="triton", **kw)
+    want = specops.probs_from_logits(logits, backend="reference", **kw)
+    return got.cpu(), want.cpu()
+
+
+def assert_same(got, want):
+    assert got.dtype == torch.float32 and got.shape == want.shape
+    assert torch.equal(got > 0, want > 0), "kept sets differ"
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("v", [7, 111, 32000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_triton_matches_reference(v, dtype):
+    gen = torch.Generator().manual_seed(v + 3)
+    b, n = 3, 1
+    logits = (torch.randn(b, n, v, generator=gen) * 3).to(dtype).to(DEV)
+    uncond = (torch.randn(b, n, v, generator=gen) * 3).to(dtype).to(DEV)
+    t = torch.tensor([0.7, 0.0, 1.3], device=DEV)
+    k = torch.tensor([min(5, v - 1), 0, v // 2], dtype=torch.int32, device=DEV)
+    p = torch.tensor([0.9, 0.5, 0.95], device=DEV)
+    s = torch.tensor([4.0, 1.0, 7.5], device=DEV)
+    assert_same(*both(logits, temperature=t, top_k=k, top_p=p, cfg_scale=s, uncond_logits=uncond))
+    assert_same(*both(logits, temperature=1.1, top_p=0.8))
+    assert_same(*both(logits, top_k=max(1, v // 7)))
+    if v <= 111:
+        assert_same(*both(logits))
+        assert_same(*both(logits, temperature=0.5, top_k=3, top_p=0.7, cfg_scale=2.0,
+                          uncond_logits=uncond))  # fmt: skip
+
+
+def test_triton_visual_ar_config():
+    """The LlamaGen / Lumina setting: CFG, top-k 2000 over a 65536 vocabulary (one request)."""
+    gen = torch.Generator().manual_seed(0)
+    c = (torch.randn(1, 2, 65536, generator=gen) * 2).bfloat16().to(DEV)
+    u = (torch.randn(1, 2, 65536, generator=gen) * 2).bfloat16().to(DEV)
+    got, want = both(c, top_k=2000, cfg_scale=4.0, uncond_logits=u)
+    assert_same(got, want)
+    assert ((got > 0).sum(-1) >= 2000).all()
+
+
+def test_triton_ties_at_both_thresholds():
+    # few distinct values: the k-th value and the top-p boundary are tied many times over
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randint(-4, 4, (4, 300), generator=gen).float().to(DEV)
+    for kw in (
+        dict(top_k=10),
+        dict(top_k=torch.tensor([1, 37, 150, 299], device=DEV)),
+        dict(top_p=torch.tensor([0.3, 0.5, 0.77, 0.999], device=DEV)),
+        dict(top_k=100, top_p=0.6),
+        dict(temperature=0.0),
+    ):
+        assert_same(*both(x, **kw))
+    half = torch.randn(2, 4000, generator=gen).half().to(DEV)  # fp16 logits tie often
+    assert_same(*both(half, top_k=1000, top_p=0.9, temperature=0.8))
+
+
+def test_triton_masked_and_degenerate_rows():
+    x = torch.randn(4, 50, generator=torch.Generator().manual_seed(2))
+    x[0, :] = -math.inf  # no mass: one-hot of token 0
+    x[1, 10:] = -math.inf  # top-k larger than the finite tokens
+    x[2, ::2] = -math.inf
+    x[3, :] = 1.5  # every token tied
+    x = x.to(DEV)
+    u = torch.zeros_like(x)
+    u[2, 1] = -math.inf  # masked in the unconditional row only
+    for kw in (
+        dict(top_k=20, top_p=0.9),
+        dict(top_p=0.5, cfg_scale=3.0, uncond_logits=u),
+        dict(temperature=torch.tensor([0.0, 1.0, 0.0, 2.0], device=DEV), top_k=3),
+        dict(top_k=1),
+    ):
+        got, want = both(x, **kw)
+        assert_same(got, want)
+        assert got[0].tolist() == [1.0] + [0.0] * 49
+    got, _ = both(x, top_p=0.5, cfg_scale=3.0, uncond_logits=u)
+    assert got[2, 1] == 0 and got[2, ::2].eq(0).all()
+
+
+def test_triton_per_request_params_strides_and_out():
+    gen = torch.Generator().manual_seed(4)
+    base = torch.randn(2, 3, 2 * 90, generator=gen).to(DEV)
+    logits = base[..., ::2]  # non-unit stride in V
+    k = torch.tensor([4, 0], device=DEV)  # int64 accepted
+    t = torch.tensor([0.5, 2.0], dtype=torch.float64, device=DEV)
+    out = torch.empty(2, 3, 90, device=DEV)
+    got = specops.probs_from_logits(logits, temperature=t, top_k=k, backend="triton", out=out)
+    assert got is out
+    assert_same(out.cpu(), specops.probs_from_logits(logits, temperature=t, top_k=k).cpu())
+    assert ((out[0] > 0).sum(-1) == 4).all() and ((out[1] > 0).sum(-1) == 90).all()
+    one = torch.tensor([3], device=DEV)  # [1] tensors broadcast to every request
+    assert_same(*both(logits.contiguous(), top_k=one))
+    assert_same(*both(torch.randn(33, device=DEV), top_k=torch.tensor(5, device=DEV)))
+
+
+def test_auto_backend_and_empty():
+    x = torch.randn(2, 10)
+    got = specops.probs_from_logits(x, top_k=3)  # CPU: auto = reference, never the interpreter
+    assert_same(got, specops.probs_from_logits(x, top_k=3, backend="reference"))
+    assert specops.probs_from_logits(torch.zeros(0, 8), backend="triton").shape == (0, 8)
+    with pytest.raises(RuntimeError, match="not available"):
+        specops.probs_from_logits(x, backend="cuda")
+
+
+def test_bad_inputs():
+    x = torch.randn(2, 10)
+    u = torch.randn(2, 11)
+    with pytest.raises(ValueError, match="uncond_logits.*shape"):
+        specops.probs_from_logits(x, cfg_scale=2.0, uncond_logits=u)
+    with pytest.raises(ValueError, match="cfg_scale is None"):
+        specops.probs_from_logits(x, uncond_logits=x)
+    with pytest.raises(ValueError, match="uncond_logits is None"):
+        specops.probs_from_logits(x, cfg_scale=2.0)
+    with pytest.raises(TypeError, match="logits"):
+        specops.probs_from_logits(x.long())
+    with pytest.raises(ValueError, match="logits"):
+        specops.probs_from_logits(torch.zeros(2, 0))
+    with pytest.raises(ValueError, match="temperature"):
+        specops.probs_from_logits(x, temperature=-1.0)
+    with pytest.raises(ValueError, match="temperature"):
+        specops.probs_from_logits(x, temperature=torch.tensor([1.0, -0.5]))
+    with pytest.raises(ValueError, match="top_k"):
+        specops.probs_from_logits(x, top_k=-3)
+    with pytest.raises(TypeError, match="top_k"):
+        specops.probs_from_logits(x, top_k=2.5)
+    with pytest.raises(TypeError, match="top_k"):
+        specops.probs_from_logits(x, top_k=torch.tensor([2.0, 3.0]))
+    with pytest.raises(ValueError, match="top_k"):
+        specops.probs_from_logits(x, top_k=torch.tensor([2, -1]))
+    with pytest.raises(ValueError, match="top_k.*one per request"):
+        specops.probs_from_logits(x, top_k=torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="top_p"):
+        specops.probs_from_logits(x, top_p=0.0)
+    with pytest.raises(ValueError, match="top_p"):
+        specops.probs_from_logits(x, top_p=torch.tensor([0.5, 1.5]))
+    with pytest.raises(ValueError, match="cfg_scale"):
+        specops.probs_from_logits(x, cfg_scale=math.nan, uncond_logits=x)
+    with pytest.raises(ValueError, match="NaN"):
+        specops.probs_from_logits(torch.tensor([[0.0, math.nan]]))
+    with pytest.raises(TypeError, match="out"):
+        specops.probs_from_logits(x, out=torch.empty(2, 10, dtype=torch.float16))
+    with pytest.raises(ValueError, match="out"):
+        specops.probs_from_logits(x, out=torch.empty(2, 9))
+    with pytest.raises(ValueError, match="backend"):
+        specops.probs_from_logits(x, backend="metal")
+
+
+def test_opcheck_and_compile():
+    x = torch.randn(2, 3, 20)
+    t = torch.tensor([0.5, 1.0])
+    out = torch.empty(2, 3, 20)
+    torch.library.opcheck(
+        torch.ops.specops.probs_from_logits.default,
+        (x, None, t, 1.0, None, 4, None, 0.8, None, 1.0, "reference", out),
+        test_utils=("test_schema", "test_faketensor"),
+    )
+    f = torch.compile(lambda a: specops.probs_from_logits(a, temperature=t, top_k=4), dynamic=False)
+    assert_same(f(x), specops.probs_from_logits(x, temperature=t, top_k=4))
+
+
+@pytest.mark.gpu
+def test_gpu_large_vocab_bf16():
+    gen = torch.Generator().manual_seed(11)
+    for v in (16384, 65536, 184622):
+        c = (torch.randn(4, 8, v, generator=gen) * 3).bfloat16().cuda()
+        u = (torch.randn(4, 8, v, generator=gen) * 3).bfloat16().cuda()
+        t = torch.tensor([1.0, 0.0, 0.7, 1.2], device="cuda")
+        k = torch.tensor([2000, 1000, 0, 1], device="cuda", dtype=torch.int32)
+        p = torch.tensor([1.0, 0.9, 0.95, 0.5], device="cuda")
+        kw = dict(temperature=t, top_k=k, top_p=p, cfg_scale=4.0, uncond_logits=u)
+        assert_same(*both(c, **kw))
