@@ -1,3 +1,224 @@
-"""Public tree_build ops: validation, backend choice, registration."""
+"""Public tree_build ops: EAGLE-2 dynamic draft trees built on the device.
 
-__all__: list[str] = []
+A drafting step in the EAGLE-2 / SGLang style, with depth D, frontier width W and K children per
+expanded node (EAGLE-2 uses W = K, e.g. K = 8 or 10, D = 5..7, N = 60 nodes)::
+
+    B = root.shape[0]
+    tokens = torch.empty(B, D, W, K, dtype=torch.int32, device=dev)
+    logps = torch.empty(B, D, W, K, device=dev)
+    frontier = torch.empty(B, D - 1, W, dtype=torch.int32, device=dev)
+
+    lp, tk = drafter(root_inputs).log_softmax(-1).topk(K)      # [B, K]: the root's children
+    tokens[:, 0, 0], logps[:, 0, 0] = tk, lp                     # layer 0: slot 0 only
+    f = specops.select_frontier(lp[:, None], W, tokens=tk[:, None])
+    for d in range(1, D):
+        frontier[:, d - 1] = f.index                             # who is in slot w of layer d
+        # drafter inputs: f.tokens [B, W], parents' hidden states gathered with f.parent_slot
+        lp, tk = drafter(f.tokens, ...).log_softmax(-1).topk(K)  # [B, W, K]
+        tokens[:, d], logps[:, d] = tk, lp
+        f = specops.select_frontier(lp, W, parent_scores=f.scores, tokens=tk)
+    t = specops.build_dynamic_tree(root, tokens, logps, frontier, num_nodes=N)
+    # t.tree (Tree), t.draft_tokens [B, N] (entry 0 = root) -> verify_tree(..., t.tree,
+    # t.draft_tokens, ...); positions = cache_len + t.tree.depth
+
+Everything stays on the device: no host sync, no loop over requests (the loops above are over
+depth).  Semantics, ranking and tie rules: ``specops/reference/tree_build.py``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from specops import reference
+from specops.ops import _common as c
+from specops.tree import Tree
+
+__all__ = ["select_frontier", "build_dynamic_tree", "Frontier", "DynamicTree"]
+
+_BACKENDS = ("reference",)
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+class Frontier(NamedTuple):
+    """The next frontier (``select_frontier``); W' = ``width`` slots, best first."""
+
+    index: torch.Tensor  # [B, W'] int32: flat child index w * K + k into the [W, K] children
+    scores: torch.Tensor  # [B, W'] float32: cumulative log-probs (pass back as parent_scores)
+    parent_slot: torch.Tensor  # [B, W'] int32: index // K, the current-frontier slot it hangs from
+    tokens: torch.Tensor | None  # [B, W'] int32 (when ``tokens`` was given), -1 if absent
+
+
+class DynamicTree(NamedTuple):
+    """The drafted tree (``build_dynamic_tree``), N nodes, node 0 = the root."""
+
+    tree: Tree  # Tree.from_parents(parents), built on the device
+    draft_tokens: torch.Tensor  # [B, N] int32: root token, then the drafts (-1: absent)
+    scores: torch.Tensor  # [B, N] float32 cumulative log-probs (root 0, absent -inf)
+    candidate: torch.Tensor  # [B, N] int32: d * W * K + w * K + k of each node (root -1)
+    expanded_row: torch.Tensor  # [B, N] int32: d * W + w if node = frontier slot w of layer d
+    num_valid: torch.Tensor  # [B] int32: present nodes, root included
+
+    @property
+    def parents(self) -> torch.Tensor:
+        return self.tree.parents
+
+
+def select_frontier(
+    logprobs: torch.Tensor,
+    width: int,
+    *,
+    parent_scores: torch.Tensor | None = None,
+    tokens: torch.Tensor | None = None,
+    backend: str = "auto",
+) -> Frontier:
+    """EAGLE-2's per-depth selection: the ``width`` best of the W * K drafted children.
+
+    ``logprobs`` [B, W, K]: edge log-probs log q(child k | frontier node w) (e.g. the drafter's
+    ``log_softmax(-1).topk(K)`` values); ``parent_scores`` [B, W]: the current frontier's
+    cumulative scores (``Frontier.scores`` of the previous call; None = 0, i.e. the root);
+    ``tokens`` [B, W, K] int (optional): the children's tokens, returned for the chosen ones;
+    negative tokens (and NaN / -inf log-probs) mark absent children.
+
+    Score of a child = parent score + min(log q, 0); ranking by (score descending, flat index
+    ``w * K + k`` ascending), the order ``build_dynamic_tree`` uses.  Returns a ``Frontier``.
+    Layer 0 (the root's K children) is ``logprobs[:, None]`` with ``parent_scores=None``."""
+    op = "select_frontier"
+    c.check_probs(op, "logprobs", logprobs, ndim=3)
+    b, w, k = logprobs.shape
+    dev = logprobs.device
+    if not isinstance(width, int) or isinstance(width, bool) or not 1 <= width <= w * k:
+        raise ValueError(
+            f"specops.{op}: width must be an int in [1, W * K = {w * k}] for logprobs of shape "
+            f"{list(logprobs.shape)}, got {width!r}"
+        )
+    if parent_scores is not None:
+        c.check_probs(op, "parent_scores", parent_scores, device=dev, shape=(b, w))
+    if tokens is not None:
+        c.check_ids(op, "tokens", tokens, device=dev, shape=(b, w, k))
+    index, scores = torch.ops.specops.select_frontier(
+        logprobs, parent_scores, tokens, width, backend
+    )
+    toks = None
+    if tokens is not None:
+        toks = tokens.reshape(b, w * k).gather(1, index.long()).to(torch.int32)
+        toks = torch.where(scores > float("-inf"), toks, -1)
+    return Frontier(index, scores, torch.div(index, k, rounding_mode="floor"), toks)
+
+
+def build_dynamic_tree(
+    root_tokens: torch.Tensor,
+    tokens: torch.Tensor,
+    logprobs: torch.Tensor,
+    frontier: torch.Tensor,
+    num_nodes: int,
+    *,
+    backend: str = "auto",
+) -> DynamicTree:
+    """EAGLE-2's rerank: the draft tree of the root and the ``num_nodes - 1`` candidates with the
+    best cumulative log-probs over every drafted layer, built on the device.
+
+    - ``root_tokens`` [B] int: the last committed token of each request (node 0's token).
+    - ``tokens`` [B, D, W, K] int: layer d's drafted children, K per frontier slot; layer 0 is
+      the root's K children in slot 0 (``tokens[:, 0, 1:]`` is ignored).
+    - ``logprobs`` [B, D, W, K] float: their edge log-probs log q(child | path) (not cumulative;
+      clamped to <= 0; NaN / -inf, or a negative token, = absent).
+    - ``frontier`` [B, D - 1, W] int: ``frontier[:, d - 1, w]`` = flat index ``w' * K + k'``
+      into layer d - 1 of the candidate in frontier slot w of layer d, i.e. the parent of
+      ``tokens[:, d, w, :]`` (``Frontier.index``; entries of ``frontier[:, 0]`` are < K).
+    - ``num_nodes`` N: tree size including the root, 1 <= N <= 1 + K + (D - 1) W K.
+
+    Candidates are ranked by (cumulative log-prob descending, candidate index ascending) and the
+    first N - 1 are taken: the set is closed under ancestors (a child never outscores its parent
+    and ties go to the earlier layer), so the tree is valid by construction.  Nodes are ordered
+    by candidate index (layer, slot, child rank): ``parents[n] < n``, depth non-decreasing,
+    siblings best first (the order ``verify_tree`` tries them).  When fewer than N - 1 candidates
+    are present, the tree is padded with absent nodes after the real ones: nodes
+    ``[num_valid, N)`` have token -1 and score -inf (verification rejects them).
+
+    Returns a ``DynamicTree`` (fields documented there and in the reference)."""
+    op = "build_dynamic_tree"
+    c.check_ids(op, "tokens", tokens, ndim=4)
+    b, d, w, k = tokens.shape
+    dev = tokens.device
+    if min(b, d, w, k) < 1:
+        raise ValueError(
+            f"specops.{op}: tokens must have shape [B, D, W, K] with every size >= 1, "
+            f"got {list(tokens.shape)}"
+        )
+    c.check_probs(op, "logprobs", logprobs, device=dev, shape=(b, d, w, k))
+    c.check_ids(op, "frontier", frontier, device=dev, shape=(b, d - 1, w))
+    c.check_ids(op, "root_tokens", root_tokens, device=dev, shape=(b,))
+    cands = k + (d - 1) * w * k
+    if (
+        not isinstance(num_nodes, int)
+        or isinstance(num_nodes, bool)
+        or not (1 <= num_nodes <= cands + 1)
+    ):
+        raise ValueError(
+            f"specops.{op}: num_nodes must be an int in [1, 1 + K + (D - 1) W K = {cands + 1}] "
+            f"for tokens of shape {list(tokens.shape)}, got {num_nodes!r}"
+        )
+    if c.validating() and frontier.numel():
+        lim = torch.full((d - 1, 1), w * k, device=dev)
+        lim[0] = k
+        bad = (frontier < 0) | (frontier >= lim)
+        if bad.any():
+            i = bad.nonzero()[0].tolist()
+            raise ValueError(
+                f"specops.{op}: frontier[{i[0]}, {i[1]}, {i[2]}] = {int(frontier[tuple(i)])} is "
+                f"outside [0, {k if i[1] == 0 else w * k}) (flat child index into layer {i[1]})"
+            )
+    parents, draft, scores, cand, expanded, num_valid = torch.ops.specops.build_dynamic_tree(
+        root_tokens, tokens, logprobs, frontier, num_nodes, backend
+    )
+    tree = Tree.from_parents(parents, validate=False)
+    return DynamicTree(tree, draft, scores, cand, expanded, num_valid)
+
+
+def _select_impl(logprobs, parent_scores, tokens, width, backend):
+    c.pick_backend("select_frontier", backend, logprobs.device, _BACKENDS)
+    return reference.select_frontier(logprobs, width, parent_scores, tokens)
+
+
+def _select_fake(logprobs, parent_scores, tokens, width, backend):
+    b = logprobs.shape[0]
+    return (
+        logprobs.new_empty((b, width), dtype=torch.int32),
+        logprobs.new_empty((b, width), dtype=torch.float32),
+    )
+
+
+def _build_impl(root_tokens, tokens, logprobs, frontier, num_nodes, backend):
+    c.pick_backend("build_dynamic_tree", backend, tokens.device, _BACKENDS)
+    return reference.build_dynamic_tree(root_tokens, tokens, logprobs, frontier, num_nodes)
+
+
+def _build_fake(root_tokens, tokens, logprobs, frontier, num_nodes, backend):
+    b = tokens.shape[0]
+    i32 = dict(dtype=torch.int32)
+    return (
+        tokens.new_empty((b, num_nodes), **i32),
+        tokens.new_empty((b, num_nodes), **i32),
+        tokens.new_empty((b, num_nodes), dtype=torch.float32),
+        tokens.new_empty((b, num_nodes), **i32),
+        tokens.new_empty((b, num_nodes), **i32),
+        tokens.new_empty((b,), **i32),
+    )
+
+
+c.register(
+    "select_frontier",
+    "(Tensor logprobs, Tensor? parent_scores, Tensor? tokens, int width, str backend) "
+    "-> (Tensor, Tensor)",
+    _select_impl,
+    _select_fake,
+)
+c.register(
+    "build_dynamic_tree",
+    "(Tensor root_tokens, Tensor tokens, Tensor logprobs, Tensor frontier, int num_nodes, "
+    "str backend) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
+    _build_impl,
+    _build_fake,
+)
