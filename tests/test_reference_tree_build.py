@@ -17,7 +17,7 @@ def brute(root, tokens, logprobs, frontier, n):
     for r in range(b):
         cands = []  # (g, candidate index, score, parent g or -1, token)
 
-        def edge(dd, ww, kk):
+        def edge(dd, ww, kk, r=r):
             lp = np.float32(logprobs[r, dd, ww, kk].item())
             if math.isnan(lp) or tokens[r, dd, ww, kk] < 0:
                 return np.float32(-np.inf)
