@@ -53,13 +53,12 @@ def commit_kv(caches, cache_seqlens, accepted_slots, *, block_table=None, backen
                 f"{tuple(caches.shape)}"
             )
         _check_rows(caches, "caches")
-        slab = caches[0, 0] if caches.shape[0] else caches.new_empty(caches.shape[2:])
+        slab_shape, dev = caches.shape[2:], caches.device
         tensors = None
     else:
         tensors = _flatten_pairs(caches)
-        slab = tensors[0]
-    dev = slab.device
-    lead = slab.shape[0]
+        slab_shape, dev = tensors[0].shape, tensors[0].device
+    lead = slab_shape[0]
     c.check_tensor(_OP, "cache_seqlens", cache_seqlens, ndim=1, dtypes=(torch.int32,), device=dev)
     if not cache_seqlens.is_contiguous():
         raise ValueError("specops.commit_kv: cache_seqlens must be contiguous (it is written)")
@@ -83,14 +82,14 @@ def commit_kv(caches, cache_seqlens, accepted_slots, *, block_table=None, backen
                 f"{tuple(block_table.shape)}"
             )
         block_table = block_table.to(torch.int32).contiguous()
-        capacity = block_table.shape[1] * slab.shape[1]
+        capacity = block_table.shape[1] * slab_shape[1]
     else:
         if lead != batch:
             raise ValueError(
                 f"specops.commit_kv: the caches' batch dim is {lead} but cache_seqlens has "
                 f"{batch} entries (paged caches need block_table)"
             )
-        capacity = slab.shape[1]
+        capacity = slab_shape[1]
     slots = accepted_slots.to(torch.int32).contiguous()
     if c.validating():
         _check_values(cache_seqlens, slots, capacity, block_table, lead)
@@ -231,18 +230,20 @@ def _vec_bytes(values) -> int:
     return 1
 
 
-def _launch(be, slab, base, bases, stride_layer, stride_kv, layers, cs, slots, block_table):
-    """slab: one layer's K (or V) tensor, for the geometry; ``bases``: None (stacked: slab
-    (l, kv) at base + l * stride_layer + kv * stride_kv) or (address array, its alignment)."""
-    es = slab.element_size()
-    row_bytes = slab.shape[2] * slab.shape[3] * es
+def _launch(be, t, shape, strides, base, bases, layers, cs, slots, block_table):
+    """One layer's K (or V) slab has ``shape`` [B or P, S or page, Hkv, D] and ``strides``
+    (elements) (layer, kv, lead, position) ; ``t``: a tensor of the cache, for the element
+    size.  ``bases``: None (stacked: slab (l, kv) at base + l * stride_layer + kv * stride_kv)
+    or (address array, its alignment)."""
+    es = t.element_size()
+    row_bytes = shape[2] * shape[3] * es
     if block_table is None:
-        page_size, capacity, bt, bt_stride = 0, slab.shape[1], 0, 0
+        page_size, capacity, bt, bt_stride = 0, shape[1], 0, 0
     else:
-        page_size = slab.shape[1]
+        page_size = shape[1]
         capacity = block_table.shape[1] * page_size
         bt, bt_stride = block_table.data_ptr(), block_table.stride(0)
-    geometry = [stride_layer * es, stride_kv * es, slab.stride(0) * es, slab.stride(1) * es]
+    geometry = [st * es for st in strides]
     args = (
         base,
         0 if bases is None else bases[0].data_ptr(),
@@ -256,7 +257,7 @@ def _launch(be, slab, base, bases, stride_layer, stride_kv, layers, cs, slots, b
         page_size,
         bt,
         bt_stride,
-        slab.shape[0],
+        shape[0],
         cs.data_ptr(),
         slots.data_ptr(),
         slots.stride(0),
@@ -278,13 +279,15 @@ def _impl(caches, cache_seqlens, slots, block_table, backend):
         return
     if caches.numel() == 0 or slots.shape[1] == 0:
         return
+    st = caches.stride()
+    strides = (st[0], st[1], st[2], st[3])
     _launch(
         be,
-        caches[0, 0],
+        caches,
+        caches.shape[2:],
+        strides,
         caches.data_ptr(),
         None,
-        caches.stride(0),
-        caches.stride(1),
         caches.shape[0],
         cache_seqlens,
         slots,
@@ -300,8 +303,10 @@ def _impl_list(caches, cache_seqlens, slots, block_table, backend):
         return
     if caches[0].numel() == 0 or slots.shape[1] == 0:
         return
+    t = caches[0]
+    strides = (0, 0, t.stride(0), t.stride(1))
     bases = _base_array(list(caches))
-    _launch(be, caches[0], 0, bases, 0, 0, len(caches) // 2, cache_seqlens, slots, block_table)
+    _launch(be, t, t.shape, strides, 0, bases, len(caches) // 2, cache_seqlens, slots, block_table)
 
 
 def _fake(caches, cache_seqlens, slots, block_table, backend):

@@ -70,11 +70,17 @@ def _move(layer_caches, ok, src_pg, src_off, dst_pg, dst_off):
     dst_pg = torch.where(ok, dst_pg, self_pg)
     dst_off = torch.where(ok, dst_off, self_off)
     for cache in layer_caches:  # [P or B, S or page, Hkv, D]
-        hi_pg, hi_off = cache.shape[0] - 1, cache.shape[1] - 1
-        spg, soff = src_pg.clamp(0, hi_pg), src_off.clamp(0, hi_off)
-        dpg, doff = dst_pg.clamp(0, hi_pg), dst_off.clamp(0, hi_off)
-        vals = cache[spg, soff].clone()  # read every source before any write
-        cache[dpg, doff] = vals
+        lead, width = cache.shape[:2]
+        spg, soff = src_pg.clamp(0, lead - 1), src_off.clamp(0, width - 1)
+        dpg, doff = dst_pg.clamp(0, lead - 1), dst_off.clamp(0, width - 1)
+        if cache.stride(0) == width * cache.stride(1):
+            # rows as one [lead * width, Hkv * D] matrix: index_select / index_copy_ (fast)
+            rows = cache.view(lead * width, -1)
+            vals = rows.index_select(0, (spg * width + soff).reshape(-1))  # a copy: read first
+            rows.index_copy_(0, (dpg * width + doff).reshape(-1), vals)
+        else:
+            vals = cache[spg, soff].clone()  # read every source before any write
+            cache[dpg, doff] = vals
 
 
 def commit_kv(caches, cache_seqlens, accepted_slots, *, block_table=None) -> None:

@@ -1,0 +1,120 @@
+"""specops.commit_kv vs the eager per-layer sequence it replaces and vs the reference.
+
+The eager peer is what EAGLE-style code does after verification: per layer, gather the accepted
+rows (index_select) and copy them to the committed prefix (index_copy_): two kernels per layer.
+commit_kv is one launch for every layer.  Both advance cache_seqlens, so every timed call first
+restores it (a [B] int32 copy_): the "seqlens reset" row times that alone (subtract it).
+
+    python bench/bench_kv.py [--device cuda|cpu] [--quick] [--csv PATH]
+    python -m bench --ops kv ...                                         (same rows)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __package__ in (None, ""):  # run as a script: make the checkout importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch
+
+import specops
+from bench.harness import Row, time_fn, with_ratios
+from specops.ops._common import available_backends
+
+# (layers, batch, capacity, Hkv, D, m, page or None)
+CASES_GPU = [(32, 1, 1024, 32, 128, m, None) for m in (1, 8, 64)] + [
+    (32, 4, 1024, 32, 128, 8, None),
+    (32, 1, 1024, 32, 128, 8, 16),
+]
+CASES_CPU = [(32, 1, 256, 32, 128, m, None) for m in (1, 8, 64)] + [(32, 1, 256, 32, 128, 8, 16)]
+CASES_QUICK = [(2, 1, 64, 2, 16, 4, None)]
+
+
+def _inputs(layers, b, capacity, hkv, d, m, page, device, copies):
+    g = torch.Generator(device="cpu").manual_seed(0)
+    dt = torch.bfloat16
+    if page is None:
+        shape = (layers, 2, b, capacity, hkv, d)
+        bt = None
+    else:
+        width = capacity // page
+        shape = (layers, 2, b * width, page, hkv, d)
+        bt = torch.randperm(b * width, generator=g)[: b * width].view(b, width).int().to(device)
+    caches = [torch.randn(shape, device=device, dtype=dt) for _ in range(copies)]
+    cs0 = torch.full((b,), capacity // 2, dtype=torch.int32, device=device)
+    # a tree path: m strictly increasing offsets in the first 2m draft slots, slot 0 = the root
+    slots = torch.stack(
+        [
+            torch.cat(
+                [torch.zeros(1), torch.randperm(2 * m - 1, generator=g)[: m - 1].sort()[0] + 1]
+            )
+            for _ in range(b)
+        ]
+    ).to(torch.int32)
+    return caches, bt, cs0, slots.to(device)
+
+
+def _eager_peer(caches, cs, cs0, slots, m):
+    """Per layer: index_select the accepted rows, index_copy_ them to the prefix (flattened over
+    B x S; host-known m as in EAGLE's update_inference_inputs), then advance the lengths."""
+    layers, _, b, s = caches.shape[:4]
+    base = (torch.arange(b, device=cs.device) * s)[:, None]
+    src = (base + cs0.long()[:, None] + slots.long()).reshape(-1)
+    dst = (base + cs0.long()[:, None] + torch.arange(m, device=cs.device)).reshape(-1)
+
+    def run():
+        cs.copy_(cs0)
+        for layer in range(layers):
+            kv = caches[layer].view(2, b * s, *caches.shape[4:])
+            kv.index_copy_(1, dst, kv.index_select(1, src))
+        cs.add_(m)
+
+    return run
+
+
+def _bench_case(case, device, backends, copies) -> list[Row]:
+    layers, b, capacity, hkv, d, m, page = case
+    caches, bt, cs0, slots = _inputs(layers, b, capacity, hkv, d, m, page, device, copies)
+    cs = cs0.clone()
+    shape = f"L={layers} B={b} Hkv={hkv} D={d} m={m}" + (f" page={page}" if page else "")
+    moved = 2 * 2 * layers * b * m * hkv * d * 2  # bytes read + written (bf16)
+    rows: list[Row] = []
+
+    def add(name, st, note="includes seqlens reset"):
+        gbps = moved / (st.median_us * 1e-6) / 1e9 if note else None
+        rows.append(
+            Row("commit_kv", shape, name, st.median_us, st.p20_us, st.p80_us, gbps, note=note)
+        )
+
+    def commit(c, be):
+        cs.copy_(cs0)
+        specops.commit_kv(c, cs, slots, block_table=bt, backend=be)
+
+    with specops.validation(False):
+        for be in backends:
+            add(be, time_fn([lambda c=c, be=be: commit(c, be) for c in caches], device))
+    if page is None:
+        add(
+            "eager index_copy loop",
+            time_fn([_eager_peer(c, cs, cs0, slots, m) for c in caches], device),
+        )
+    add("seqlens reset", time_fn(lambda: cs.copy_(cs0), device), note="")
+    return rows
+
+
+def run(device: str, quick: bool) -> list[Row]:
+    cases = CASES_QUICK if quick else (CASES_GPU if device == "cuda" else CASES_CPU)
+    backends = available_backends(torch.device(device), ("cuda", "cpu", "reference"))
+    copies = 4 if device == "cuda" else 1
+    rows: list[Row] = []
+    for case in cases:
+        rows += _bench_case(case, device, backends, copies)
+    return with_ratios(rows, ("cuda", "cpu"))
+
+
+if __name__ == "__main__":
+    from bench.__main__ import main
+
+    sys.exit(main(["--ops", "kv", *sys.argv[1:]]))
