@@ -289,14 +289,7 @@ def _tree_walk(
     # children are ever tested, so N iterations finish every row.
     for _ in range(n):
         live = ~done
-        finish = live & (cand < 0)
-        if greedy:
-            t = p_all[rows, cur].argmax(-1)
-        else:
-            t = inverse_cdf(p, u[:, final_draw]).long()
-        tokens = torch.where(finish[:, None] & (col == a[:, None]), t[:, None], tokens)
-        done = done | finish
-
+        done = done | (live & (cand < 0))  # no child left: finished (p, cur, a are final)
         test = live & (cand >= 0)
         c = cand.clamp(min=0)
         x = tok[rows, c]
@@ -323,6 +316,12 @@ def _tree_walk(
             q = torch.where(acc[:, None], q_all[rows, c], q)
         nxt = torch.where(acc, first_child[rows, c], next_sibling[rows, c])
         cand = torch.where(test, nxt, cand)
+    # The final token t ~ p: the residual if a child of `cur` was rejected, else target row cur.
+    if greedy:
+        t = p_all[rows, cur].argmax(-1)
+    else:
+        t = inverse_cdf(p, u[:, final_draw]).long()
+    tokens = torch.where(col == a[:, None], t[:, None], tokens)
     return _Walk(path, tokens, a, cur, rej)
 
 
