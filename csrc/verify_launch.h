@@ -1,0 +1,10 @@
+// CUDA launchers of the verification kernels, declared without CUDA headers for the bindings.
+// Each returns an empty string on success, else the CUDA error text.
+#pragma once
+#include <string>
+
+#include "specops/verify.h"
+
+namespace specops {
+std::string launch_verify_chain_cuda(const VerifyChainArgs& args, void* stream);
+}  // namespace specops

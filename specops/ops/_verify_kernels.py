@@ -1,0 +1,75 @@
+"""Launch the compiled verification kernels (C++ CPU twin / CUDA) from validated arguments.
+
+Inputs arrive checked by specops/ops/verify.py; here they are only made kernel-ready: float32
+probability rows with a contiguous last dim (other float dtypes are converted once), int32
+neighbours, int64 counts.  Token ids are read as int32 or int64 in place."""
+
+from __future__ import annotations
+
+import torch
+
+from specops import _build
+from specops.ops import _common as c
+
+
+def _f32_rows(t: torch.Tensor) -> torch.Tensor:
+    if t.dtype != torch.float32 or t.stride(-1) != 1:
+        t = t.float().contiguous()
+    return t
+
+
+def _ids(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _rng(d: dict, seed_t, seed_i, off_t, off_i, uniforms, batch: int) -> None:
+    d.update(
+        seed_ptr=c.ptr(seed_t),
+        seed_value=seed_i,
+        rows_per_seed=1 if seed_t is not None and seed_t.numel() == batch else batch,
+        offset_ptr=c.ptr(off_t),
+        offset_value=off_i,
+        uniforms=c.ptr(uniforms),
+    )
+
+
+def verify_chain(
+    be, target, tokens, draft, num_draft, seed_t, seed_i, off_t, off_i, nb, delta, greedy, uniforms
+):
+    b, k1, v = target.shape
+    target = _f32_rows(target)
+    draft = _f32_rows(draft) if draft is not None else None
+    tokens = _ids(tokens)
+    num_draft = num_draft.to(torch.int64).contiguous() if num_draft is not None else None
+    nb = nb.to(torch.int32).contiguous() if nb is not None else None
+    uniforms = uniforms.contiguous() if uniforms is not None else None
+    out_tokens = torch.empty(b, k1, dtype=torch.int32, device=target.device)
+    out_num = torch.empty(b, dtype=torch.int32, device=target.device)
+    d = dict(
+        target=target.data_ptr(),
+        target_sb=target.stride(0),
+        target_sk=target.stride(1),
+        draft=c.ptr(draft),
+        draft_sb=draft.stride(0) if draft is not None else 0,
+        draft_sk=draft.stride(1) if draft is not None else 0,
+        tokens=tokens.data_ptr(),
+        tokens_is64=tokens.dtype == torch.int64,
+        tokens_sb=tokens.stride(0),
+        num_draft=c.ptr(num_draft),
+        batch=b,
+        k=k1 - 1,
+        vocab=v,
+        neighbors=c.ptr(nb),
+        neighbors_k=nb.shape[1] if nb is not None else 0,
+        delta=float(delta),
+        greedy=bool(greedy),
+        out_tokens=out_tokens.data_ptr(),
+        out_num_accepted=out_num.data_ptr(),
+    )
+    _rng(d, seed_t, seed_i, off_t, off_i, uniforms, b)
+    if b > 0:
+        if be == "cuda":
+            _build._C.verify_chain_cuda(d, c.stream_of(target.device))
+        else:
+            _build._C.verify_chain_cpu(d)
+    return out_tokens, out_num
