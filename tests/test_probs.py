@@ -109,6 +109,17 @@ def test_triton_per_request_params_strides_and_out():
     assert_same(*both(torch.randn(33, device=DEV), top_k=torch.tensor(5, device=DEV)))
 
 
+def test_triton_block_sizes_do_not_change_the_result():
+    from specops.triton_kernels.probs import probs_triton
+
+    x = (torch.randn(2, 3000, generator=torch.Generator().manual_seed(9)) * 3).to(DEV)
+    want = specops.probs_from_logits(x, top_k=300, top_p=0.9, backend="reference").cpu()
+    for block, pblock, npiv in ((1024, 256, 4), (4096, 512, 16)):
+        out = torch.empty(2, 3000, device=DEV)
+        probs_triton(x, None, 1.0, 300, 0.9, None, 1, out, block=block, pblock=pblock, npiv=npiv)
+        assert_same(out.cpu(), want)
+
+
 def test_auto_backend_and_empty():
     x = torch.randn(2, 10)
     got = specops.probs_from_logits(x, top_k=3)  # CPU: auto = reference, never the interpreter

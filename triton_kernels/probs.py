@@ -112,6 +112,7 @@ def _probs_kernel(
     P_PTR: tl.constexpr,
     S_PTR: tl.constexpr,
     BLOCK: tl.constexpr,
+    PBLOCK: tl.constexpr,
     NPIV: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
@@ -229,8 +230,8 @@ def _probs_kernel(
                 mass = tl.zeros([NPIV], dtype=tl.float32)
                 a = tl.full([NPIV], _U32_MAX, tl.uint32)
                 b = tl.zeros([NPIV], dtype=tl.uint32)
-                for base in range(0, vocab, BLOCK):
-                    idx = base + cols
+                for base in range(0, vocab, PBLOCK):
+                    idx = base + tl.arange(0, PBLOCK)
                     valid = idx < vocab
                     x = _row_x(c_row, u_row, idx, valid, s, t_div, CFG)
                     key = _key(x)
@@ -265,7 +266,7 @@ def _probs_kernel(
         tl.store(o_row + idx, pr, mask=valid)
 
 
-def probs_triton(cond, uncond, t, k, p, s, rows_per_req, out, *, block=None, npiv=8):
+def probs_triton(cond, uncond, t, k, p, s, rows_per_req, out, *, block=None, pblock=None, npiv=8):
     """cond/uncond [R, V] (unit stride in V), out [R, V] float32 (unit stride in V).
     t, k, p, s: a [B] tensor (float32 / int32) or a Python scalar; k None = no top-k,
     p None = no top-p, uncond None = no CFG."""
@@ -274,6 +275,10 @@ def probs_triton(cond, uncond, t, k, p, s, rows_per_req, out, *, block=None, npi
         return out
     if block is None:
         block = min(4096, max(16, triton.next_power_of_2(vocab)))
+    # the top-p passes hold [PBLOCK, NPIV] tiles: smaller on a GPU (registers); the interpreter
+    # pays per loop iteration, so there it keeps the big block
+    if pblock is None:
+        pblock = block if cond.device.type == "cpu" else min(block, 8192 // npiv)
 
     def split(v, default):
         if isinstance(v, torch.Tensor):
@@ -309,6 +314,7 @@ def probs_triton(cond, uncond, t, k, p, s, rows_per_req, out, *, block=None, npi
         P_PTR=p_is,
         S_PTR=s_is,
         BLOCK=block,
+        PBLOCK=pblock,
         NPIV=npiv,
         num_warps=8,
         enable_fp_fusion=False,
