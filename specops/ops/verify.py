@@ -378,7 +378,7 @@ def _tree_fake(
 
 c.register(
     "verify_tree",
-    "(Tensor target_probs, Tensor first_child, Tensor next_sibling, int width, "
+    "(Tensor target_probs, Tensor first_child, Tensor next_sibling, SymInt width, "
     "Tensor draft_tokens, Tensor? draft_probs, bool without_replacement, Tensor? seed_t, "
     "int seed_i, Tensor? offset_t, int offset_i, Tensor? neighbors, float delta, bool greedy, "
     "Tensor? uniforms, str backend) -> (Tensor, Tensor, Tensor)",
@@ -592,7 +592,7 @@ def _pa_fake(target, draft, parents, num_paths, tokens, backend):
 
 c.register(
     "path_acceptance",
-    "(Tensor target_probs, Tensor? draft_probs, Tensor parents, int num_paths, "
+    "(Tensor target_probs, Tensor? draft_probs, Tensor parents, SymInt num_paths, "
     "Tensor draft_tokens, str backend) -> (Tensor, Tensor)",
     _pa_impl,
     _pa_fake,
