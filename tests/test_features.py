@@ -8,32 +8,43 @@ import specops
 from specops import reference
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
+FAST = ["triton", "cpu"]  # cpu: the C++ twin (CPU tensors)
+
+
+def _dev(backend):
+    return "cpu" if backend == "cpu" else DEV
+
+
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_gather_rows(dtype):
+@pytest.mark.parametrize("backend", FAST)
+def test_gather_rows(backend, dtype):
+    dev = _dev(backend)
     g = torch.Generator().manual_seed(0)
-    src = torch.randn(3, 7, 40, generator=g).to(dtype).to(DEV)
-    index = torch.tensor([[0, 6, -1, 2, 2], [1, -1, 3, 4, 5], [-1, -1, -1, -1, -1]], device=DEV)
+    src = torch.randn(3, 7, 40, generator=g).to(dtype).to(dev)
+    index = torch.tensor([[0, 6, -1, 2, 2], [1, -1, 3, 4, 5], [-1, -1, -1, -1, -1]], device=dev)
     for idx in (index, index.int()):
-        got = specops.gather_rows(src, idx, backend="triton")
+        got = specops.gather_rows(src, idx, backend=backend)
         assert got.dtype == dtype and got.shape == (3, 5, 40)
         assert torch.equal(got, reference.gather_rows(src, idx))
     # strided source (a view), wide rows (two column chunks), and the auto backend
-    wide = torch.randn(2, 9, 2 * 2100, generator=g).to(DEV)[:, 1:, ::2]
-    idx = torch.tensor([[7, 0, -1], [3, 3, 1]], device=DEV)
-    got = specops.gather_rows(wide, idx, backend="triton")
+    wide = torch.randn(2, 9, 2 * 2100, generator=g).to(dev)[:, 1:, ::2]
+    idx = torch.tensor([[7, 0, -1], [3, 3, 1]], device=dev)
+    got = specops.gather_rows(wide, idx, backend=backend)
     assert torch.equal(got, reference.gather_rows(wide, idx))
     assert torch.equal(specops.gather_rows(wide, idx), got)
 
 
-def test_gather_rows_fast_mode_out_of_range_reads_zeros():
-    src = torch.randn(2, 4, 8, device=DEV)
-    idx = torch.tensor([[4, -5, 1], [100, 0, -1]], device=DEV)
+@pytest.mark.parametrize("backend", FAST)
+def test_gather_rows_fast_mode_out_of_range_reads_zeros(backend):
+    dev = _dev(backend)
+    src = torch.randn(2, 4, 8, device=dev)
+    idx = torch.tensor([[4, -5, 1], [100, 0, -1]], device=dev)
     with specops.validation(False):
-        got = specops.gather_rows(src, idx, backend="triton")
-    want = torch.zeros(2, 3, 8, device=DEV)
+        got = specops.gather_rows(src, idx, backend=backend)
+    want = torch.zeros(2, 3, 8, device=dev)
     want[0, 2], want[1, 1] = src[0, 1], src[1, 0]
     assert torch.equal(got, want)
     with pytest.raises(ValueError, match="index"):
@@ -42,18 +53,20 @@ def test_gather_rows_fast_mode_out_of_range_reads_zeros():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("step", ["none", "broadcast", "per_row"])
-def test_drafter_inputs(dtype, step):
+@pytest.mark.parametrize("backend", FAST)
+def test_drafter_inputs(backend, dtype, step):
+    dev = _dev(backend)
     g = torch.Generator().manual_seed(1)
-    emb = torch.randn(50, 24, generator=g).to(dtype).to(DEV)
-    tokens = torch.randint(0, 50, (2, 5), generator=g).to(DEV)
+    emb = torch.randn(50, 24, generator=g).to(dtype).to(dev)
+    tokens = torch.randint(0, 50, (2, 5), generator=g).to(dev)
     tokens[1, 3] = -1
-    feats = torch.randn(2, 5, 33, generator=g).to(dtype).to(DEV)
+    feats = torch.randn(2, 5, 33, generator=g).to(dtype).to(dev)
     st = {
         "none": None,
-        "broadcast": torch.randn(7, generator=g).to(dtype).to(DEV),
-        "per_row": torch.randn(2, 5, 7, generator=g).to(dtype).to(DEV),
+        "broadcast": torch.randn(7, generator=g).to(dtype).to(dev),
+        "per_row": torch.randn(2, 5, 7, generator=g).to(dtype).to(dev),
     }[step]
-    got = specops.drafter_inputs(emb, tokens.int(), feats, st, backend="triton")
+    got = specops.drafter_inputs(emb, tokens.int(), feats, st, backend=backend)
     want = reference.drafter_inputs(emb, tokens, feats, st)
     assert got.dtype == dtype and got.shape == want.shape
     assert torch.equal(got, want)
@@ -63,23 +76,27 @@ def test_drafter_inputs(dtype, step):
     assert torch.equal(got, torch.cat(manual, -1))
 
 
-def test_drafter_inputs_strided_and_out_of_range():
+@pytest.mark.parametrize("backend", FAST)
+def test_drafter_inputs_strided_and_out_of_range(backend):
+    dev = _dev(backend)
     g = torch.Generator().manual_seed(2)
-    emb = torch.randn(30, 16, generator=g).to(DEV)[::2]  # strided [15, 16]
-    feats = torch.randn(3, 6, 10, generator=g).to(DEV).transpose(0, 1)  # [6, 3, 10] view
+    emb = torch.randn(30, 16, generator=g).to(dev)[::2]  # strided [15, 16]
+    feats = torch.randn(3, 6, 10, generator=g).to(dev).transpose(0, 1)  # [6, 3, 10] view
     tokens = torch.tensor([[0, 14, 15], [99, -7, 3], [1, 2, 3], [4, 5, 6], [7, 8, 9], [1, 1, 1]])
-    tokens = tokens.to(DEV)
+    tokens = tokens.to(dev)
     with specops.validation(False):
-        got = specops.drafter_inputs(emb, tokens, feats, backend="triton")
+        got = specops.drafter_inputs(emb, tokens, feats, backend=backend)
     assert torch.equal(got, reference.drafter_inputs(emb, tokens, feats))
-    assert torch.equal(got[0, 2, :16], torch.zeros(16, device=DEV))  # id 15 == V: zero row
+    assert torch.equal(got[0, 2, :16], torch.zeros(16, device=dev))  # id 15 == V: zero row
     with pytest.raises(ValueError, match="token id"):
         specops.drafter_inputs(emb, tokens, feats)
 
 
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("shape", [(1, 2, 5, 8), (3, 5, 9, 4), (2, 3, 4, 300)])
-def test_path_similarity_vs_pairwise_loop(stride, shape):
+@pytest.mark.parametrize("backend", FAST)
+def test_path_similarity_vs_pairwise_loop(backend, stride, shape):
+    dev = _dev(backend)
     b, p, length, c = shape
     g = torch.Generator().manual_seed(b * 7 + c)
     codebook = torch.randn(40, c, generator=g)
@@ -91,7 +108,7 @@ def test_path_similarity_vs_pairwise_loop(stride, shape):
     for alpha in (0.9, 0.6):
         want = brute_path_similarity(paths, codebook, alpha, stride)
         got = specops.path_similarity(
-            paths.to(DEV), codebook.to(DEV), alpha=alpha, stride=stride, backend="triton"
+            paths.to(dev), codebook.to(dev), alpha=alpha, stride=stride, backend=backend
         )
         assert got.dtype == torch.float32 and got.shape == (b,)
         torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-7)
@@ -99,37 +116,40 @@ def test_path_similarity_vs_pairwise_loop(stride, shape):
         torch.testing.assert_close(ref.double(), want, rtol=1e-5, atol=1e-7)
 
 
-def test_path_similarity_edge_cases():
-    cb = torch.randn(10, 6, generator=torch.Generator().manual_seed(3)).to(DEV)
-    one = torch.randint(0, 10, (2, 1, 4)).to(DEV)
-    assert specops.path_similarity(one, cb, backend="triton").tolist() == [1.0, 1.0]
-    same = torch.tensor([[[1, 2, 3, 4]] * 3]).to(DEV)
+@pytest.mark.parametrize("backend", FAST)
+def test_path_similarity_edge_cases(backend):
+    dev = _dev(backend)
+    cb = torch.randn(10, 6, generator=torch.Generator().manual_seed(3)).to(dev)
+    one = torch.randint(0, 10, (2, 1, 4)).to(dev)
+    assert specops.path_similarity(one, cb, backend=backend).tolist() == [1.0, 1.0]
+    same = torch.tensor([[[1, 2, 3, 4]] * 3]).to(dev)
     torch.testing.assert_close(
-        specops.path_similarity(same, cb, backend="triton"), torch.ones(1, device=DEV)
+        specops.path_similarity(same, cb, backend=backend), torch.ones(1, device=dev)
     )
     # half-precision codebooks; ids out of range count as zero vectors in fast mode
-    paths = torch.tensor([[[0, 1, 2], [0, 11, 2], [3, 1, -1]]]).to(DEV)
+    paths = torch.tensor([[[0, 1, 2], [0, 11, 2], [3, 1, -1]]]).to(dev)
     with specops.validation(False):
-        got = specops.path_similarity(paths, cb.half(), alpha=0.8, backend="triton")
+        got = specops.path_similarity(paths, cb.half(), alpha=0.8, backend=backend)
     want = brute_path_similarity(paths.cpu(), cb.half().float().cpu(), 0.8, 1)
     torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-7)
     with pytest.raises(ValueError, match="token id"):
         specops.path_similarity(paths, cb)
 
 
-@pytest.mark.parametrize("backend", ["triton", "reference"])
+@pytest.mark.parametrize("backend", [*FAST, "reference"])
 def test_feature_cache_round_trip_and_ages(backend):
+    dev = _dev(backend)
     g = torch.Generator().manual_seed(4)
     b, cap, h = 2, 16, 12
-    fc = specops.FeatureCache(b, cap, h, dtype=torch.float16, device=DEV, backend=backend)
-    ref_store = torch.zeros(b, cap, h, dtype=torch.float16, device=DEV)
-    ref_stamps = torch.full((b, cap), -1, dtype=torch.int32, device=DEV)
-    assert fc.read(torch.tensor([[0, 5], [15, -1]], device=DEV)).abs().sum() == 0
+    fc = specops.FeatureCache(b, cap, h, dtype=torch.float16, device=dev, backend=backend)
+    ref_store = torch.zeros(b, cap, h, dtype=torch.float16, device=dev)
+    ref_stamps = torch.full((b, cap), -1, dtype=torch.int32, device=dev)
+    assert fc.read(torch.tensor([[0, 5], [15, -1]], device=dev)).abs().sum() == 0
     for step in range(4):
-        pos = torch.stack([torch.randperm(cap, generator=g)[:5] for _ in range(b)]).to(DEV)
+        pos = torch.stack([torch.randperm(cap, generator=g)[:5] for _ in range(b)]).to(dev)
         pos[0, -1] = -1
-        feats = torch.randn(b, 5, h, generator=g).to(DEV)  # float32 in, stored as float16
-        st = step if step < 2 else torch.tensor([step, step + 1], device=DEV)
+        feats = torch.randn(b, 5, h, generator=g).to(dev)  # float32 in, stored as float16
+        st = step if step < 2 else torch.tensor([step, step + 1], device=dev)
         fc.write(pos, feats, st)
         reference.feature_cache_write(ref_store, ref_stamps, pos, feats, st)
         assert torch.equal(fc.features, ref_store) and torch.equal(fc.stamps, ref_stamps)
@@ -137,34 +157,36 @@ def test_feature_cache_round_trip_and_ages(backend):
         assert torch.equal(back[pos >= 0], feats.half()[pos >= 0])
         assert torch.equal(back[pos < 0], torch.zeros_like(back[pos < 0]))
         assert (fc.age(pos, st + 1)[pos >= 0] == 1).all()
-    q = torch.arange(cap, device=DEV).expand(b, cap)
+    q = torch.arange(cap, device=dev).expand(b, cap)
     assert torch.equal(fc.age(q, 10), reference.feature_cache_age(ref_stamps, q, 10))
     assert ((fc.age(q, 10) == -1) == (ref_stamps == -1)).all()
 
 
-def test_feature_cache_vvs_pattern():
+@pytest.mark.parametrize("backend", FAST)
+def test_feature_cache_vvs_pattern(backend):
     """Verified steps write back; a skipped step reads the most recent cached features for its
     unverified tokens (mixed staleness) without a host sync; post verification overwrites."""
+    dev = _dev(backend)
     b, cap, h = 2, 32, 4
-    fc = specops.FeatureCache(b, cap, h, device=DEV, backend="triton")
+    fc = specops.FeatureCache(b, cap, h, device=dev, backend=backend)
     hidden = lambda pos, step: (pos[..., None] * 10 + step).float().expand(*pos.shape, h)
     # step 0 (verified): positions 0..5 for request 0, 0..3 for request 1
-    pos0 = torch.tensor([[0, 1, 2, 3, 4, 5], [0, 1, 2, 3, -1, -1]], device=DEV)
+    pos0 = torch.tensor([[0, 1, 2, 3, 4, 5], [0, 1, 2, 3, -1, -1]], device=dev)
     fc.write(pos0, hidden(pos0, 0), step=0)
     # step 1 (verified): request 0 accepts 2 more (6, 7), request 1 accepts 4 (4..7)
-    pos1 = torch.tensor([[6, 7, -1, -1], [4, 5, 6, 7]], device=DEV)
+    pos1 = torch.tensor([[6, 7, -1, -1], [4, 5, 6, 7]], device=dev)
     fc.write(pos1, hidden(pos1, 1), step=1)
-    verified = torch.tensor([8, 8], device=DEV)
+    verified = torch.tensor([8, 8], device=dev)
     # step 2 skipped: 3 and 5 tokens accepted without verification -> the 3 / 5 most recent
-    unverified = torch.tensor([3, 5], device=DEV)
+    unverified = torch.tensor([3, 5], device=dev)
     pos = fc.recent_positions(verified, unverified, 5)
     assert pos.tolist() == [[5, 6, 7, -1, -1], [3, 4, 5, 6, 7]]
     feats = fc.read(pos)
     assert feats[0, :3, 0].tolist() == [50.0, 61.0, 71.0]  # mixed staleness: step 0 and 1
     assert fc.age(pos, 2).tolist() == [[2, 1, 1, -1, -1], [2, 1, 1, 1, 1]]
     # step 3 verified (post verification re-runs the unverified tokens 8..): write-back
-    pos3 = verified[:, None] + torch.arange(4, device=DEV)
-    fc.write(pos3, hidden(pos3, 3), step=torch.tensor(3, device=DEV))
+    pos3 = verified[:, None] + torch.arange(4, device=dev)
+    fc.write(pos3, hidden(pos3, 3), step=torch.tensor(3, device=dev))
     assert fc.read(pos3)[:, :, 0].tolist() == [[83.0, 93.0, 103.0, 113.0]] * 2
 
 
@@ -212,9 +234,9 @@ def test_bad_inputs():
         specops.path_similarity(torch.zeros(2, 2, 3, dtype=torch.long), torch.randn(4, 2), stride=0)
     with pytest.raises(ValueError, match="alpha"):
         specops.path_similarity(torch.zeros(2, 2, 3, dtype=torch.long), torch.randn(4, 2), alpha=-1)
-    with pytest.raises(RuntimeError, match="not available"):
+    with pytest.raises(RuntimeError, match="not available"):  # no CUDA kernel for this op
         specops.gather_rows(
-            torch.randn(2, 3, 4), torch.zeros(2, 2, dtype=torch.long), backend="cpu"
+            torch.randn(2, 3, 4), torch.zeros(2, 2, dtype=torch.long), backend="cuda"
         )
 
 
@@ -226,7 +248,7 @@ def test_opcheck():
     store, stamps = torch.zeros(2, 6, 8), torch.full((2, 6), -1, dtype=torch.int32)
     pos = torch.tensor([[0, 3, -1], [5, 1, 2]])
     utils = ("test_schema", "test_faketensor")
-    for be in ("triton", "reference"):
+    for be in ("triton", "cpu", "reference"):
         ops = torch.ops.specops
         torch.library.opcheck(ops.gather_rows.default, (src, idx, be), test_utils=utils)
         torch.library.opcheck(

@@ -131,7 +131,7 @@ def path_similarity(paths, codebook, *, alpha: float = 0.9, stride: int = 1) -> 
     v = codebook.shape[0]
     ids = paths[:, :, ::stride]
     ok = (ids >= 0) & (ids < v)
-    x = codebook.double()[torch.where(ok, ids, 0).long()] * ok[..., None]  # [B, P, L', C]
+    x = codebook[torch.where(ok, ids, 0).long()].double() * ok[..., None]  # [B, P, L', C]
     e = x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
     pair_sum = e.sum(1).pow(2).sum(-1) - e.pow(2).sum(-1).sum(1)  # [B, L']
     s = pair_sum / (p * (p - 1))
