@@ -1,0 +1,23 @@
+"""The decoding loop: one short function per method, gpt-fast style (static KV cache, no host
+sync inside a step except the read that decides when to stop, the maths in comments).
+
+    tokens, stats = ar(model, classes)
+    tokens, stats = speculative(model, drafter, classes, tree="dynamic")   # or None / a Tree
+    tokens, stats = sjd(model, classes, window=16)
+    tokens, stats = sjd_pac(model, classes, window=32, branch=3, depth=3)
+    tokens, stats = vvs(model, drafter, classes, codebook)
+
+Models follow the protocol ``logits, hidden = model(tokens [B, N], positions [B, N], cache,
+tree=None)`` with ``cache = model.new_cache(batch, capacity)`` (see ``specops.decode._common``).
+Every function returns the tokens [B, length] int32 and a ``Stats`` (target passes, step
+compression, accepted-length histogram, wall time split into model / specops / other).
+"""
+
+from specops.decode.ar import ar
+from specops.decode.sjd import sjd
+from specops.decode.sjd_pac import sjd_pac
+from specops.decode.speculative import speculative
+from specops.decode.stats import Stats
+from specops.decode.vvs import vvs
+
+__all__ = ["ar", "speculative", "sjd", "sjd_pac", "vvs", "Stats"]

@@ -1,0 +1,232 @@
+"""What every decoding method shares: the target runner (static cache, CFG pairs, probs), the
+drafter runner, the output buffer and the random-offset counter.
+
+Model protocol (DESIGN.md, "The decoding loop")::
+
+    cache = model.new_cache(batch, capacity)   # .kv [layers, 2, B, S, Hkv, D], .seqlens [B] int32
+    logits, hidden = model(tokens [B, N], positions [B, N], cache, tree=None)
+
+The N new tokens' K/V land at cache.seqlens + n and are not committed by the model; the loop
+commits the accepted ones with ``specops.commit_kv``.  Sequence bookkeeping used throughout:
+the cache holds the committed prefix s_0 .. s_{c-1} (c = seqlens); the *root* s_c is the last
+token emitted, not yet fed to the target; a draft node at depth d sits at position c + d.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import specops
+from specops.decode.stats import Recorder
+from specops.tree import Tree, pack_bits
+
+__all__ = ["TargetRunner", "DraftRunner", "Output", "Offsets", "prompt_tokens", "select_tree"]
+
+
+class Offsets:
+    """Philox offsets: every random op call of a run reads its own counter block."""
+
+    def __init__(self, start: int = 0):
+        self.value = start
+
+    def __call__(self) -> int:
+        self.value += 1
+        return self.value
+
+
+def prompt_tokens(model, classes) -> torch.Tensor:
+    """Class ids [B] -> prompt token ids [B, 1] (the class token of a LlamaGen-style model), or a
+    prompt [B, P] of token ids passed through."""
+    classes = torch.as_tensor(classes)
+    if classes.dim() == 2:
+        return classes.long()
+    cfg = getattr(model, "cfg", None)
+    base = cfg.vocab if cfg is not None else 0
+    return (classes.long() + base)[:, None]
+
+
+class TargetRunner:
+    """The target model with its static KV cache.  With ``cfg_scale`` the cache holds 2B rows,
+    cond then uncond; both halves get the same draft tokens and their logits are combined by
+    ``probs_from_logits(cond, cfg_scale=s, uncond_logits=uncond)`` (uncond + s (cond - uncond)).
+    Returns float32 probabilities at the sampling temperature / top-k / top-p, and the cond
+    half's hidden states."""
+
+    def __init__(
+        self,
+        model,
+        prompt: torch.Tensor,
+        *,
+        capacity: int,
+        rec: Recorder,
+        temperature: float = 1.0,
+        top_k=None,
+        top_p=None,
+        cfg_scale=None,
+        uncond_prompt: torch.Tensor | None = None,
+    ):
+        self.model, self.rec = model, rec
+        self.batch = prompt.shape[0]
+        self.cfg = cfg_scale is not None
+        self.cfg_scale = cfg_scale
+        self.sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+        self.prompt = prompt
+        if self.cfg:
+            if uncond_prompt is None:
+                null = model.cfg.null_class
+                uncond_prompt = torch.full_like(prompt, null)
+            self.uncond_prompt = uncond_prompt
+        rows = 2 * self.batch if self.cfg else self.batch
+        self.cache = model.new_cache(rows, capacity)
+        self.device = prompt.device
+
+    @property
+    def seqlens(self) -> torch.Tensor:
+        return self.cache.seqlens[: self.batch]
+
+    def _pair(self, t):
+        return torch.cat([t, t]) if (self.cfg and t is not None) else t
+
+    def forward(self, tokens, positions, tree=None, *, charged, _uncond_tokens=None):
+        """-> probs [B, N, V] float32, hidden [B, N, H]; one target pass charged to ``charged``."""
+        b = self.batch
+        if isinstance(tree, Tree):
+            tree = tree.expand(b).mask_bits if tree.batch_size == 1 else tree.mask_bits
+        if self.cfg:
+            unc = _uncond_tokens if _uncond_tokens is not None else tokens
+            tokens = torch.cat([tokens, unc])
+            positions = self._pair(positions)
+            tree = self._pair(tree)
+        with self.rec.timer("model"):
+            logits, hidden = self.model(tokens, positions, self.cache, tree)
+        self.rec.target_pass(charged)
+        with self.rec.timer("specops"):
+            if self.cfg:
+                probs = specops.probs_from_logits(
+                    logits[:b], cfg_scale=self.cfg_scale, uncond_logits=logits[b:], **self.sampling
+                )
+            else:
+                probs = specops.probs_from_logits(logits, **self.sampling)
+        return probs, hidden[:b]
+
+    def prefill(self):
+        """Read the prompt [B, P]; commit it.  -> (probs [B, V] of the first token, hidden
+        [B, P, H] of the prompt)."""
+        b, p = self.prompt.shape
+        pos = torch.arange(p, device=self.device).expand(b, p)
+        probs, hidden = self.forward(
+            self.prompt,
+            pos,
+            None,
+            charged=torch.ones(b, dtype=torch.bool, device=self.device),
+            _uncond_tokens=self.uncond_prompt if self.cfg else None,
+        )
+        self.commit(torch.arange(p, device=self.device, dtype=torch.int32).expand(b, p))
+        return probs[:, -1], hidden
+
+    def commit(self, slots: torch.Tensor) -> None:
+        """Keep the tree slots ``slots`` [B, M] (offsets from seqlens, path order, -1 padded)."""
+        with self.rec.timer("specops"):
+            specops.commit_kv(self.cache.kv, self.cache.seqlens, self._pair(slots))
+
+
+class DraftRunner:
+    """An EAGLE/HiViS feature drafter with its own static KV cache.  Drafter entry i holds the
+    input [e(s_{i+1}) || f_i]: after the target verified up to s_c, entries 0 .. c-1 are
+    committed and the output of entry c-1 predicts f_c, i.e. the root's children."""
+
+    def __init__(self, drafter, batch: int, capacity: int, rec: Recorder, device):
+        self.drafter, self.rec = drafter, rec
+        self.cache = drafter.new_cache(batch, capacity, device=device)
+        self.batch = batch
+
+    def update(self, tokens, feats, n):
+        """Append the committed entries (tokens [B, M] = s_{i+1}, feats [B, M, H] = f_i, the
+        first n[b] valid), commit them, and return (logits, feature) of the last one [B, V],
+        [B, H]: the drafter's prediction for the root's children."""
+        b, m = tokens.shape
+        dev = tokens.device
+        cols = torch.arange(m, device=dev)
+        pos = self.cache.seqlens.long()[:, None] + cols
+        with self.rec.timer("model"):
+            logits, g = self.drafter(tokens, feats, 0, pos, self.cache)
+        self.rec.stats.drafter_passes += 1
+        slots = torch.where(cols[None, :] < n[:, None], cols.int(), -1).int()
+        with self.rec.timer("specops"):
+            specops.commit_kv(self.cache.kv, self.cache.seqlens, slots)
+        last = (n.long() - 1).clamp(min=0)
+        rows = torch.arange(b, device=dev)
+        return logits[rows, last], g[rows, last]
+
+    def extend(self, tokens, feats, depth: int, bits, n_old: int):
+        """Draft nodes at tree depth ``depth`` (drafter position seqlens + depth - 1), slots
+        n_old .. of the draft tree; -> (logits [B, k, V], features [B, k, H])."""
+        b, k = tokens.shape
+        pos = (self.cache.seqlens.long() + depth - 1)[:, None].expand(b, k)
+        with self.rec.timer("model"):
+            out = self.drafter.extend(tokens, feats, depth, pos, self.cache, bits, n_old)
+        self.rec.stats.drafter_passes += 1
+        return out
+
+    def rewind(self, n: torch.Tensor) -> None:
+        """Forget the last n[b] committed entries (VVS: they were built on stale features and
+        are redone after post-verification)."""
+        self.cache.seqlens -= n.to(self.cache.seqlens.dtype)
+
+
+class Output:
+    """Emitted tokens [B, T] (int32, -1 until written), written at each request's count."""
+
+    def __init__(self, batch: int, length: int, slack: int, device):
+        self.length = length
+        self.buf = torch.full((batch, length + slack + 1), -1, dtype=torch.int32, device=device)
+        self.count = torch.zeros(batch, dtype=torch.int64, device=device)
+        self._trash = length + slack
+
+    @property
+    def active(self) -> torch.Tensor:
+        return self.count < self.length
+
+    def write(self, tokens: torch.Tensor, n: torch.Tensor) -> None:
+        """Append the first n[b] entries of tokens [B, M] to request b."""
+        m = tokens.shape[1]
+        cols = torch.arange(m, device=tokens.device)[None, :]
+        ok = cols < n[:, None]
+        idx = torch.where(ok, (self.count[:, None] + cols).clamp(max=self._trash), self._trash)
+        self.buf.scatter_(1, idx, tokens.to(torch.int32))
+        self.count += n.long()
+
+    def done(self) -> bool:
+        """The loop's one host read per step."""
+        return bool((self.count >= self.length).all())
+
+    def tokens(self) -> torch.Tensor:
+        return self.buf[:, : self.length]
+
+
+def select_tree(cond: torch.Tensor, a: Tree, b: Tree, width: int) -> Tree:
+    """Per-request choice between two trees of the same size: row r is a's where cond[r], else
+    b's.  Built on the device (no validation, no host read); ``width`` = max depth + 1."""
+    n = cond.shape[0]
+    a, b = a.expand(n), b.expand(n)
+    t = object.__new__(Tree)
+    for k, va in a.__dict__.items():
+        vb = b.__dict__[k]
+        if isinstance(va, torch.Tensor):
+            c = cond.reshape(-1, *([1] * (va.dim() - 1)))
+            t.__dict__[k] = torch.where(c, va, vb)
+        else:
+            t.__dict__[k] = va
+    t.__dict__["_path_width"] = width
+    return t
+
+
+def tree_from_parents(parents: torch.Tensor, width: int) -> Tree:
+    """A device-built tree (valid by construction) whose max depth + 1 is ``width``."""
+    t = Tree.from_parents(parents, validate=False)
+    t.__dict__["_path_width"] = width
+    return t
+
+
+def pack_ancestors(anc: torch.Tensor) -> torch.Tensor:
+    return pack_bits(anc)

@@ -1,0 +1,99 @@
+"""Speculative Jacobi Decoding (SJD, Teng et al.; SJD-PAC Sec. 3.3): the target drafts for itself.
+
+A window of L undecided tokens w_0 .. w_{L-1} follows the root s_c; w_i was drawn from q_i, the
+target distribution of slot i computed in an earlier iteration (stale: its context has changed
+since).  One iteration:
+
+1. one target pass over [s_c, w_0 .. w_{L-2}] gives p_i = p(w_i | prefix, s_c, w_<i) for all i;
+2. ``verify_jacobi`` (chain mode, no continuation): accept w_i while u_i q_i(w_i) < p_i(w_i);
+   the first rejected slot a is resampled from norm(max(p_a - q_a, 0)); later slots are
+   resampled afresh from their p_i (they become drafts with q_i = p_i);
+3. n = min(a + 1, L) tokens are committed (their KV too: the root and w_0 .. w_{n-2}); the window
+   shifts by n and n new slots are appended, drawn from the last row p_{L-1} (the most recent
+   distribution the window has; any q is lossless as long as the token is drawn from it).
+"""
+
+from __future__ import annotations
+
+import torch
+
+import specops
+from specops.decode._common import Offsets, Output, TargetRunner, prompt_tokens
+from specops.decode.stats import Recorder
+
+__all__ = ["sjd", "shift_window"]
+
+
+def shift_window(tokens, probs, n, fresh_q, seed, offset):
+    """Drop the first n[b] slots of a window (tokens [B, L], their draft dists probs [B, L, V]),
+    shift the rest left and fill the tail with draws from fresh_q [B, V]."""
+    b, L = tokens.shape
+    if probs is None:
+        probs = fresh_q[:, None].expand(b, L, -1)
+    cols = torch.arange(L, device=tokens.device)[None, :]
+    src = cols + n[:, None]
+    fresh = src >= L
+    rows = torch.arange(b, device=tokens.device)[:, None]
+    srcc = src.clamp(max=L - 1)
+    q = torch.where(fresh[..., None], fresh_q[:, None], probs[rows, srcc])
+    new = specops.sample(fresh_q[:, None].expand(b, L, -1), seed=seed, offset=offset)
+    return torch.where(fresh, new, tokens.gather(1, srcc)).int(), q
+
+
+@torch.no_grad()
+def sjd(
+    model,
+    classes,
+    *,
+    window: int = 16,
+    length: int | None = None,
+    temperature: float = 1.0,
+    top_k=None,
+    top_p=None,
+    cfg_scale=None,
+    seed: int = 0,
+):
+    """SJD with a window of ``window`` slots.  -> (tokens [B, length] int32, Stats)."""
+    prompt = prompt_tokens(model, classes)
+    dev = prompt.device
+    b = prompt.shape[0]
+    L = window
+    length = length or model.cfg.grid**2
+    sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    rec = Recorder("sjd", b, length, L, dev)
+    rng = Offsets()
+    rec.timer.start()
+    cap = prompt.shape[1] + length + 2 * L + 1  # finished requests still ride along
+    tgt = TargetRunner(model, prompt, capacity=cap, rec=rec, cfg_scale=cfg_scale, **sampling)
+    out = Output(b, length, L, dev)
+    rows = torch.arange(b, device=dev)
+    cols = torch.arange(L, device=dev)[None, :]
+
+    p0, _ = tgt.prefill()
+    with rec.timer("specops"):
+        root = specops.sample(p0, seed=seed, offset=rng())
+    ones = torch.ones(b, dtype=torch.long, device=dev)
+    out.write(root[:, None], ones)
+    rec.emitted(ones, ones.bool())
+    # initial window: every slot drawn from the only distribution there is, p(s_1)
+    with rec.timer("specops"):
+        w, q = shift_window(
+            torch.zeros(b, L, dtype=torch.int32, device=dev), None, ones * L, p0, seed, rng()
+        )
+    while not out.done():
+        active = out.active
+        inp = torch.cat([root[:, None], w[:, : L - 1]], 1)
+        pos = tgt.seqlens.long()[:, None] + cols
+        p, _ = tgt.forward(inp, pos, None, charged=active)  # p[:, i] = dist of slot i
+        with rec.timer("specops"):
+            r = specops.verify_jacobi(p, w, q, continue_after_reject=False, seed=seed, offset=rng())
+        n = (r.num_accepted.long() + 1).clamp(max=L)
+        n_emit = torch.where(active, n, 0)
+        tgt.commit(torch.where(cols < n_emit[:, None], cols, -1).int())  # root, w_0 .. w_{n-2}
+        out.write(r.next_window, n_emit)
+        rec.emitted(n_emit, active)
+        root = torch.where(active, r.next_window[rows, n - 1], root)
+        # slots after the committed ones were drawn from their p_i: they are next drafts
+        with rec.timer("specops"):
+            w, q = shift_window(r.next_window, p, n, p[:, L - 1], seed, rng())
+    return out.tokens(), rec.finish()

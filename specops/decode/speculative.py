@@ -1,0 +1,298 @@
+"""Speculative decoding with a feature drafter: chain (Leviathan/Chen), EAGLE-2 dynamic tree, or a
+static tree with sampled children.  Lossless in every mode (``temperature=0``: bit-exact greedy).
+
+One step, with the root s_c the last emitted token (not yet in the target's cache):
+
+1. the drafter catches up on the entries the last verification committed and predicts the
+   root's children (``DraftRunner.update``);
+2. drafting:
+   - chain: x_1 ~ q_1, x_2 ~ q_2(. | x_1), ..., K tokens; ``verify_chain`` with q;
+   - ``tree="dynamic"`` (EAGLE-2, HiViS Sec. 3.1, VSD App. D): every frontier node expands its
+     top-k drafter tokens, children scored by the cumulative log-probability of their path; the
+     top-k of the k^2 become the next frontier; after ``depth`` levels the N - 1 best-scoring
+     candidates form the tree (a child never outscores its parent, so the set is closed under
+     ancestors).  Children are deterministic given the prefix, so they are verified as
+     deterministic drafts (q = one-hot: accept child x w.p. p(x), else p <- norm(p without x)),
+     which is lossless whatever the tree;
+   - a static ``Tree`` (e.g. ``Tree.kary(2, 4)``): the children of every node are drawn from its
+     drafter distribution q, i.i.d. or without replacement; ``verify_tree`` with q (the tree
+     shape does not depend on the draws, which keeps recursive rejection sampling lossless);
+3. one target pass over root + drafts with tree attention;
+4. verification -> a accepted drafts + one corrected/bonus token; ``commit_kv`` keeps the KV of
+   the root and the accepted nodes (a + 1 entries).
+"""
+
+from __future__ import annotations
+
+import torch
+
+import specops
+from specops.decode._common import (
+    DraftRunner,
+    Offsets,
+    Output,
+    TargetRunner,
+    prompt_tokens,
+    tree_from_parents,
+)
+from specops.decode.stats import Recorder
+from specops.tree import Tree, pack_bits
+
+__all__ = ["speculative", "draft_dynamic", "Drafted"]
+
+
+class Drafted:
+    """A drafted tree: ``tree`` (N nodes, node 0 = root), ``tokens`` [B, N] (entry 0 = root),
+    ``draft_probs`` [B, N, V] or None (deterministic), ``beams`` [B, k, D] token paths of the
+    final top-k frontier (dynamic trees; VVS's candidate paths)."""
+
+    def __init__(self, tree, tokens, draft_probs=None, beams=None, chain=False):
+        self.tree, self.tokens, self.draft_probs = tree, tokens, draft_probs
+        self.beams, self.chain = beams, chain
+
+
+def _chain_bits(n: int, batch: int, device) -> torch.Tensor:
+    return pack_bits(torch.ones(n, n, dtype=torch.bool, device=device).tril()).expand(batch, n, -1)
+
+
+def draft_chain(dr: DraftRunner, root, logits, g, k: int, sampling, seed, rng, rec) -> Drafted:
+    """x_j ~ q_j = drafter(. | x_<j), j = 1..k, each fed back with the drafter's own feature."""
+    b = root.shape[0]
+    bits = _chain_bits(k, b, root.device)
+    toks, qs = [root.int()], []
+    for j in range(k):
+        with rec.timer("specops"):
+            q = specops.probs_from_logits(logits, **sampling)
+            x = specops.sample(q, seed=seed, offset=rng())
+        toks.append(x)
+        qs.append(q)
+        if j < k - 1:
+            lg, gg = dr.extend(x[:, None], g[:, None], j + 1, bits[:, : j + 1], j)
+            logits, g = lg[:, 0], gg[:, 0]
+    return Drafted(None, torch.stack(toks, 1), torch.stack(qs, 1), chain=True)
+
+
+def draft_dynamic(dr: DraftRunner, root, logits, g, k: int, depth: int, num_nodes: int, rec):
+    """EAGLE-2 dynamic tree (see the module docstring); scores use the drafter's T = 1
+    log-probabilities.  -> Drafted with draft_probs None (deterministic children)."""
+    b = root.shape[0]
+    dev = root.device
+    rows = torch.arange(b, device=dev)[:, None]
+    # candidates of all depths: token, score, parent candidate (-1 = root), depth
+    lp = logits.float().log_softmax(-1)  # [B, V]
+    s1, t1 = lp.topk(k, -1)
+    cand_tok, cand_score, cand_par, cand_depth = [t1], [s1], [torch.full_like(t1, -1)], [1]
+    f_tok, f_score, f_id = t1, s1, torch.arange(k, device=dev).expand(b, k)
+    f_path = t1[:, :, None]  # [B, k, d] tokens of each frontier path
+    f_feat = g[:, None].expand(b, k, -1)  # feature input of each frontier node (its parent's)
+    f_slot_par = torch.full((b, k), -1, dtype=torch.long, device=dev)
+    slots = k * max(depth - 1, 1)
+    anc = torch.zeros(b, slots, slots, dtype=torch.bool, device=dev)  # drafter-slot ancestry
+    base = k
+    for d in range(1, depth):
+        # run the frontier (depth d, drafter slots k(d-1) ..) through the drafter
+        lo = k * (d - 1)
+        new = torch.arange(lo, lo + k, device=dev)
+        par_anc = anc[rows, f_slot_par.clamp(min=0)]  # [B, k, slots]
+        par_anc = par_anc & (f_slot_par >= 0)[:, :, None]
+        anc[:, lo : lo + k] = par_anc
+        anc[:, new, new] = True
+        bits = pack_bits(anc[:, : lo + k, : lo + k])
+        lg, gg = dr.extend(f_tok, f_feat, d, bits, lo)
+        lp = lg.float().log_softmax(-1)  # [B, k, V]
+        s, t = lp.topk(k, -1)  # [B, k, k]
+        s = (f_score[:, :, None] + s).reshape(b, k * k)
+        t = t.reshape(b, k * k)
+        cand_tok.append(t)
+        cand_score.append(s)
+        cand_par.append(f_id[:, :, None].expand(b, k, k).reshape(b, k * k))
+        cand_depth.append(d + 1)
+        # next frontier: top-k of the k^2 by cumulative log-prob
+        keep = s.topk(k, -1).indices  # [B, k]
+        parent_local = keep // k
+        f_path = torch.cat([f_path[rows, parent_local], t.gather(1, keep)[:, :, None]], 2)
+        f_feat = gg[rows, parent_local]
+        f_slot_par = lo + parent_local
+        f_tok, f_score = t.gather(1, keep), s.gather(1, keep)
+        f_id = base + keep
+        base += k * k
+    tok = torch.cat(cand_tok, 1)  # [B, C]
+    score = torch.cat(cand_score, 1)
+    par = torch.cat(cand_par, 1)
+    dep = torch.cat([torch.full_like(t, dd) for t, dd in zip(cand_tok, cand_depth)], 1)  # [B, C]
+    # global rerank: the N - 1 best candidates; a tiny depth penalty makes a child rank strictly
+    # below its parent even when log q rounds to 0, so the selection is closed under ancestors.
+    c = tok.shape[1]
+    n_sel = min(num_nodes - 1, c)
+    key = score - 1e-4 * dep
+    sel = (
+        key.topk(n_sel, -1).indices.sort(-1).values
+    )  # candidate ids ascend with depth: topological
+    inv = torch.zeros(b, c + 1, dtype=torch.long, device=dev)  # candidate id -> node id (root 0)
+    inv.scatter_(1, sel, torch.arange(1, n_sel + 1, device=dev).expand(b, n_sel))
+    sel_par = par.gather(1, sel)
+    parent_node = torch.where(sel_par >= 0, inv.gather(1, sel_par.clamp(min=0)), 0)
+    parents = torch.cat([torch.full((b, 1), -1, device=dev, dtype=torch.long), parent_node], 1)
+    tree = tree_from_parents(parents.int(), depth + 1)
+    tokens = torch.cat([root[:, None].long(), tok.gather(1, sel)], 1).int()
+    return Drafted(tree, tokens, None, beams=f_path)
+
+
+def draft_static(dr: DraftRunner, root, logits, g, tree: Tree, wor: bool, sampling, seed, rng, rec):
+    """Children of every node drawn from the node's drafter distribution q (i.i.d., or without
+    replacement); nodes must be in breadth-first order (depth non-decreasing)."""
+    b = root.shape[0]
+    dev = root.device
+    n = tree.num_nodes
+    parents = tree.parents[0].tolist()  # static structure: host-side, once per call
+    depth = tree.depth[0].tolist()
+    levels = max(depth)
+    tokens = torch.full((b, n), -1, dtype=torch.int32, device=dev)
+    tokens[:, 0] = root.int()
+    v = logits.shape[-1]
+    qrows = torch.zeros(b, n, v, dtype=torch.float32, device=dev)
+    feats = torch.zeros(b, n, g.shape[-1], dtype=g.dtype, device=dev)
+    with rec.timer("specops"):
+        qrows[:, 0] = specops.probs_from_logits(logits, **sampling)
+    feats[:, 0] = g
+    bits_all = pack_bits(tree.ancestors[:1, 1:, 1:]).expand(b, -1, -1)  # drafter slot = node - 1
+    for d in range(1, levels + 1):
+        nodes = [i for i in range(n) if depth[i] == d]
+        # draw the children of each parent at depth d - 1
+        by_parent: dict = {}
+        for i in nodes:
+            by_parent.setdefault(parents[i], []).append(i)
+        with rec.timer("specops"):
+            for p, kids in by_parent.items():
+                q = qrows[:, p]
+                if wor:
+                    x = specops.sample_without_replacement(q, len(kids), seed=seed, offset=rng())
+                else:
+                    qk = q[:, None].expand(b, len(kids), v)
+                    x = specops.sample(qk, seed=seed, offset=rng())
+                tokens[:, kids] = x.int()
+        if d == levels:
+            break
+        lo, hi = nodes[0], nodes[-1] + 1
+        par_idx = torch.tensor([parents[i] for i in nodes], device=dev)
+        lg, gg = dr.extend(tokens[:, lo:hi], feats[:, par_idx], d, bits_all[:, : hi - 1], lo - 1)
+        feats[:, lo:hi] = gg
+        with rec.timer("specops"):
+            qrows[:, lo:hi] = specops.probs_from_logits(lg, **sampling)
+    tree.__dict__.setdefault("_path_width", levels + 1)
+    return Drafted(tree, tokens, qrows)
+
+
+@torch.no_grad()
+def speculative(
+    model,
+    drafter,
+    classes,
+    *,
+    tree="dynamic",
+    num_draft: int = 4,
+    branch: int = 4,
+    depth: int = 5,
+    num_nodes: int = 24,
+    without_replacement: bool = True,
+    length: int | None = None,
+    temperature: float = 1.0,
+    top_k=None,
+    top_p=None,
+    cfg_scale=None,
+    seed: int = 0,
+):
+    """Speculative decoding of ``length`` tokens per prompt.
+
+    ``tree``: None (chain of ``num_draft`` sampled drafts), "dynamic" (EAGLE-2: ``branch`` = top-k
+    per node and frontier width, ``depth`` levels, ``num_nodes`` nodes including the root) or a
+    static ``Tree`` (children sampled; ``without_replacement`` picks the sibling scheme).
+    ``temperature=0``: greedy drafts and greedy verification.  -> (tokens [B, length], Stats)."""
+    prompt = prompt_tokens(model, classes)
+    dev = prompt.device
+    b = prompt.shape[0]
+    length = length or model.cfg.grid**2
+    greedy = temperature == 0
+    sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    if tree is None:
+        mode, width, nodes = "chain", num_draft + 1, num_draft + 1
+    elif isinstance(tree, str):
+        if tree != "dynamic":
+            raise ValueError(f"speculative: tree must be None, 'dynamic' or a Tree, got {tree!r}")
+        mode, width, nodes = "dynamic", depth + 1, num_nodes
+    else:
+        mode, width, nodes = "static", tree.max_depth() + 1, tree.num_nodes
+        tree = tree.to(dev)
+        if bool((tree.depth[0, 1:] < tree.depth[0, :-1]).any()):
+            raise ValueError("speculative: a static tree must list its nodes breadth-first")
+    name = {"chain": "spec-chain", "dynamic": "spec-tree", "static": "spec-static"}[mode]
+    rec = Recorder(name, b, length, width, dev)
+    rng = Offsets()
+    rec.timer.start()
+    # a finished request stops committing but still rides along in the batch
+    cap = prompt.shape[1] + length + width + nodes + 1
+    tgt = TargetRunner(model, prompt, capacity=cap, rec=rec, cfg_scale=cfg_scale, **sampling)
+    dr = DraftRunner(drafter, b, cap, rec, dev)
+    out = Output(b, length, width, dev)
+    rows = torch.arange(b, device=dev)
+    cols = torch.arange(width, device=dev)[None, :]
+
+    probs, hidden = tgt.prefill()
+    with rec.timer("specops"):
+        root = specops.sample(probs, seed=seed, offset=rng())
+    ones = torch.ones(b, dtype=torch.long, device=dev)
+    out.write(root[:, None], ones)
+    rec.emitted(ones, ones.bool())
+    # the drafter's first entry: [e(s_1) || f_0] (f_0 = hidden state of the prompt's last token)
+    upd_tok, upd_feat, upd_n = root[:, None], hidden[:, -1:], ones
+    while not out.done():
+        active = out.active
+        logits, g = dr.update(upd_tok, upd_feat, upd_n)
+        if mode == "chain":
+            dft = draft_chain(dr, root, logits, g, num_draft, sampling, seed, rng, rec)
+            positions = tgt.seqlens.long()[:, None] + cols
+        elif mode == "dynamic":
+            dft = draft_dynamic(dr, root, logits, g, branch, depth, num_nodes, rec)
+            positions = tgt.seqlens.long()[:, None] + dft.tree.depth
+        else:
+            dft = draft_static(
+                dr, root, logits, g, tree, without_replacement, sampling, seed, rng, rec
+            )
+            positions = tgt.seqlens.long()[:, None] + dft.tree.depth
+        probs, hidden = tgt.forward(dft.tokens, positions, dft.tree, charged=active)
+        with rec.timer("specops"):
+            if mode == "chain":
+                r = specops.verify_chain(
+                    probs,
+                    dft.tokens[:, 1:],
+                    dft.draft_probs,
+                    seed=seed,
+                    offset=rng(),
+                    greedy=greedy,
+                )
+                path = torch.where(cols <= r.num_accepted[:, None], cols, -1)
+            else:
+                r = specops.verify_tree(
+                    probs,
+                    dft.tree,
+                    dft.tokens,
+                    dft.draft_probs,
+                    without_replacement=without_replacement and mode == "static",
+                    seed=seed,
+                    offset=rng(),
+                    greedy=greedy,
+                )
+                path = r.path
+        a = r.num_accepted.long()
+        n_emit = torch.where(active, a + 1, 0)
+        # keep the KV of the root and the accepted nodes: slots path[0 .. a]
+        tgt.commit(torch.where((cols < n_emit[:, None]), path, -1).int())
+        out.write(r.tokens, n_emit)
+        rec.emitted(n_emit, active)
+        root = torch.where(active, r.tokens[rows, a], root)
+        # the drafter's next entries: [e(s_{i+1}) || f_i] for the committed positions i
+        upd_tok = r.tokens
+        with rec.timer("specops"):
+            upd_feat = specops.gather_rows(hidden, path)
+        upd_n = n_emit
+    return out.tokens(), rec.finish()

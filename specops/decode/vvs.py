@@ -1,0 +1,255 @@
+"""VVS: speculative decoding with partial verification skipping (VVS Algorithms 1-2, Eqs. 1-2).
+
+EAGLE-2 tree speculative decoding (``speculative(tree="dynamic")``) where some steps skip the
+target pass.  LOSSY by design: skipped tokens are never verified.
+
+Per request and step, with the drafted tree C_t rooted at the last emitted token:
+
+- skip decision (Algorithm 1): never twice in a row (the step after a skip verifies); otherwise
+  ``schedule="similarity"``: skip iff the weighted mean pairwise cosine similarity of the
+  candidate paths' VQ latent embeddings (Eq. 2, ``specops.path_similarity`` over the final top-k
+  frontier paths, ``stride`` = token path down-sampling) reaches ``threshold``;
+  ``schedule="interval"``: skip every ``interval``-th step;
+- skipped step: pick a root-to-leaf path of C_t uniformly, keep its first
+  gamma = min(L_s, floor(mean leaf depth)) tokens (Eq. 1) as unverified output x°.  The drafter
+  needs features for them, which no target pass produced: it reuses the gamma most recent cached
+  target features (``FeatureCache.recent_positions`` / ``read``: mixed staleness);
+- verified step: one target pass over x° (post verification: restores their KV and features,
+  the tokens themselves are kept as they are) followed by the new tree hanging off x°'s last
+  token; ``verify_tree`` on that tree; ``commit_kv`` keeps root, x° and the accepted path; the
+  features of all committed positions are cached; the drafter redoes its x° entries with them.
+
+The combined pass lays out G + 1 chain slots (right-aligned: unused leading slots are isolated
+dummies), so the tree part starts at slot G for every request whatever its gamma.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import specops
+from specops.decode._common import DraftRunner, Offsets, Output, TargetRunner, prompt_tokens
+from specops.decode.speculative import draft_dynamic
+from specops.decode.stats import Recorder
+from specops.tree import pack_bits
+
+__all__ = ["vvs"]
+
+
+def _combined_mask(tree, gamma, g: int):
+    """Ancestor mask [B, G + N, G + N] of chain (right-aligned, gamma[b] + 1 real slots ending at
+    slot G) + tree (node m at slot G + m, its root = slot G)."""
+    b, n = tree.depth.shape
+    dev = gamma.device
+    tot = g + n
+    j = torch.arange(tot, device=dev)
+    lo = (g - gamma)[:, None, None]  # first real chain slot
+    row, col = j[None, :, None], j[None, None, :]
+    chain_row = row <= g
+    # chain rows: real ones see real chain slots up to themselves; dummies only themselves
+    real_row = row >= lo
+    chain_vis = (col >= lo) & (col <= row) & real_row
+    dummy_vis = (col == row) & ~real_row
+    # tree rows: the whole real chain, plus tree ancestors (offset by G; the root is slot G)
+    anc = torch.zeros(b, n, tot, dtype=torch.bool, device=dev)
+    anc[:, :, g:] = tree.ancestors
+    tree_vis = ((col >= lo) & (col <= g)).expand(b, tot, tot)[:, g:] | anc
+    mask = torch.where(chain_row, chain_vis | dummy_vis, False).expand(b, tot, tot).clone()
+    mask[:, g:] = tree_vis
+    return mask
+
+
+@torch.no_grad()
+def vvs(
+    model,
+    drafter,
+    classes,
+    codebook,
+    *,
+    schedule: str = "similarity",
+    threshold: float = 0.85,
+    interval: int = 2,
+    alpha: float = 0.9,
+    stride: int = 2,
+    branch: int = 4,
+    depth: int = 5,
+    num_nodes: int = 24,
+    length: int | None = None,
+    temperature: float = 1.0,
+    top_k=None,
+    top_p=None,
+    cfg_scale=None,
+    seed: int = 0,
+):
+    """VVS on top of EAGLE-2 drafting (``branch``/``depth``/``num_nodes`` as in
+    ``speculative``); ``codebook`` [V, C] = the VQ latent embeddings.
+    -> (tokens [B, length] int32, Stats with extra["skipped_steps"], extra["skipped_tokens"],
+    extra["mean_feature_age"])."""
+    if schedule not in ("similarity", "interval"):
+        raise ValueError(f"vvs: schedule must be 'similarity' or 'interval', got {schedule!r}")
+    prompt = prompt_tokens(model, classes)
+    dev = prompt.device
+    b = prompt.shape[0]
+    length = length or model.cfg.grid**2
+    greedy = temperature == 0
+    sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    G, D, N = depth, depth, num_nodes
+    width = D + 1
+    rec = Recorder("vvs", b, length, width + G, dev)
+    rng = Offsets()
+    rec.timer.start()
+    cap = prompt.shape[1] + length + G + N + width + 2
+    tgt = TargetRunner(model, prompt, capacity=cap, rec=rec, cfg_scale=cfg_scale, **sampling)
+    dr = DraftRunner(drafter, b, cap, rec, dev)
+    out = Output(b, length, width + G, dev)
+    codebook = codebook.to(dev)
+    rows = torch.arange(b, device=dev)
+    M = G + width  # widest drafter update: gamma stale entries redone + a + 1
+    jm = torch.arange(M, device=dev)[None, :]
+
+    probs, hidden = tgt.prefill()
+    fcache = specops.FeatureCache(b, cap, hidden.shape[-1], dtype=hidden.dtype, device=dev)
+    with rec.timer("specops"):
+        fcache.write(torch.arange(prompt.shape[1], device=dev).expand(b, -1), hidden, 0)
+        root = specops.sample(probs, seed=seed, offset=rng())
+    ones = torch.ones(b, dtype=torch.long, device=dev)
+    out.write(root[:, None], ones)
+    rec.emitted(ones, ones.bool())
+    gamma = torch.zeros(b, dtype=torch.long, device=dev)  # unverified tokens pending
+    unver = torch.full((b, G), -1, dtype=torch.int32, device=dev)  # x°, left-aligned
+    droot = root.clone()  # the drafting root: last emitted token
+    since = torch.zeros(b, dtype=torch.long, device=dev)  # verified steps since the last skip
+    upd_tok, upd_feat, upd_n = root[:, None], hidden[:, -1:], ones
+    rewind = torch.zeros(b, dtype=torch.long, device=dev)
+    skipped_steps = torch.zeros((), dtype=torch.long, device=dev)
+    skipped_tokens = torch.zeros((), dtype=torch.long, device=dev)
+    age_sum = torch.zeros((), dtype=torch.long, device=dev)
+    age_cnt = torch.zeros((), dtype=torch.long, device=dev)
+    step = 0
+    while True:
+        step += 1
+        active = out.active
+        dr.rewind(rewind)
+        logits, g = dr.update(upd_tok, upd_feat, upd_n)
+        dft = draft_dynamic(dr, droot, logits, g, branch, D, N, rec)
+        tree = dft.tree
+        # --- skip decision (Algorithm 1): only right after a verified step
+        if schedule == "similarity":
+            with rec.timer("specops"):
+                sim = specops.path_similarity(dft.beams, codebook, alpha=alpha, stride=stride)
+            want = sim >= threshold
+        else:
+            want = since >= interval - 1
+        skip = active & (gamma == 0) & want
+        verify = active & ~skip
+        c = tgt.seqlens.long()
+
+        # --- skipped rows: a uniformly drawn path, truncated to the mean leaf depth (Eq. 1)
+        with rec.timer("specops"):
+            leaf = specops.sample(tree.is_leaf.float(), seed=seed, offset=rng()).long()
+        dep = tree.depth.long()
+        mean_len = (dep * tree.is_leaf).sum(-1) / tree.is_leaf.sum(-1)
+        gam_new = torch.minimum(dep[rows, leaf], mean_len.floor().long()).clamp(min=1)
+        anc_leaf = tree.ancestors[rows, leaf]  # [B, N]
+        path_nodes = torch.stack(
+            [(anc_leaf & (dep == j)).int().argmax(-1) for j in range(1, G + 1)], 1
+        )
+        jg = torch.arange(G, device=dev)[None, :]
+        new_unver = torch.where(jg < gam_new[:, None], dft.tokens.gather(1, path_nodes), -1)
+
+        # the step's one host read: stop when every request is done; run no target pass at all
+        # when every active request skips verification
+        finished, any_verify = torch.stack([~active.any(), verify.any()]).tolist()
+        if finished:
+            break
+        # --- verified rows: one pass over [root, x°] + the new tree (post verification)
+        if any_verify:
+            mask = _combined_mask(tree, gamma, G)
+            bits = pack_bits(mask)
+            jc = torch.arange(G + 1, device=dev)[None, :]
+            chain_tok = torch.where(
+                jc == G - gamma[:, None],
+                root[:, None],
+                unver.gather(1, (jc - (G - gamma[:, None]) - 1).clamp(0, G - 1)),
+            )
+            chain_tok = torch.where(jc < G - gamma[:, None], 0, chain_tok)
+            chain_tok[:, G] = droot  # the tree root = last chain token
+            tokens = torch.cat([chain_tok.int(), dft.tokens[:, 1:]], 1)
+            chain_pos = c[:, None] + (jc - (G - gamma[:, None])).clamp(min=0)
+            tree_pos = c[:, None] + gamma[:, None] + dep[:, 1:]
+            pos = torch.cat([chain_pos, tree_pos], 1)
+            p, h = tgt.forward(tokens, pos, bits, charged=verify)
+            with rec.timer("specops"):
+                r = specops.verify_tree(
+                    p[:, G:].contiguous(),
+                    tree,
+                    dft.tokens,
+                    None,
+                    seed=seed,
+                    offset=rng(),
+                    greedy=greedy,
+                )
+            a = r.num_accepted.long()
+            # committed slots: chain G - gamma .. G, then G + path[1 .. a]
+            path_pad = torch.cat([r.path.long(), r.path.new_full((b, M), -1).long()], 1)
+            sl = torch.where(
+                jm <= gamma[:, None],
+                G - gamma[:, None] + jm,
+                G + path_pad.gather(1, (jm - gamma[:, None]).clamp(0, path_pad.shape[1] - 1)),
+            )
+            n_commit = gamma + a + 1
+            sl = torch.where((jm < n_commit[:, None]) & verify[:, None], sl, -1)
+            tgt.commit(sl.int())
+            fresh_feat = torch.where((sl >= 0)[..., None], specops.gather_rows(h, sl), 0)
+            with rec.timer("specops"):
+                fcache.write(torch.where(sl >= 0, c[:, None] + jm, -1).int(), fresh_feat, step)
+            n_emit = torch.where(verify, a + 1, 0)
+            out.write(r.tokens, n_emit)
+            rec.emitted(n_emit, verify)
+            bonus = r.tokens[rows, a]
+            # drafter: redo the gamma stale entries, then the accepted ones:
+            # tokens s_{i+1} = x°_1 .. x°_gamma, accepted tokens, bonus; features = fresh
+            ver_tok = torch.where(
+                jm < gamma[:, None],
+                unver.gather(1, jm.clamp(max=G - 1).expand(b, -1)),
+                r.tokens.gather(1, (jm - gamma[:, None]).clamp(0, r.tokens.shape[1] - 1)),
+            )
+            ver_tok = torch.where(jm < n_commit[:, None], ver_tok, -1)
+        else:
+            n_commit = torch.zeros_like(gamma)
+            bonus = root
+            ver_tok = torch.full((b, M), -1, dtype=torch.int32, device=dev)
+            fresh_feat = torch.zeros(b, M, hidden.shape[-1], dtype=hidden.dtype, device=dev)
+
+        # skipped rows: emit x°, feed the drafter stale features (the gamma most recent ones)
+        n_skip = torch.where(skip, gam_new, 0)
+        out.write(new_unver, n_skip)
+        with rec.timer("specops"):
+            spos = fcache.recent_positions(c, n_skip, M)
+            stale = fcache.read(spos)
+            age = fcache.age(spos, step)
+        age_sum += torch.where(age >= 0, age, 0).sum()
+        age_cnt += (age >= 0).sum()
+        skipped_steps += skip.sum()
+        skipped_tokens += n_skip.sum()
+        skip_tok = torch.where(jm < n_skip[:, None], new_unver.gather(1, jm.clamp(max=G - 1)), -1)
+
+        # next step's drafter update and state, per row
+        upd_tok = torch.where(skip[:, None], skip_tok, ver_tok)
+        upd_feat = torch.where(skip[:, None, None], stale, fresh_feat)
+        upd_n = torch.where(skip, n_skip, torch.where(verify, n_commit, 0))
+        rewind = torch.where(verify, gamma, 0)
+        root = torch.where(verify, bonus, root)
+        droot = torch.where(
+            skip, new_unver[rows, (gam_new - 1).clamp(min=0)], torch.where(verify, bonus, droot)
+        )
+        unver = torch.where(skip[:, None], new_unver, torch.where(verify[:, None], -1, unver))
+        gamma = torch.where(skip, gam_new, torch.where(verify, 0, gamma))
+        since = torch.where(skip, 0, since + verify.long())
+    stats = rec.finish()
+    stats.extra.update(
+        skipped_steps=int(skipped_steps),
+        skipped_tokens=int(skipped_tokens),
+        mean_feature_age=float(age_sum) / max(int(age_cnt), 1),
+    )
+    return out.tokens(), stats

@@ -1,0 +1,207 @@
+"""Train the embedded demo models from scratch: ``python -m specops.models.train``.
+
+Three stages, all on CPU in a few minutes, deterministic given the seed (up to thread timing):
+
+1. data + tokenizer: procedural 64x64 images (``specops.models.data``), a 512-entry 4x4-patch
+   codebook by k-means (``specops.models.vq``), every image -> 16x16 = 256 tokens.
+2. the class-conditional AR target (``Transformer``): sequence [class, t_1 .. t_256], next-token
+   cross-entropy with teacher forcing; the class is replaced by the null class 10% of the time
+   (LlamaGen), which is what classifier-free guidance's unconditional row uses.
+3. the feature drafter (``Drafter``) on the frozen target's last hidden states f and
+   distributions p.  Step 0 input at t: [e(x_{t+1}) || f_t || e_seq^0], target f_{t+1}, p_{t+1}.
+   Steps s = 1..3 unroll the drafter on its own predicted features, as at inference time
+   ("training-time test"): input [e(x_{t+1+s}) || g^{s-1}_t || e_seq^s] at position t + s
+   attends to the real step-0 keys at positions <= t and to its own step-1..s keys of the same t
+   (the path it drafted).  Loss per step: soft cross-entropy to p (so the drafter matches the
+   target distribution, which is what acceptance rewards) + smooth-L1 on the features.
+
+Weights are written to ``specops/models/weights/`` in float16 (``vq.pt``, ``ar.pt``,
+``drafter.pt``) with their configs and the training record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from specops.models.data import CLASSES, make_dataset
+from specops.models.drafter import Drafter
+from specops.models.transformer import ARConfig, Transformer
+from specops.models.vq import PatchVQ, kmeans
+
+WEIGHTS = Path(__file__).parent / "weights"
+
+
+def cosine_lr(step: int, total: int, peak: float, warmup: int = 30) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total - warmup))))
+
+
+def build_tokens(args):
+    t0 = time.time()
+    images, labels = make_dataset(args.per_class, seed=args.seed)
+    vq = PatchVQ(torch.zeros(1, 48), 4)
+    patches = vq.patches(images[: 300 * len(CLASSES)]).reshape(-1, 48)
+    vq = PatchVQ(kmeans(patches, args.codebook, iters=30, seed=args.seed), 4)
+    tokens = vq.encode(images).reshape(len(images), -1)  # [M, 256] raster order
+    print(f"data+vq: {len(images)} images, {tokens.shape[1]} tokens each, {time.time() - t0:.1f}s")
+    return vq, tokens, torch.as_tensor(labels)
+
+
+def train_ar(args, cfg: ARConfig, tokens, labels):
+    torch.manual_seed(args.seed)
+    model = Transformer(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.05)
+    g = torch.Generator().manual_seed(args.seed)
+    t0 = time.time()
+    for step in range(args.ar_steps):
+        idx = torch.randint(0, tokens.shape[0], (args.batch,), generator=g)
+        cls = labels[idx] + cfg.vocab
+        drop = torch.rand(args.batch, generator=g) < 0.1
+        cls = torch.where(drop, cfg.null_class, cls)
+        seq = torch.cat([cls[:, None], tokens[idx]], 1)  # [B, 257]
+        for group in opt.param_groups:
+            group["lr"] = cosine_lr(step, args.ar_steps, args.lr)
+        logits, _ = model.forward_train(seq[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, cfg.vocab), seq[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % 50 == 0 or step == args.ar_steps - 1:
+            print(f"ar step {step:4d} loss {loss.item():.3f} ({time.time() - t0:.0f}s)", flush=True)
+    return model, time.time() - t0, loss.item()
+
+
+def drafter_loss(drafter: Drafter, target: Transformer, seq: torch.Tensor, steps: int):
+    """Unrolled drafter loss on sequences seq [B, T] (see the module docstring)."""
+    with torch.no_grad():
+        logits, f = target.forward_train(seq)
+        p = logits.softmax(-1)  # p[t] = target distribution of x_{t+1}
+    b, t_len = seq.shape
+    n = t_len - 1  # drafter indices t = 0 .. n-1
+    idx = torch.arange(n)
+    causal = idx[None, :] <= idx[:, None]
+    diag = idx[None, :] == idx[:, None]
+    keys: list = []
+    feat = f[:, :n]
+    total = 0.0
+    for s in range(steps + 1):
+        tok_idx = (idx + 1 + s).clamp(max=t_len - 1)
+        tokens = seq[:, tok_idx]
+        pos = (idx + s).clamp(max=target.cfg.max_seq - 1).expand(b, n)
+        if s == 0:
+            mask, extra = None, None
+        else:
+            mask = torch.cat([causal] + [diag] * s, 1)
+            extra = (torch.cat([k for k, _ in keys], 1), torch.cat([v for _, v in keys], 1))
+        lg, g, kv = drafter.forward_train(tokens, feat, s, pos, mask, extra)
+        keys.append(kv)
+        valid = idx + 1 + s <= t_len - 2  # predicts x_{t+2+s}, a real image token
+        tgt = (idx + 1 + s).clamp(max=t_len - 1)
+        ce = -(p[:, tgt] * lg.log_softmax(-1)).sum(-1)  # soft cross-entropy to the target
+        reg = F.smooth_l1_loss(g, f[:, tgt], reduction="none").sum(-1)
+        total = total + ((ce + 0.1 * reg) * valid).sum() / (valid.sum() * b)
+        feat = g
+    return total / (steps + 1)
+
+
+def train_drafter(args, target: Transformer, tokens, labels):
+    torch.manual_seed(args.seed + 1)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    drafter = Drafter(target.cfg).bind(target)
+    opt = torch.optim.AdamW(drafter.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    g = torch.Generator().manual_seed(args.seed + 1)
+    t0 = time.time()
+    for step in range(args.drafter_steps):
+        idx = torch.randint(0, tokens.shape[0], (args.drafter_batch,), generator=g)
+        seq = torch.cat([(labels[idx] + target.cfg.vocab)[:, None], tokens[idx]], 1)
+        for group in opt.param_groups:
+            group["lr"] = cosine_lr(step, args.drafter_steps, args.lr)
+        loss = drafter_loss(drafter, target, seq, args.unroll)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
+        opt.step()
+        if step % 50 == 0 or step == args.drafter_steps - 1:
+            print(f"drafter step {step:4d} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
+    return drafter, time.time() - t0, loss.item()
+
+
+def half_state(module: torch.nn.Module) -> dict:
+    return {k: v.half() if v.is_floating_point() else v for k, v in module.state_dict().items()}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=str(WEIGHTS))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--per-class", type=int, default=600)
+    ap.add_argument("--codebook", type=int, default=512)
+    ap.add_argument("--ar-steps", type=int, default=500)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--drafter-steps", type=int, default=300)
+    ap.add_argument("--drafter-batch", type=int, default=16)
+    ap.add_argument("--unroll", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--only-drafter", action="store_true", help="reuse the saved vq.pt/ar.pt")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    if args.only_drafter:
+        from specops.models.loading import load_default
+
+        m = load_default(weights_dir=out, with_drafter=False)
+        target, vq = m.target, m.vq
+        images, labels = make_dataset(args.per_class, seed=args.seed)
+        tokens, labels = vq.encode(images).reshape(len(images), -1), torch.as_tensor(labels)
+    else:
+        cfg = ARConfig(vocab=args.codebook, num_classes=len(CLASSES))
+        vq, tokens, labels = build_tokens(args)
+        vq_state = {"codebook": vq.codebook.clone(), "patch": vq.patch, "classes": CLASSES}
+        torch.save(vq_state, out / "vq.pt")
+        target, secs, loss = train_ar(args, cfg, tokens, labels)
+        record = {
+            "steps": args.ar_steps,
+            "batch": args.batch,
+            "seconds": secs,
+            "loss": loss,
+            "images": len(labels),
+            "seed": args.seed,
+            "threads": args.threads,
+        }
+        state = {"config": cfg.to_dict(), "state": half_state(target), "train": record}
+        torch.save(state, out / "ar.pt")
+    drafter, secs, loss = train_drafter(args, target, tokens, labels)
+    record = {
+        "steps": args.drafter_steps,
+        "batch": args.drafter_batch,
+        "seconds": secs,
+        "loss": loss,
+        "unroll": args.unroll,
+        "seed": args.seed,
+    }
+    state = {
+        "step_dim": drafter.step_embed.embedding_dim,
+        "max_step": drafter.max_step,
+        "state": half_state(drafter),
+        "train": record,
+    }
+    torch.save(state, out / "drafter.pt")
+    sizes = {f.name: os.path.getsize(f) for f in sorted(out.glob("*.pt"))}
+    print("wrote", sizes)
+
+
+if __name__ == "__main__":
+    main()

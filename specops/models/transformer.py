@@ -1,0 +1,265 @@
+"""A small Llama-style decoder (RMSNorm, RoPE, GQA, SwiGLU) with a static KV cache.
+
+Two forward paths share the weights:
+
+- ``forward_train(tokens)``: teacher forcing over whole sequences with plain causal attention
+  (``F.scaled_dot_product_attention``), used by the training script.
+- ``model(tokens [B, N], positions [B, N], cache, tree=None) -> (logits, hidden)``: the decoding
+  protocol of ``specops.decode``.  The N new tokens' K/V are appended to the cache at
+  ``cache.seqlens[b] + n`` (``specops.append_kv``) and attention runs through
+  ``specops.tree_attention``: every new token sees the committed prefix and, among the N new
+  slots, itself and its ancestors in ``tree`` (``tree=None``: a causal chain).  The cache length
+  is not advanced here: the decoding loop verifies, then ``specops.commit_kv`` moves the accepted
+  slots into place and advances ``cache.seqlens``.
+
+Token ids: ``[0, vocab)`` are image codes, ``vocab + c`` is class c and ``vocab + num_classes``
+the null class (classifier-free guidance's unconditional prompt).  Logits cover the image codes.
+``hidden`` is the last hidden state after the final norm (logits = head(hidden)): the feature an
+EAGLE/HiViS drafter consumes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import specops
+from specops.tree import Tree
+
+__all__ = ["ARConfig", "KVCache", "Transformer", "RMSNorm", "Block", "rope_table", "apply_rope"]
+
+
+@dataclass
+class ARConfig:
+    vocab: int = 512  # image codes
+    num_classes: int = 10
+    dim: int = 128
+    layers: int = 4
+    heads: int = 2
+    kv_heads: int = 1
+    head_dim: int = 64
+    ffn: int = 384
+    max_seq: int = 320  # positions the RoPE table covers (prefix + image + draft slack)
+    rope_base: float = 10000.0
+    grid: int = 16  # image = grid x grid tokens in raster order
+
+    @property
+    def num_embeddings(self) -> int:
+        return self.vocab + self.num_classes + 1
+
+    @property
+    def null_class(self) -> int:
+        return self.vocab + self.num_classes
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class KVCache:
+    """Static cache of every layer: ``kv`` [layers, 2, B, S, Hkv, D] (the stacked layout
+    ``specops.commit_kv`` takes) and ``seqlens`` [B] int32, the committed prefix lengths."""
+
+    def __init__(self, layers, batch, capacity, kv_heads, head_dim, *, dtype, device):
+        self.kv = torch.zeros(
+            layers, 2, batch, capacity, kv_heads, head_dim, dtype=dtype, device=device
+        )
+        self.seqlens = torch.zeros(batch, dtype=torch.int32, device=device)
+
+    @property
+    def capacity(self) -> int:
+        return self.kv.shape[3]
+
+    @property
+    def batch(self) -> int:
+        return self.kv.shape[2]
+
+    def layer(self, i: int):
+        return self.kv[i, 0], self.kv[i, 1]
+
+    def reset(self) -> None:
+        self.seqlens.zero_()
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        # x / sqrt(mean(x^2) + eps) * w
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * (
+            self.weight
+        )
+
+
+def rope_table(max_seq: int, head_dim: int, base: float) -> torch.Tensor:
+    """[max_seq, head_dim / 2, 2] (cos, sin) of angle pos * base^(-2i / head_dim)."""
+    inv = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    ang = torch.arange(max_seq, dtype=torch.float64)[:, None] * inv[None, :]
+    return torch.stack([ang.cos(), ang.sin()], -1).float()
+
+
+def apply_rope(x: torch.Tensor, table: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x_i, x_{i + D/2}) of x [B, N, H, D] by the angle of ``positions`` [B, N]."""
+    cs = table[positions.long()]  # [B, N, D/2, 2]
+    cos, sin = cs[..., 0][:, :, None, :], cs[..., 1][:, :, None, :]
+    x1, x2 = x.float().chunk(2, -1)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).type_as(x)
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, heads, kv_heads, head_dim):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.wq = nn.Linear(dim, heads * head_dim, bias=False)
+        self.wk = nn.Linear(dim, kv_heads * head_dim, bias=False)
+        self.wv = nn.Linear(dim, kv_heads * head_dim, bias=False)
+        self.wo = nn.Linear(heads * head_dim, dim, bias=False)
+
+    def qkv(self, x, rope, positions):
+        b, n, _ = x.shape
+        q = self.wq(x).view(b, n, self.heads, self.head_dim)
+        k = self.wk(x).view(b, n, self.kv_heads, self.head_dim)
+        v = self.wv(x).view(b, n, self.kv_heads, self.head_dim)
+        return apply_rope(q, rope, positions), apply_rope(k, rope, positions), v
+
+    def forward_masked(self, x, rope, positions, mask=None, *, kv_extra=None):
+        """Plain attention for training: ``mask`` [N, M] bool (True = attend) or causal when None;
+        ``kv_extra`` = (k, v) [B, M - N, Hkv, D] keys placed before the N new ones (drafter
+        training).  Returns the output and the N new (k, v)."""
+        b, n, _ = x.shape
+        q, k_new, v_new = self.qkv(x, rope, positions)
+        k, v = k_new, v_new
+        if kv_extra is not None:
+            k, v = torch.cat([kv_extra[0], k], 1), torch.cat([kv_extra[1], v], 1)
+        rep = self.heads // self.kv_heads
+        qh = q.transpose(1, 2)
+        kh = k.transpose(1, 2).repeat_interleave(rep, 1)
+        vh = v.transpose(1, 2).repeat_interleave(rep, 1)
+        o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, is_causal=mask is None)
+        return self.wo(o.transpose(1, 2).reshape(b, n, -1)), (k_new, v_new)
+
+    def forward_cached(self, x, rope, positions, k_cache, v_cache, seqlens, mask_bits):
+        """Decoding: append the N new K/V at seqlens + n, attend over prefix + tree ancestors."""
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x, rope, positions)
+        specops.append_kv(k_cache, v_cache, k, v, seqlens)
+        o = specops.tree_attention(q, k_cache, v_cache, seqlens, mask_bits)
+        return self.wo(o.reshape(b, n, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        # SwiGLU: W2 (silu(W1 x) * W3 x)
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads, kv_heads, head_dim, ffn):
+        super().__init__()
+        self.attn_norm = RMSNorm(dim)
+        self.attn = Attention(dim, heads, kv_heads, head_dim)
+        self.ffn_norm = RMSNorm(dim)
+        self.ffn = FeedForward(dim, ffn)
+
+    def forward_masked(self, x, rope, positions, mask=None, kv_extra=None):
+        a, kv = self.attn.forward_masked(
+            self.attn_norm(x), rope, positions, mask, kv_extra=kv_extra
+        )
+        x = x + a
+        return x + self.ffn(self.ffn_norm(x)), kv
+
+    def forward_cached(self, x, rope, positions, k_cache, v_cache, seqlens, mask_bits):
+        x = x + self.attn.forward_cached(
+            self.attn_norm(x), rope, positions, k_cache, v_cache, seqlens, mask_bits
+        )
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class Transformer(nn.Module):
+    """Class-conditional visual AR decoder (LlamaGen style: class token, then raster tokens)."""
+
+    def __init__(self, cfg: ARConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.num_embeddings, cfg.dim)
+        self.blocks = nn.ModuleList(
+            Block(cfg.dim, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.ffn)
+            for _ in range(cfg.layers)
+        )
+        self.norm = RMSNorm(cfg.dim)
+        self.head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
+        self.register_buffer(
+            "rope", rope_table(cfg.max_seq, cfg.head_dim, cfg.rope_base), persistent=False
+        )
+        self._chain_bits: dict = {}
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        std = 0.02
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                # scaled init of the residual output projections (GPT-2)
+                out_proj = name.endswith(("wo.weight", "w2.weight"))
+                nn.init.normal_(p, 0.0, std / math.sqrt(2 * self.cfg.layers) if out_proj else std)
+
+    # training --------------------------------------------------------------------------------
+    def forward_train(self, tokens: torch.Tensor):
+        """tokens [B, T] -> (logits [B, T, vocab] float32, hidden [B, T, dim]), causal."""
+        b, t = tokens.shape
+        pos = torch.arange(t, device=tokens.device).expand(b, t)
+        x = self.embed(tokens)
+        for blk in self.blocks:
+            x, _ = blk.forward_masked(x, self.rope, pos)
+        h = self.norm(x)
+        return self.head(h).float(), h
+
+    # decoding --------------------------------------------------------------------------------
+    def new_cache(self, batch: int, capacity: int | None = None, *, dtype=None, device=None):
+        cfg = self.cfg
+        dev = device or self.embed.weight.device
+        return KVCache(
+            cfg.layers,
+            batch,
+            capacity or cfg.max_seq,
+            cfg.kv_heads,
+            cfg.head_dim,
+            dtype=dtype or self.embed.weight.dtype,
+            device=dev,
+        )
+
+    def chain_bits(self, n: int, batch: int, device) -> torch.Tensor:
+        key = (n, batch, str(device))
+        if key not in self._chain_bits:
+            self._chain_bits[key] = Tree.chain(n, batch=batch, device=device).mask_bits
+        return self._chain_bits[key]
+
+    def forward(self, tokens, positions, cache: KVCache, tree=None):
+        """tokens, positions [B, N]; tree: None (causal chain), a Tree, or mask_bits
+        [B, N, ceil(N/32)].  -> (logits [B, N, vocab] float32, hidden [B, N, dim]).
+        Token -1 marks a padding node (its outputs are meaningless and never used)."""
+        b, n = tokens.shape
+        if tree is None:
+            bits = self.chain_bits(n, b, tokens.device)
+        elif isinstance(tree, Tree):
+            bits = tree.expand(b).mask_bits if tree.batch_size == 1 else tree.mask_bits
+        else:
+            bits = tree
+        x = self.embed(tokens.long().clamp(min=0))  # -1 = padding node: any embedding will do
+        for i, blk in enumerate(self.blocks):
+            kc, vc = cache.layer(i)
+            x = blk.forward_cached(x, self.rope, positions, kc, vc, cache.seqlens, bits)
+        h = self.norm(x)
+        return self.head(h).float(), h

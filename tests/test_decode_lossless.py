@@ -1,0 +1,273 @@
+"""End-to-end losslessness of the decoding loop (specops.decode) on a model whose output
+distribution is known exactly: a second-order Markov chain over a few tokens, wrapped in the
+model protocol.  Its "KV cache" stores the token ids (so a wrong ``commit_kv`` or a wrong tree
+mask changes the distribution), and the parent of every tree node is read from the mask bits.
+
+Every sampling method must reproduce the chain's exact joint distribution of tokens 1-3 and of
+the last three tokens (chi-square, fixed seeds); a deliberately wrong verification (sampled
+drafts verified as if they were deterministic) must fail the same test.
+"""
+
+from __future__ import annotations
+
+import itertools
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from helpers import chi2_pvalue
+
+import specops
+from specops import Tree
+from specops.decode import speculative as spec_mod
+from specops.decode.ar import ar
+from specops.decode.sjd import sjd
+from specops.decode.sjd_pac import sjd_pac
+from specops.decode.speculative import speculative
+from specops.tree import unpack_bits
+
+V = 4  # states; token V is the prompt
+LENGTH = 7
+BATCH = 3000
+HIDDEN = 8
+
+
+class _Cache:
+    def __init__(self, batch, capacity, device="cpu"):
+        # token id + 1 stored in element 0 of a one-head, 64-wide "key" (0 = empty)
+        self.kv = torch.zeros(1, 2, batch, capacity, 1, 64, device=device)
+        self.seqlens = torch.zeros(batch, dtype=torch.int32, device=device)
+
+    def layer(self, i):
+        return self.kv[i, 0], self.kv[i, 1]
+
+
+def _parents_from_bits(bits, n):
+    """parent of node n = its deepest proper ancestor (-1 for the tree root)."""
+    anc = unpack_bits(bits, n)  # [B, N, N]
+    ids = torch.arange(n)
+    proper = anc & (ids[None, None, :] != ids[None, :, None])
+    return torch.where(proper, ids, -1).amax(-1)
+
+
+class MarkovLM:
+    """x_{t+1} ~ T[x_{t-1}, x_t]: a second-order chain; x_{-1} of the first token = 'start'."""
+
+    def __init__(self, seed=0, concentration=0.6):
+        g = np.random.default_rng(seed)
+        # prev in [0, V] (V = prompt) plus V + 1 = start; cur in [0, V]
+        self.table = torch.tensor(g.dirichlet([concentration] * V, size=(V + 2, V + 1)))
+        self.cfg = SimpleNamespace(vocab=V, null_class=None, grid=None)
+
+    def new_cache(self, batch, capacity, device="cpu"):
+        return _Cache(batch, capacity, device)
+
+    def __call__(self, tokens, positions, cache, tree=None):
+        b, n = tokens.shape
+        if tree is None:
+            par = torch.arange(-1, n - 1).expand(b, n)
+        else:
+            bits = tree.mask_bits if isinstance(tree, Tree) else tree
+            par = _parents_from_bits(bits.expand(b, -1, -1), n)
+        kc, vc = cache.layer(0)
+        stored = torch.zeros(b, n, 1, 64)
+        stored[:, :, 0, 0] = tokens.float() + 1
+        specops.append_kv(kc, vc, stored, stored, cache.seqlens)
+        last = kc[torch.arange(b), (cache.seqlens.long() - 1).clamp(min=0), 0, 0].long() - 1
+        last = torch.where(cache.seqlens > 0, last, V + 1)  # nothing before: 'start'
+        prev = torch.where(par >= 0, tokens.gather(1, par.clamp(min=0)), last[:, None])
+        cur = tokens.long().clamp(min=0)
+        probs = self.table[prev.long(), cur]
+        hidden = torch.nn.functional.one_hot(cur, HIDDEN).float()
+        return probs.log().float(), hidden
+
+    def joint(self, start: int) -> np.ndarray:
+        """Exact P(x_start, x_start+1, x_start+2) (tokens 1-based, x_0 = prompt) [V, V, V]."""
+        t = self.table.numpy()
+        pair = np.zeros((V + 2, V + 1))  # distribution of (x_{i-1}, x_i)
+        pair[V + 1, V] = 1.0  # (start, prompt)
+        for _ in range(start - 1):
+            new = np.zeros_like(pair)
+            for a, c in itertools.product(range(V + 2), range(V + 1)):
+                if pair[a, c] > 0:
+                    new[c, :V] += pair[a, c] * t[a, c]
+            pair = new
+        out = np.zeros((V, V, V))
+        for a, c in itertools.product(range(V + 2), range(V + 1)):
+            if pair[a, c] == 0:
+                continue
+            for x, y, z in itertools.product(range(V), repeat=3):
+                out[x, y, z] += pair[a, c] * t[a, c, x] * t[c, x, y] * t[x, y, z]
+        return out
+
+
+class MarkovDrafter:
+    """A first-order chain Q[x] (deliberately different from the target) in the drafter
+    protocol; features are ignored."""
+
+    def __init__(self, seed=1):
+        g = np.random.default_rng(seed)
+        self.table = torch.tensor(g.dirichlet([0.8] * V, size=V + 1)).float()
+
+    def new_cache(self, batch, capacity, device="cpu"):
+        return _Cache(batch, capacity, device)
+
+    def __call__(self, tokens, features, step, positions, cache, tree=None):
+        b, m = tokens.shape
+        return self.table[tokens.long().clamp(0, V)].log(), torch.zeros(b, m, HIDDEN)
+
+    def extend(self, tokens, features, step, positions, cache, bits, n_old):
+        return self(tokens, features, step, positions, cache)
+
+
+def _counts(tokens: torch.Tensor, start: int) -> np.ndarray:
+    x = tokens[:, start - 1 : start + 2].long().numpy()
+    idx = x[:, 0] * V * V + x[:, 1] * V + x[:, 2]
+    return np.bincount(idx, minlength=V**3)
+
+
+def _check(model, tokens, *, expect_pass=True):
+    assert tokens.shape == (BATCH, LENGTH)
+    assert int(tokens.min()) >= 0 and int(tokens.max()) < V
+    pvals = [chi2_pvalue(_counts(tokens, s), model.joint(s)) for s in (1, LENGTH - 2)]
+    if expect_pass:
+        assert min(pvals) > 1e-3, pvals
+    else:
+        assert min(pvals) < 1e-6, pvals
+    return pvals
+
+
+@pytest.fixture(scope="module")
+def markov():
+    return MarkovLM(), MarkovDrafter()
+
+
+CLASSES = torch.zeros(BATCH, dtype=torch.long)
+
+
+def test_exact_joint_is_a_distribution(markov):
+    m, _ = markov
+    for s in (1, 3, 5):
+        assert abs(m.joint(s).sum() - 1) < 1e-9
+
+
+def test_ar_matches_chain(markov):
+    m, _ = markov
+    tokens, stats = ar(m, CLASSES, length=LENGTH, seed=11)
+    _check(m, tokens)
+    assert stats.step_compression == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(tree=None, num_draft=3),
+        dict(tree="dynamic", branch=2, depth=3, num_nodes=6),
+        dict(tree=Tree.kary(2, 3), without_replacement=False),
+        dict(tree=Tree.kary(2, 3), without_replacement=True),
+    ],
+    ids=["chain", "dynamic", "static-iid", "static-wor"],
+)
+def test_speculative_lossless(markov, kw):
+    m, d = markov
+    tokens, stats = speculative(m, d, CLASSES, length=LENGTH, seed=12, **kw)
+    _check(m, tokens)
+    assert stats.step_compression > 1.2
+
+
+def test_sjd_lossless(markov):
+    m, _ = markov
+    tokens, stats = sjd(m, CLASSES, window=4, length=LENGTH, seed=13)
+    _check(m, tokens)
+    assert stats.step_compression > 1.0
+
+
+@pytest.mark.parametrize("ac,pd", [(True, True), (True, False), (False, True)])
+def test_sjd_pac_lossless(markov, ac, pd):
+    m, _ = markov
+    tokens, stats = sjd_pac(
+        m,
+        CLASSES,
+        window=6,
+        branch=2,
+        depth=2,
+        continuation=ac,
+        proactive=pd,
+        length=LENGTH,
+        seed=14,
+    )
+    _check(m, tokens)
+    assert stats.step_compression > 1.0
+
+
+def test_wrong_verification_is_detected(markov, monkeypatch):
+    """Negative control: the target rows passed as the draft distribution (a plausible wiring
+    bug: every draft passes u * p(x) < p(x)) emit the drafter's distribution; the same
+    statistical test must reject it.  (Passing q = one-hot instead would NOT be a bug: verifying
+    any draft as a deterministic one is lossless.)"""
+    m, d = markov
+    real = specops.verify_chain
+
+    def wrong(target_probs, draft_tokens, draft_probs, **kw):
+        return real(target_probs, draft_tokens, target_probs[:, :-1], **kw)
+
+    monkeypatch.setattr(spec_mod.specops, "verify_chain", wrong)
+    tokens, _ = speculative(m, d, CLASSES, tree=None, num_draft=3, length=LENGTH, seed=12)
+    _check(m, tokens, expect_pass=False)
+
+
+def test_greedy_speculative_equals_greedy_ar(markov):
+    m, d = markov
+    ref, _ = ar(m, CLASSES[:64], length=LENGTH, temperature=0)
+    for kw in (dict(tree=None), dict(tree="dynamic", branch=2, depth=3, num_nodes=6)):
+        got, _ = speculative(m, d, CLASSES[:64], length=LENGTH, temperature=0, **kw)
+        assert torch.equal(got, ref)
+
+
+def test_vvs_without_skips_is_lossless(markov):
+    """VVS that never skips (threshold above any similarity) is EAGLE-2: lossless."""
+    from specops.decode.vvs import vvs
+
+    m, d = markov
+    codebook = torch.randn(V, 3)
+    tokens, stats = vvs(
+        m,
+        d,
+        CLASSES,
+        codebook,
+        threshold=2.0,
+        branch=2,
+        depth=3,
+        num_nodes=6,
+        length=LENGTH,
+        seed=15,
+    )
+    _check(m, tokens)
+    assert stats.extra["skipped_steps"] == 0
+
+
+def test_vvs_interval_skips(markov):
+    from specops.decode.vvs import vvs
+
+    m, d = markov
+    codebook = torch.randn(V, 3)
+    tokens, stats = vvs(
+        m,
+        d,
+        CLASSES[:200],
+        codebook,
+        schedule="interval",
+        interval=2,
+        branch=2,
+        depth=3,
+        num_nodes=6,
+        length=LENGTH,
+        seed=16,
+    )
+    assert tokens.shape == (200, LENGTH) and int(tokens.min()) >= 0
+    assert stats.extra["skipped_steps"] > 0
+    _, ref = speculative(
+        m, d, CLASSES[:200], tree="dynamic", branch=2, depth=3, num_nodes=6, length=LENGTH, seed=16
+    )
+    assert stats.mean_passes < ref.mean_passes
