@@ -69,7 +69,10 @@ def _row_x(c_row, u_row, idx, valid, s, t_div, CFG: tl.constexpr):
         lg = tl.where(masked, float("-inf"), u + e)
     else:
         lg = c
-    x = lg / t_div
+    if t_div != 1.0:  # IEEE division (as torch's), skipped for T = 1 (LlamaGen's default)
+        x = tl.math.div_rn(lg, t_div)
+    else:
+        x = lg
     return tl.where(x == 0.0, 0.0, x)
 
 
