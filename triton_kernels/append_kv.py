@@ -64,7 +64,8 @@ def _append_kv(
         row = pos
     hh = tl.arange(0, BLOCK_H)[:, None]
     dd = tl.arange(0, BLOCK_D)[None, :]
-    m = (hh < HKV) & (dd < D) & ok
+    # mask: in-range head/dim and an in-range position (broadcast as a block, not a scalar)
+    m = (hh < HKV) & (dd < D) & ((tl.zeros([BLOCK_H, BLOCK_D], tl.int32) + ok.to(tl.int32)) != 0)
     k = tl.load(K + b * s_kb + n * s_kn + hh * s_kh + dd * s_kd, mask=m)
     v = tl.load(V + b * s_vb + n * s_vn + hh * s_vh + dd * s_vd, mask=m)
     kc = KC + page * s_kcp + row * s_kcs + hh * s_kch + dd * s_kcd

@@ -206,7 +206,7 @@ def _tree_attn_fwd(
 
     if split == NUM_SPLITS - 1:
         # tree slots j at positions seqlen + j: visible iff bit j of mask row n (and in range)
-        mask_row = MASK + b64 * s_mb + row_n[:, None] * s_mn
+        mask_row = MASK + b64 * s_mb + row_n * s_mn
         for t0 in range(0, N, BLOCK_N):
             j = t0 + offs_n
             kpos = seqlen + j
@@ -219,9 +219,15 @@ def _tree_attn_fwd(
                 v_base, bt_row, kpos, col_ok, offs_d, s_vp, s_vs, s_vd, NUM_PAGES,
                 D, BLOCK_D, PAGED, PAGE_SIZE, True,
             )  # fmt: skip
-            ok2 = row_ok[:, None] & col_ok[None, :]
-            words = tl.load(mask_row + (j // 32)[None, :] * s_mw, mask=ok2, other=0)
-            vis = (((words >> (j % 32)[None, :]) & 1) != 0) & ok2
+            # bit j of row n: one [BLOCK_M] word vector per 32 columns (t0 is a multiple of 32)
+            vis = tl.zeros([BLOCK_M, BLOCK_N], tl.int1)
+            for w in tl.static_range(BLOCK_N // 32):
+                w_ok = row_ok & (t0 + 32 * w + 0 * row_n < N)  # a vector mask
+                word = tl.load(mask_row + (t0 // 32 + w) * s_mw, mask=w_ok, other=0)
+                bit = (word[:, None] >> ((offs_n[None, :] - 32 * w) & 31)) & 1
+                in_word = (offs_n[None, :] >= 32 * w) & (offs_n[None, :] < 32 * w + 32)
+                vis = vis | ((bit != 0) & in_word)
+            vis = vis & col_ok[None, :]
             acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, q, k, v, qk_scale, vis, True, PREC)
 
     # o = acc / l, lse = ln2 * (m + log2 l); rows that saw nothing: o = 0, lse = -inf
@@ -294,24 +300,47 @@ def _sm_count(device: torch.device) -> int:
     return _SM_COUNT[idx]
 
 
-def _tiles(n: int, g: int, d: int) -> tuple[int, int, int]:
+def _config(n: int, g: int, d: int, dtype: torch.dtype) -> tuple[int, int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_D, num_warps, num_stages) from static shapes.  Chosen so that
+    ptxas (sm_90) reports no register spills for fp16/bf16 at D <= 256 (checked by compiling
+    for sm_90 without a GPU; not tuned by timing).  float32 (for tests) takes the exact
+    ("ieee") dot without tensor cores and small tiles."""
     block_d = max(16, triton.next_power_of_2(d))
-    rows = n * g
-    block_m = max(16, min(triton.next_power_of_2(rows), 64 if block_d >= 128 else 128))
-    block_n = 64
-    return block_m, block_n, block_d
+    block_m = max(16, triton.next_power_of_2(n * g))
+    if dtype == torch.float32:
+        block_m = min(block_m, 64)
+        return block_m, 32, block_d, 8 if block_m == 64 else 4, 2
+    if block_d <= 128:
+        block_m = min(block_m, 128)  # one warpgroup per 64 rows (wgmma M = 64)
+        return block_m, 64, block_d, 8 if block_m == 128 else 4, 3
+    block_m = 16 if block_m <= 16 else 64
+    return block_m, 32, block_d, 4 if block_m == 16 else 8, 2
 
 
-def choose_num_splits(batch: int, hkv: int, m_blocks: int, capacity: int, block_n: int, device):
-    """Prefix splits from static shapes only: enough programs for about two waves of SMs,
-    but at least 4 K/V tiles of a full cache per split, and at most 64 splits."""
+def choose_num_splits(
+    batch: int,
+    hkv: int,
+    hq: int,
+    n: int,
+    m_blocks: int,
+    capacity: int,
+    block_n: int,
+    elem_bytes: int,
+    device,
+) -> int:
+    """Prefix splits from static shapes only (never from cache_seqlens): enough programs for
+    about two waves of SMs, but each split at least 4 K/V tiles of a full cache, the partial
+    outputs (4-byte o and lse per split, written and read back) at most the K/V bytes of a
+    full cache (cap * Hkv * D * 2 tensors * elem per request vs splits * N * Hq * D * 4 * 2),
+    and at most 64 splits."""
     progs = batch * hkv * m_blocks
     sms = _sm_count(torch.device(device))
     if progs >= sms:
         return 1
     want = triton.cdiv(2 * sms, progs)
-    by_len = max(1, capacity // (4 * block_n))
-    return max(1, min(want, by_len, 64))
+    by_len = capacity // (4 * block_n)
+    by_traffic = (capacity * hkv * elem_bytes) // (4 * n * hq)
+    return max(1, min(want, by_len, by_traffic, 64))
 
 
 def tree_attention_triton(
@@ -343,10 +372,12 @@ def tree_attention_triton(
         bt, s_btb = cache_seqlens, 0  # never read
     if b == 0 or n == 0:
         return
-    block_m, block_n, block_d = _tiles(n, g, d)
+    block_m, block_n, block_d, num_warps, num_stages = _config(n, g, d, q.dtype)
     m_blocks = triton.cdiv(n * g, block_m)
     if num_splits is None:
-        num_splits = choose_num_splits(b, hkv, m_blocks, cap, block_n, q.device)
+        num_splits = choose_num_splits(
+            b, hkv, hq, n, m_blocks, cap, block_n, q.element_size(), q.device
+        )
     s_mb = mask_bits.stride(0) if mask_bits.shape[0] > 1 else 0
     prec = "ieee" if q.dtype == torch.float32 else "tf32"
     qk_scale = sm_scale * _LOG2E
@@ -373,7 +404,7 @@ def tree_attention_triton(
         n, hkv, cap, num_pages,
         G=g, D=d, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
         NUM_SPLITS=num_splits, PAGED=paged, PAGE_SIZE=page, PREC=prec,
-        num_warps=4 if block_m * block_d <= 64 * 128 else 8, num_stages=2,
+        num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
     if num_splits > 1:
         rows = b * n * hq
