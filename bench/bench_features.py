@@ -6,7 +6,7 @@ VVS-style cosine-matrix computation).
     python -m bench --ops features ...                                   (same rows)
 
 On CPU the Triton kernels are not timed (the interpreter is no fast path): the rows compare the
-reference with the eager sequences.
+C++ twins ("cpu") with the reference and the eager sequences.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ PATHS_QUICK = [(1, 3, 4, 50, 8, 1)]
 def _backends(device):
     return [
         b
-        for b in available_backends(torch.device(device), ("triton", "reference"))
+        for b in available_backends(torch.device(device), ("triton", "cpu", "reference"))
         if not (b == "triton" and device == "cpu")
     ]
 
@@ -160,7 +160,7 @@ def run(device: str, quick: bool) -> list[Row]:
             rows += _gather_and_write(case, device, backends, copies)
         for case in paths:
             rows += _paths(case, device, backends, copies)
-    return with_ratios(rows, ("triton",) if gpu else ("reference",))
+    return with_ratios(rows, ("triton", "cpu"))
 
 
 if __name__ == "__main__":

@@ -51,8 +51,8 @@ void feature_cache_write_host(char* store, int32_t* stamps, int64_t cap, int64_t
 }
 
 void path_similarity_host(const PathSimArgs& a, int64_t batch, float* out) {
-  std::vector<double> inv(a.P), acc(a.C);
-  for (int64_t b = 0; b < batch; ++b) out[b] = path_similarity_row(a, b, inv.data(), acc.data());
+  std::vector<double> acc(a.C), row(a.C);
+  for (int64_t b = 0; b < batch; ++b) out[b] = path_similarity_row(a, b, acc.data(), row.data());
 }
 
 }  // namespace specops

@@ -128,9 +128,16 @@ def test_path_similarity_edge_cases(backend):
     )
     # half-precision codebooks; ids out of range count as zero vectors in fast mode
     paths = torch.tensor([[[0, 1, 2], [0, 11, 2], [3, 1, -1]]]).to(dev)
-    with specops.validation(False):
-        got = specops.path_similarity(paths, cb.half(), alpha=0.8, backend=backend)
-    want = brute_path_similarity(paths.cpu(), cb.half().float().cpu(), 0.8, 1)
+    for dt in (torch.float16, torch.bfloat16):
+        with specops.validation(False):
+            got = specops.path_similarity(paths, cb.to(dt), alpha=0.8, backend=backend)
+        want = brute_path_similarity(paths.cpu(), cb.to(dt).float().cpu(), 0.8, 1)
+        torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-7)
+    # half subnormals, zeros and large values convert exactly (the C++ twin decodes the bits)
+    tiny = torch.tensor([[6e-8, 0.0, 1e-5], [-3e-5, 6e4, 0.0], [0.0, 0.0, 0.0]], device=dev)
+    tp = torch.tensor([[[0, 1], [1, 2], [0, 0]]], device=dev)
+    got = specops.path_similarity(tp, tiny.half(), backend=backend)
+    want = brute_path_similarity(tp.cpu(), tiny.half().float().cpu(), 0.9, 1)
     torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-7)
     with pytest.raises(ValueError, match="token id"):
         specops.path_similarity(paths, cb)

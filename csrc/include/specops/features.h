@@ -104,28 +104,27 @@ struct PathSimArgs {
   int64_t stride;
 };
 
-// out for request b; scratch: inv [P] doubles, acc [C] doubles.
-SPECOPS_HD float path_similarity_row(const PathSimArgs& a, int64_t b, double* inv, double* acc) {
+// out for request b; scratch: acc [C] and row [C] doubles.
+SPECOPS_HD float path_similarity_row(const PathSimArgs& a, int64_t b, double* acc, double* row) {
   double num = 0.0, den = 0.0, w = 1.0;
   for (int64_t l = 0; l < a.L; l += a.stride) {
-    double self_dot = 0.0;
+    double self_dot = 0.0;  // sum_p ||e_p||^2
     for (int64_t c = 0; c < a.C; ++c) acc[c] = 0.0;
     for (int64_t p = 0; p < a.P; ++p) {
       const int64_t id = load_index(a.paths, a.paths64, b * a.s_pb + p * a.s_pp + l * a.s_pl);
-      inv[p] = 0.0;
       if (id < 0 || id >= a.V) continue;  // a zero vector
-      const char* row = a.codebook + id * a.s_cv;
+      const char* x = a.codebook + id * a.s_cv;
       double sq = 0.0;
       for (int64_t c = 0; c < a.C; ++c) {
-        const double x = load_float(row + c * a.s_cc, a.kind);
-        sq += x * x;
+        row[c] = load_float(x + c * a.s_cc, a.kind);
+        sq += row[c] * row[c];
       }
       const double norm = sqrt(sq);
-      const double iv = 1.0 / (norm > 1e-12 ? norm : 1e-12);
-      self_dot += sq * iv * iv;
-      for (int64_t c = 0; c < a.C; ++c) acc[c] += load_float(row + c * a.s_cc, a.kind) * iv;
+      const double inv = 1.0 / (norm > 1e-12 ? norm : 1e-12);
+      self_dot += sq * inv * inv;
+      for (int64_t c = 0; c < a.C; ++c) acc[c] += row[c] * inv;  // sum_p e_p
     }
-    double tot = 0.0;
+    double tot = 0.0;  // ||sum_p e_p||^2
     for (int64_t c = 0; c < a.C; ++c) tot += acc[c] * acc[c];
     const double s_l = (tot - self_dot) / (static_cast<double>(a.P) * (a.P - 1.0));
     num += w * s_l;
