@@ -15,12 +15,14 @@ Conventions shared by all ops here
   ``u * q(x) < p(x)``, i.e. with probability ``min(1, p(x)/q(x))`` (1 when q(x) = 0 < p(x), 0 when
   p(x) = 0).  The product and comparison are float32.  With deterministic drafts (``draft_probs``
   None) ``q`` is the one-hot of ``x``: accept iff ``u < p(x)``.
-* Residual after a rejection: ``r = max(p - q, 0)`` (float32), the corrected token is drawn from
-  ``r / sum(r)``.  If ``r`` has no positive mass (only possible through rounding or inputs that
-  are not distributions) the token is drawn from ``p`` instead.
+* Residual after a rejection: ``r = max(p - q, 0)`` (float32), normalised as
+  ``norm(r) = float32(float64(r) / sum(float64(r)))``; the corrected token is drawn from
+  ``norm(r)``.  If ``r`` has no positive mass (only possible through rounding or inputs that
+  are not distributions) ``p`` is used instead of ``norm(r)``.
 * Sampling a token from a row ``w`` with a uniform ``u`` is ``reference.inverse_cdf``:
-  ``min{i : w_0 + ... + w_i > u * sum(w)}`` with float64 sums; a row without positive mass gives
-  token 0 (the documented fallback token).
+  ``min{i : w_0 + ... + w_i > u * sum(w), w_i > 0}`` with float64 sums (rounding past the end
+  gives the last id with positive mass); a row without positive mass gives token 0 (the
+  documented fallback token).
 * Draft ids: -1 is padding (see each op).  Any other id outside ``[0, V)`` counts as a draft of
   target probability 0: it is rejected and never used as an index (in validation mode the public
   ops raise ``ValueError`` instead).
@@ -242,9 +244,8 @@ def verify_chain(
                 qa = draft_probs.to(dev).float()[rows, ac]
             else:
                 qa = _one_hot(xa, v)
-            r = _residual(pa, qa)
-            has_mass = r.double().sum(-1) > 0
-            dist = torch.where((rejected & has_mass)[:, None], r, pa)
+            # draft a rejected: t ~ norm(max(p_a - q_a, 0)) (p_a if that has no mass)
+            dist = torch.where(rejected[:, None], _normalise(_residual(pa, qa), pa), pa)
         else:
             dist = pa
         final = inverse_cdf(dist, u[:, k]).long()
@@ -373,7 +374,8 @@ def verify_tree(
 
     Random draws, on stream row b: draw n - 1 = u_n, the acceptance test of node n (1 <= n < N;
     each node is tested at most once); draw N - 1 = the uniform of t's inverse-CDF sample.
-    ``uniforms`` [B, N].  On ``Tree.chain(K + 1)`` this is exactly ``verify_chain`` (same draws).
+    ``uniforms`` [B, N].  On ``Tree.chain(K + 1)`` this is exactly ``verify_chain`` (same draws,
+    bit-identical results).
     """
     b, n, v = target_probs.shape
     dev = target_probs.device
@@ -478,7 +480,7 @@ def verify_jacobi(
         ok = _accept(u[:, :L].reshape(-1), pf, qf, xf, relax) & ~none
         ok = ok.reshape(b, L)
         r = _residual(pf, qf)
-        r = torch.where(r.double().sum(-1, keepdim=True) > 0, r, pf)
+        r = _normalise(r, pf)
         u_s = u[:, L : 2 * L].reshape(-1)
         resampled = inverse_cdf(r, u_s).long().reshape(b, L)
         a = ok.long().cumprod(-1).sum(-1)
@@ -520,7 +522,7 @@ def verify_jacobi(
             u_s = u[rows, L + (nc - 1).clamp(min=0)]
             if continue_after_reject:
                 r = _residual(p, q if q is not None else _one_hot(x, v))
-                r = torch.where(r.double().sum(-1, keepdim=True) > 0, r, p)
+                r = _normalise(r, p)
                 t = torch.where(keep, x, inverse_cdf(r, u_s).long())
             else:
                 t = inverse_cdf(p, u_s).long()
