@@ -141,20 +141,20 @@ class Tree:
         p = self.parents.long()
         b, n = p.shape
         dev = p.device
-        # ancestors-or-self, built in topological order: anc[n] = anc[parent[n]] | {n}
-        anc = torch.zeros(b, n, n, dtype=torch.bool, device=dev)
-        depth = torch.zeros(b, n, dtype=torch.int64, device=dev)
-        eye = torch.eye(n, dtype=torch.bool, device=dev)
-        anc[:, 0] = eye[0]
-        for i in range(1, n):
-            par = p[:, i].clamp(min=0)
-            anc[:, i] = anc[torch.arange(b, device=dev), par] | eye[i]
-            depth[:, i] = depth[torch.arange(b, device=dev), par] + 1
+        # ancestors-or-self by pointer doubling: reach_1 = I | parent edges, and reach_{2k} =
+        # reach_k . reach_k (boolean product) covers paths of length <= 2k; ceil(log2 N) steps
+        # reach the root from every node.  No loop over nodes, no host sync.
+        ids = torch.arange(n, device=dev)
+        anc = (p[:, :, None] == ids[None, None, :]) | (ids[:, None] == ids[None, :])
+        steps = max(1, (n - 1).bit_length())
+        for _ in range(steps):
+            f = anc.to(torch.float32)
+            anc = torch.bmm(f, f) > 0
+        depth = anc.sum(-1) - 1
         self.ancestors = anc  # [B, N, N] bool, row n = n and its ancestors
         self.depth = depth.to(torch.int32)
         self.mask_bits = pack_bits(anc)
         # children[b, q, m]: node m is a child of q
-        ids = torch.arange(n, device=dev)
         children = p[:, None, :] == ids[None, :, None]
         has_child = children.any(-1)
         first = torch.where(children, ids, n).amin(-1)
