@@ -1,5 +1,7 @@
 """features: the Triton kernels equal the reference (copies: exactly; path_similarity: 1e-5)."""
 
+import os
+
 import pytest
 import torch
 from test_reference_features import brute_path_similarity
@@ -269,3 +271,53 @@ def test_opcheck():
             (store.clone(), stamps.clone(), pos, torch.randn(2, 3, 8), None, 4, be),
             test_utils=utils,
         )
+
+
+_AOT = """
+import sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+import specops.triton_kernels.features as k
+
+f = "*" + sys.argv[1]
+
+
+def compile_(fn, ptrs, consts, scalar="i64"):
+    sig = {n: scalar for n in fn.arg_names}
+    sig.update(ptrs)
+    sig.update({n: "constexpr" for n in consts})
+    src = ASTSource(fn, signature=sig, constexprs=consts)
+    triton.compile(src, target=GPUTarget("cuda", 90, 32))
+
+
+compile_(k._gather_kernel, dict(src=f, index="*i64", out=f), {"ROWS": 2, "BLOCK": 2048})
+for mode in (0, 1, 2):
+    ptrs = dict(emb=f, tokens="*i32", feats=f, step=f, out=f)
+    compile_(k._drafter_kernel, ptrs, {"STEP_MODE": mode, "ROWS": 4, "BLOCK": 1024})
+    ptrs = dict(store=f, stamps="*i32", pos="*i64", feats="*fp32", step_ptr="*i64")
+    ptrs["step_value"] = "i32"
+    compile_(k._write_kernel, ptrs, {"STEP_MODE": mode, "ROWS": 4, "BLOCK": 1024})
+ptrs = dict(paths="*i64", codebook=f, out="*fp32", alpha_stride="fp32")
+consts = {"STRIDE": 2, "BLOCK_P": 16, "BLOCK_C": 256}
+compile_(k._path_sim_kernel, ptrs, consts, scalar="i32")
+print("compiled")
+"""
+
+
+@pytest.mark.parametrize("dt", ["bf16"])
+def test_triton_kernels_lower_for_sm90(dt):
+    """Ahead-of-time compile for sm_90 (no GPU needed, out of the interpreter): catches lowering
+    errors the interpreter does not see."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    res = subprocess.run(
+        [sys.executable, "-c", _AOT, dt], env=env, capture_output=True, text=True, timeout=300
+    )
+    if "compiled" not in res.stdout and ("ptxas" in res.stderr and "not found" in res.stderr):
+        pytest.skip("no ptxas for ahead-of-time compilation")
+    assert res.returncode == 0 and "compiled" in res.stdout, res.stderr[-3000:]

@@ -272,8 +272,16 @@ def _launch(be, t, shape, strides, base, bases, layers, cs, slots, block_table):
         _build._C.commit_kv_cpu(*args)
 
 
+def _int32(t):
+    """The kernels read int32 contiguous index tensors (commit_kv converts; direct op calls)."""
+    if t is None or (t.dtype == torch.int32 and t.is_contiguous()):
+        return t
+    return t.to(torch.int32).contiguous()
+
+
 def _impl(caches, cache_seqlens, slots, block_table, backend):
     be = c.pick_backend(_OP, backend, caches.device, _BACKENDS)
+    slots, block_table = _int32(slots), _int32(block_table)
     if be == "reference":
         reference.commit_kv(caches, cache_seqlens, slots, block_table=block_table)
         return
@@ -297,6 +305,7 @@ def _impl(caches, cache_seqlens, slots, block_table, backend):
 
 def _impl_list(caches, cache_seqlens, slots, block_table, backend):
     be = c.pick_backend(_OP, backend, caches[0].device, _BACKENDS)
+    slots, block_table = _int32(slots), _int32(block_table)
     if be == "reference":
         pairs = [(caches[i], caches[i + 1]) for i in range(0, len(caches), 2)]
         reference.commit_kv(pairs, cache_seqlens, slots, block_table=block_table)
