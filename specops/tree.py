@@ -73,6 +73,12 @@ class Tree:
             _validate_parents(parents)
         self.parents = parents
         self._derive()
+        # Static sizes the verify ops need (the longest root-to-leaf path and the most leaves of
+        # any row).  Known without a device read when the tree was validated on the host, lives
+        # on the CPU, or comes from a classmethod; otherwise read once on first use and cached.
+        if validate or parents.device.type == "cpu":
+            self._path_width = int(self.depth.max()) + 1
+            self._num_leaves = int(self.is_leaf.sum(-1).max())
 
     # construction -------------------------------------------------------------------------
     @classmethod
@@ -87,7 +93,7 @@ class Tree:
         if n < 1:
             raise ValueError(f"Tree.chain: n must be >= 1, got {n}")
         parents = torch.arange(-1, n - 1, dtype=torch.int32, device=device)
-        return cls(parents.expand(batch, n).contiguous(), validate=False)
+        return cls(parents.expand(batch, n).contiguous(), validate=False)._sizes(n, 1)
 
     @staticmethod
     def _kary_parents(k: int, depth: int) -> list[int]:
@@ -109,7 +115,8 @@ class Tree:
         if k < 1 or depth < 1:
             raise ValueError(f"Tree.kary: need k >= 1 and depth >= 1, got k={k}, depth={depth}")
         parents = torch.tensor(cls._kary_parents(k, depth), dtype=torch.int32, device=device)
-        return cls(parents.expand(batch, -1).contiguous(), validate=False)
+        tree = cls(parents.expand(batch, -1).contiguous(), validate=False)
+        return tree._sizes(depth, k ** (depth - 1))
 
     @classmethod
     def kary_chain(cls, k: int, depth: int, length: int, *, batch: int = 1, device=None) -> Tree:
@@ -126,6 +133,7 @@ class Tree:
                 f"kary({k}, {depth}),"
                 f" got {length}"
             )
+        kary_nodes = len(parents)
         # First leaf of the k-ary part: follow first children from the root.
         leaf = 0
         for _ in range(depth - 1):
@@ -134,7 +142,13 @@ class Tree:
             parents.append(leaf)
             leaf = len(parents) - 1
         t = torch.tensor(parents, dtype=torch.int32, device=device)
-        return cls(t.expand(batch, -1).contiguous(), validate=False)
+        tree = cls(t.expand(batch, -1).contiguous(), validate=False)
+        return tree._sizes(depth + length - kary_nodes, k ** (depth - 1))
+
+    def _sizes(self, path_width: int, num_leaves: int) -> Tree:
+        self._path_width = path_width
+        self._num_leaves = num_leaves
+        return self
 
     # derived structure --------------------------------------------------------------------
     def _derive(self) -> None:
