@@ -106,12 +106,17 @@ def _bench_case(case, device, backends, copies) -> list[Row]:
 
 def run(device: str, quick: bool) -> list[Row]:
     cases = CASES_QUICK if quick else (CASES_GPU if device == "cuda" else CASES_CPU)
-    backends = available_backends(torch.device(device), ("cuda", "cpu", "reference"))
+    have = ("cuda", "triton", "cpu", "reference")
+    backends = [
+        b
+        for b in available_backends(torch.device(device), have)
+        if not (b == "triton" and device == "cpu")  # the interpreter is no fast path
+    ]
     copies = 4 if device == "cuda" else 1
     rows: list[Row] = []
     for case in cases:
         rows += _bench_case(case, device, backends, copies)
-    return with_ratios(rows, ("cuda", "cpu"))
+    return with_ratios(rows, ("cuda", "triton", "cpu"))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from specops.ops import _common as c
 
 __all__ = ["commit_kv"]
 
-_BACKENDS = ("cuda", "cpu", "reference")
+_BACKENDS = ("cuda", "triton", "cpu", "reference")
 _CACHE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _MAX_MOVES = 2048  # shared memory of the CUDA kernel: 16 bytes per entry of accepted_slots
 _OP = "commit_kv"
@@ -272,6 +272,52 @@ def _launch(be, t, shape, strides, base, bases, layers, cs, slots, block_table):
         _build._C.commit_kv_cpu(*args)
 
 
+_offsets: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+_RAW = {2: torch.int16, 4: torch.int32}
+
+
+def _slab_offsets(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """int64 [2 * layers]: each slab's start relative to the first, in elements (the Triton
+    kernel addresses slabs from one base pointer); cached by address like ``_base_array``."""
+    dev = tensors[0].device
+    addrs = tuple(t.data_ptr() for t in tensors)
+    key = (dev, addrs)
+    hit = _offsets.get(key)
+    if hit is None:
+        es = tensors[0].element_size()
+        hit = torch.tensor([(a - addrs[0]) // es for a in addrs], dtype=torch.int64).to(dev)
+        _offsets[key] = hit
+        while len(_offsets) > 64:
+            _offsets.popitem(last=False)
+    else:
+        _offsets.move_to_end(key)
+    return hit
+
+
+def _launch_triton(t, offsets, layers, shape, strides, cs, slots, block_table):
+    """t: the cache tensor whose first element is slab (0, 0)'s; moved as raw int bits."""
+    from specops.triton_kernels.kv import commit_kv_triton
+
+    if block_table is None:
+        page, num_pages, capacity = None, 0, shape[1]
+    else:
+        page, num_pages, capacity = shape[1], shape[0], block_table.shape[1] * shape[1]
+    commit_kv_triton(
+        t.view(_RAW[t.element_size()]),
+        offsets,
+        layers,
+        strides,
+        cs,
+        slots,
+        block_table,
+        page,
+        num_pages,
+        capacity,
+        shape[2] * shape[3],
+        _counter_workspace(cs.device, cs.shape[0]),
+    )
+
+
 def _int32(t):
     """The kernels read int32 contiguous index tensors (commit_kv converts; direct op calls)."""
     if t is None or (t.dtype == torch.int32 and t.is_contiguous()):
@@ -289,6 +335,10 @@ def _impl(caches, cache_seqlens, slots, block_table, backend):
         return
     st = caches.stride()
     strides = (st[0], st[1], st[2], st[3])
+    if be == "triton":
+        _launch_triton(caches, None, caches.shape[0], caches.shape[2:], strides, cache_seqlens,
+                       slots, block_table)  # fmt: skip
+        return
     _launch(
         be,
         caches,
@@ -314,6 +364,11 @@ def _impl_list(caches, cache_seqlens, slots, block_table, backend):
         return
     t = caches[0]
     strides = (0, 0, t.stride(0), t.stride(1))
+    if be == "triton":
+        offsets = _slab_offsets(list(caches))
+        _launch_triton(t, offsets, len(caches) // 2, t.shape, strides, cache_seqlens, slots,
+                       block_table)  # fmt: skip
+        return
     bases = _base_array(list(caches))
     _launch(be, t, t.shape, strides, 0, bases, len(caches) // 2, cache_seqlens, slots, block_table)
 
