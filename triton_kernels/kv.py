@@ -81,8 +81,10 @@ def _commit_kv_kernel(
         ok = ok & (src_pg >= 0) & (src_pg < NUM_PAGES) & (dst_pg >= 0) & (dst_pg < NUM_PAGES)
     m = tl.min(tl.where(ok, M, j), axis=0)
 
-    # 2. the last program of request b to get here advances its length
-    old = tl.atomic_add(counters + b, 1)
+    # 2. the last program of request b to get here advances its length; the barrier makes every
+    # thread's read of cs precede this program's (release) increment
+    tl.debug_barrier()
+    old = tl.atomic_add(counters + b, 1, sem="acq_rel")
     if old == PROGRAMS_PER_REQUEST - 1:
         tl.store(seqlens + b, (cs + m).to(tl.int32))
         tl.atomic_xchg(counters + b, 0)
