@@ -67,7 +67,10 @@ CASES = [
     (3, 64, 4, 1, 64, [1000, 0, 37], "random", torch.float16, 1),
     (1, 128, 4, 4, 64, [1], "random", torch.float32, 16),
     (3, 128, 8, 2, 64, [0, 37, 1000], "chain", torch.float16, None),
-    (2, 9, 6, 3, 80, [50, 3], "random", torch.float16, 16),  # D padded to 128
+    (2, 9, 6, 2, 80, [50, 3], "random", torch.float16, 16),  # G = 3, D padded to 128
+    (1, 5, 8, 1, 64, [1000], "random", torch.float16, 1),  # paged + split-KV
+    (3, 128, 8, 2, 128, [1000, 37, 0], "kary_chain", torch.float16, 16),
+    (3, 64, 8, 1, 64, [37, 1, 1000], "chain", torch.float32, None),
 ]
 
 
@@ -80,17 +83,17 @@ def test_kernel_matches_float64(b, n, hq, hkv, d, seqlens, kind, dtype, page):
     check_against_float64(out, lse, q, k, v, L, tree.ancestors, bt)
 
 
-@pytest.mark.parametrize("num_splits", [1, 2, 5])
-def test_split_counts_agree(num_splits):
+@pytest.mark.parametrize("num_splits,page", [(1, None), (2, 16), (5, None), (3, 1)])
+def test_split_counts_agree(num_splits, page):
     """Any split count gives the same result: splits of an empty prefix (request 2) and
     splits past a short prefix contribute nothing (lse -inf) to the merge."""
     from specops.triton_kernels.tree_attention import tree_attention_triton
 
-    q, k, v, L, tree, _ = _inputs(3, 5, 4, 2, 64, [300, 1, 0], "random", torch.float32, seed=2)
+    q, k, v, L, tree, bt = _inputs(3, 5, 4, 2, 64, [300, 1, 0], "random", torch.float32, page)
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[:3], device=DEV)
-    tree_attention_triton(q, k, v, L, tree.mask_bits, None, 0.125, out, lse, num_splits=num_splits)
-    check_against_float64(out, lse, q, k, v, L, tree.ancestors, sm_scale=0.125)
+    tree_attention_triton(q, k, v, L, tree.mask_bits, bt, 0.125, out, lse, num_splits=num_splits)
+    check_against_float64(out, lse, q, k, v, L, tree.ancestors, bt, sm_scale=0.125)
 
 
 def test_broadcast_tree_mask_bits_and_strided_inputs():
@@ -328,6 +331,20 @@ def test_mask_bits_are_the_ancestors():
     """The kernels read tree.mask_bits; the tests' ground truth reads tree.ancestors."""
     tree = make_tree("random", 70, batch=2)
     assert torch.equal(unpack_bits(tree.mask_bits, 70), tree.ancestors)
+
+
+def test_bench_quick_runs():
+    """bench/bench_tree_attention.py in its CI-sized mode (numbers not checked)."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from bench import bench_tree_attention
+
+    rows = bench_tree_attention.run(DEV, quick=True)
+    names = {r.backend for r in rows}
+    assert {"specops", "specops chain", "specops paged", "sdpa dense mask"} <= names
+    assert all(r.median_us > 0 for r in rows)
 
 
 # GPU only ----------------------------------------------------------------------------------
