@@ -26,6 +26,10 @@ Kernel design
   at row s % page of page block_table[b, s // page] (clamped into [0, P)).  Positions are
   clamped to the cache capacity, so no value of cache_seqlens reads out of bounds.
 - head_dim: any D <= 256, padded to a power of two (>= 16) with masked loads.
+- Tiles (``_config``): BLOCK_N = 64 keys (32 for D > 128 and for float32), BLOCK_M = the packed
+  rows rounded up to a power of two, at most 128 (8 warps: two wgmma warpgroups) for D <= 128.
+  Compiled for sm_90 without a GPU (``python bench/bench_tree_attention.py --aot``), the
+  fp16/bf16 configs use no spill stack; not yet tuned by timing on a GPU.
 """
 
 from __future__ import annotations
@@ -38,7 +42,6 @@ __all__ = ["tree_attention_triton", "choose_num_splits", "MAX_HEAD_DIM"]
 
 MAX_HEAD_DIM = 256
 _LOG2E = 1.4426950408889634
-_LN2 = 0.6931471805599453
 
 
 @triton.jit
