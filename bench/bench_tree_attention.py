@@ -52,6 +52,7 @@ CASES_CPU = [(1, 16, 256, 8, 2, 64)]
 CASES_QUICK = [(1, 5, 64, 4, 2, 64)]
 PAGE = 16
 _CEIL: dict = {}
+_FLEX: dict = {}
 
 
 def _random_tree(n: int, b: int, gen: torch.Generator) -> Tree:
@@ -140,7 +141,9 @@ def _peer_flex(c: _Case):
         return (ki < L[bi]) | ((ki - L[bi] < n) & anc[bi, qi, slot])
 
     bm = create_block_mask(tree_mask, b, None, n, s + n, device=c.q.device)
-    flex = torch.compile(flex_attention, dynamic=False)
+    if "flex" not in _FLEX:  # one compiled function: shapes after the first go dynamic
+        _FLEX["flex"] = torch.compile(flex_attention)
+    flex = _FLEX["flex"]
     q = c.q.transpose(1, 2)
     ks = [k.transpose(1, 2).contiguous() for k in c.k]
     vs = [v.transpose(1, 2).contiguous() for v in c.v]

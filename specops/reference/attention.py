@@ -58,7 +58,9 @@ def tree_attention(
 
     ``tree`` is a :class:`specops.Tree` (batch 1 or B) or its ``mask_bits`` [1 or B, N, W]
     int32.  Float32 math (float64 for float64 inputs), vectorised over the batch; the output
-    has q's dtype, the lse is float32 (float64 for float64 inputs)."""
+    has q's dtype, the lse is float32 (float64 for float64 inputs).  Scores are formed over
+    the whole cache capacity and masked (reading cache_seqlens on the host would sync), so the
+    cost grows with S_max, not with the prefix length."""
     mask_bits = tree.mask_bits if isinstance(tree, Tree) else tree
     b, n, hq, d = q.shape
     ct = _compute_dtype(q)
