@@ -256,10 +256,11 @@ def run(device: str, quick: bool) -> list[Row]:
 
 
 # --aot: compile the GPU configs for an sm_XX target without a GPU -----------------------------
-def aot_report(arch: int = 90) -> None:
-    """Compile _tree_attn_fwd for the configs the GPU grid uses (bf16, D = 128, contiguous and
+def aot_report(arch: int = 90, smoke: bool = False) -> None:
+    """Compile _tree_attn_fwd for the configs the GPU grid uses (bf16/fp16, contiguous and
     paged) and print registers, spilled stack bytes, shared memory and whether wgmma is used.
-    Integer arguments get the divisibility-by-16 hints Triton's launcher gives real strides."""
+    Integer arguments get the divisibility-by-16 hints Triton's launcher gives real strides.
+    ``smoke``: two bf16 configs only (the test suite's lowering check)."""
     import subprocess
     import tempfile
 
@@ -276,10 +277,19 @@ def aot_report(arch: int = 90) -> None:
     div16 = set(ptrs) | set("s_qb s_qn s_qh s_kp s_ks s_kh s_vp s_vs s_vh s_ob s_on s_oh".split())
     bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     seen = set()
-    for dt_name, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
-        for _b, n, _s, hq, hkv, d in CASES_GPU + [(1, 64, 0, 32, 4, 64), (1, 16, 0, 8, 8, 256)]:
+    dtypes = (
+        (("bf16", torch.bfloat16),)
+        if smoke
+        else (("bf16", torch.bfloat16), ("fp16", torch.float16))
+    )
+    cases = CASES_GPU + [(1, 64, 0, 32, 4, 64), (1, 16, 0, 8, 8, 256)]
+    variants = ((False, 1, 1), (True, PAGE, 4))
+    if smoke:  # packed GQA rows in two wgmma warpgroups; one-row-tile mma.sync, paged, split
+        cases, variants = [(1, 64, 0, 32, 8, 128), (1, 16, 0, 32, 32, 128)], variants[:1]
+    for dt_name, dt in dtypes:
+        for i, (_b, n, _s, hq, hkv, d) in enumerate(cases):
             bm, bn, bd, warps, stages = ta._config(n, hq // hkv, d, dt)
-            for paged, page, splits in ((False, 1, 1), (True, PAGE, 4)):
+            for paged, page, splits in ((True, PAGE, 4),) if smoke and i else variants:
                 key = (dt_name, hq // hkv, bm, bn, bd, d, paged, splits)
                 if key in seen:
                     continue
@@ -341,7 +351,7 @@ if __name__ == "__main__":
     if "--aot" in sys.argv:
         os.environ.pop("TRITON_INTERPRET", None)
         arch = int(sys.argv[sys.argv.index("--arch") + 1]) if "--arch" in sys.argv else 90
-        aot_report(arch)
+        aot_report(arch, smoke="--smoke" in sys.argv)
         sys.exit(0)
     from bench.__main__ import main
 
