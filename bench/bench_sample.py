@@ -35,7 +35,7 @@ def run(device: str, quick: bool) -> list[Row]:
                 lambda p=p, be=be, o=out: specops.sample(p, seed=1, backend=be, out=o)
                 for p in probs
             ]
-            st = time_fn(fns, device)
+            st = time_fn(fns, device, quick=quick)
             rows.append(
                 Row(
                     "sample",
@@ -48,7 +48,7 @@ def run(device: str, quick: bool) -> list[Row]:
                 )
             )
         fns = [lambda p=p: torch.multinomial(p, 1) for p in probs]
-        st = time_fn(fns, device)
+        st = time_fn(fns, device, quick=quick)
         rows.append(
             Row(
                 "sample",

@@ -130,10 +130,15 @@ def time_cuda(
     return _summary(samples)
 
 
-def time_fn(fn, device: str, **kw) -> Stats:
+def time_fn(fn, device: str, *, quick: bool = False, **kw) -> Stats:
+    """Time ``fn`` (or a list of rotated copies) on ``device``; ``quick``: few trials (CI)."""
+    if quick:
+        kw = {"warmup": 1, "trials": 3, **kw}
     if device == "cuda":
         return time_cuda(fn, **kw)
-    return time_cpu(fn if callable(fn) else fn[0])
+    kw.pop("reps", None)
+    kw.pop("use_graph", None)
+    return time_cpu(fn if callable(fn) else fn[0], **kw)
 
 
 def ceilings(device: str) -> dict[str, float]:
@@ -250,7 +255,7 @@ def print_table(rows: list[Row], ceil: dict[str, float] | None = None) -> None:
     if ceil:
         print("ceilings: " + ", ".join(f"{k}={v:.1f}" for k, v in ceil.items()))
     hdr = (
-        f"{'op':<20} {'shape':<34} {'backend':<18} {'median_us':>10} {'p20':>9} {'p80':>9}"
+        f"{'op':<34} {'shape':<34} {'backend':<18} {'median_us':>10} {'p20':>9} {'p80':>9}"
         f" {'GB/s':>8}  ratios (peer time / this)"
     )
     print(hdr)
@@ -258,6 +263,6 @@ def print_table(rows: list[Row], ceil: dict[str, float] | None = None) -> None:
     for r in rows:
         gb = "" if r.gbps is None else f"{r.gbps:.1f}"
         print(
-            f"{r.op:<20} {r.shape:<34} {r.backend:<18} {r.median_us:>10.2f} {r.p20_us:>9.2f} "
+            f"{r.op:<34} {r.shape:<34} {r.backend:<18} {r.median_us:>10.2f} {r.p20_us:>9.2f} "
             f"{r.p80_us:>9.2f} {gb:>8}  {r.ratios} {r.note}"
         )
