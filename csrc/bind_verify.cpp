@@ -1,4 +1,6 @@
-// Bindings of the verification kernels.  Arguments are validated by specops/ops/verify.py.
+// Bindings of the verification kernels (and sampling without replacement).  Arguments arrive as
+// a dict of integers (data pointers, sizes, strides), validated by specops/ops/verify.py and
+// specops/ops/sample.py.
 #include "bind.h"
 #include "specops/verify.h"
 #ifdef SPECOPS_WITH_CUDA
@@ -11,28 +13,83 @@ namespace specops {
 
 namespace {
 
-VerifyChainArgs chain_args(py::dict d) {
-  auto i64 = [&](const char* k) { return d[k].cast<int64_t>(); };
+struct Dict {
+  py::dict d;
+  int64_t i64(const char* k) const { return d[k].cast<int64_t>(); }
+  bool flag(const char* k) const { return d[k].cast<bool>(); }
+  RngArgs rng(int64_t draws_per_row) const {
+    return make_rng(i64("seed_ptr"), i64("seed_value"), i64("rows_per_seed"), i64("offset_ptr"),
+                    i64("offset_value"), i64("uniforms"), draws_per_row);
+  }
+  RelaxArgs relax() const {
+    return RelaxArgs{ptr<const int32_t>(i64("neighbors")), i64("neighbors_k"),
+                     d["delta"].cast<double>()};
+  }
+};
+
+VerifyChainArgs chain_args(py::dict dict) {
+  const Dict d{dict};
   VerifyChainArgs a;
-  a.target = ptr<const float>(i64("target"));
-  a.target_sb = i64("target_sb");
-  a.target_sk = i64("target_sk");
-  a.draft = ptr<const float>(i64("draft"));
-  a.draft_sb = i64("draft_sb");
-  a.draft_sk = i64("draft_sk");
-  a.tokens = TokenView{ptr<const void>(i64("tokens")), d["tokens_is64"].cast<bool>()};
-  a.tokens_sb = i64("tokens_sb");
-  a.num_draft = ptr<const int64_t>(i64("num_draft"));
-  a.batch = i64("batch");
-  a.k = i64("k");
-  a.vocab = i64("vocab");
-  a.relax = RelaxArgs{ptr<const int32_t>(i64("neighbors")), i64("neighbors_k"),
-                      d["delta"].cast<double>()};
-  a.greedy = d["greedy"].cast<bool>();
-  a.rng = make_rng(i64("seed_ptr"), i64("seed_value"), i64("rows_per_seed"), i64("offset_ptr"),
-                   i64("offset_value"), i64("uniforms"), a.k + 1);
-  a.out_tokens = ptr<int32_t>(i64("out_tokens"));
-  a.out_num_accepted = ptr<int32_t>(i64("out_num_accepted"));
+  a.target = ptr<const float>(d.i64("target"));
+  a.target_sb = d.i64("target_sb");
+  a.target_sk = d.i64("target_sk");
+  a.draft = ptr<const float>(d.i64("draft"));
+  a.draft_sb = d.i64("draft_sb");
+  a.draft_sk = d.i64("draft_sk");
+  a.tokens = TokenView{ptr<const void>(d.i64("tokens")), d.flag("tokens_is64")};
+  a.tokens_sb = d.i64("tokens_sb");
+  a.num_draft = ptr<const int64_t>(d.i64("num_draft"));
+  a.batch = d.i64("batch");
+  a.k = d.i64("k");
+  a.vocab = d.i64("vocab");
+  a.relax = d.relax();
+  a.greedy = d.flag("greedy");
+  a.rng = d.rng(a.k + 1);
+  a.out_tokens = ptr<int32_t>(d.i64("out_tokens"));
+  a.out_num_accepted = ptr<int32_t>(d.i64("out_num_accepted"));
+  return a;
+}
+
+VerifyTreeArgs tree_args(py::dict dict) {
+  const Dict d{dict};
+  VerifyTreeArgs a;
+  a.target = ptr<const float>(d.i64("target"));
+  a.target_sb = d.i64("target_sb");
+  a.target_sn = d.i64("target_sn");
+  a.draft = ptr<const float>(d.i64("draft"));
+  a.draft_sb = d.i64("draft_sb");
+  a.draft_sn = d.i64("draft_sn");
+  a.tokens = TokenView{ptr<const void>(d.i64("tokens")), d.flag("tokens_is64")};
+  a.tokens_sb = d.i64("tokens_sb");
+  a.first_child = ptr<const int32_t>(d.i64("first_child"));
+  a.next_sibling = ptr<const int32_t>(d.i64("next_sibling"));
+  a.tree_sb = d.i64("tree_sb");
+  a.batch = d.i64("batch");
+  a.nodes = d.i64("nodes");
+  a.vocab = d.i64("vocab");
+  a.width = d.i64("width");
+  a.without_replacement = d.flag("without_replacement");
+  a.greedy = d.flag("greedy");
+  a.relax = d.relax();
+  a.rng = d.rng(a.nodes);
+  a.ws_p = ptr<float>(d.i64("ws_p"));
+  a.ws_q = ptr<float>(d.i64("ws_q"));
+  a.out_path = ptr<int32_t>(d.i64("out_path"));
+  a.out_tokens = ptr<int32_t>(d.i64("out_tokens"));
+  a.out_num_accepted = ptr<int32_t>(d.i64("out_num_accepted"));
+  return a;
+}
+
+SampleWorArgs wor_args(py::dict dict) {
+  const Dict d{dict};
+  SampleWorArgs a;
+  a.probs = ptr<const float>(d.i64("probs"));
+  a.row_stride = d.i64("row_stride");
+  a.rows = d.i64("rows");
+  a.vocab = d.i64("vocab");
+  a.k = d.i64("k");
+  a.rng = d.rng(a.vocab);
+  a.out = ptr<int32_t>(d.i64("out"));
   return a;
 }
 
@@ -40,15 +97,36 @@ VerifyChainArgs chain_args(py::dict d) {
 
 void bind_verify(py::module_& m) {
   host_kernel_names().push_back("verify_chain");
+  host_kernel_names().push_back("verify_tree");
+  host_kernel_names().push_back("sample_without_replacement");
   m.def("verify_chain_cpu", [](py::dict d) {
     VerifyChainArgs a = chain_args(d);
     py::gil_scoped_release release;
     verify_chain_host(a);
   });
+  m.def("verify_tree_cpu", [](py::dict d) {
+    VerifyTreeArgs a = tree_args(d);
+    py::gil_scoped_release release;
+    verify_tree_host(a);
+  });
+  m.def("sample_without_replacement_cpu", [](py::dict d) {
+    SampleWorArgs a = wor_args(d);
+    py::gil_scoped_release release;
+    sample_wor_host(a);
+  });
 #ifdef SPECOPS_WITH_CUDA
   cuda_kernel_names().push_back("verify_chain");
+  cuda_kernel_names().push_back("verify_tree");
+  cuda_kernel_names().push_back("sample_without_replacement");
   m.def("verify_chain_cuda", [](py::dict d, int64_t stream) {
     check_cuda_error(launch_verify_chain_cuda(chain_args(d), ptr<void>(stream)), "verify_chain");
+  });
+  m.def("verify_tree_cuda", [](py::dict d, int64_t stream) {
+    check_cuda_error(launch_verify_tree_cuda(tree_args(d), ptr<void>(stream)), "verify_tree");
+  });
+  m.def("sample_without_replacement_cuda", [](py::dict d, int64_t stream) {
+    check_cuda_error(launch_sample_wor_cuda(wor_args(d), ptr<void>(stream)),
+                     "sample_without_replacement");
   });
 #endif
 }

@@ -1,4 +1,8 @@
+// C++ CPU twins of the verification kernels: the same per-request cores (specops/verify.h) as
+// the CUDA kernels, with plain loops for the passes over the vocabulary.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "specops/verify.h"
 
@@ -11,16 +15,32 @@ struct Positive {  // max(p, 0)
   float operator()(int64_t i) const { return p[i] > 0.f ? p[i] : 0.f; }
 };
 
-struct Residual {  // max(p - q, 0); q == nullptr: q = one-hot(x)
+struct Residual {  // r = max(p - q, 0); q == nullptr: q = one-hot(x)
   const float* p;
   const float* q;
   int64_t x;
-  float operator()(int64_t i) const {
-    const float qi = q ? q[i] : (i == x ? 1.f : 0.f);
-    const float r = p[i] - qi;
-    return r > 0.f ? r : 0.f;
-  }
+  float operator()(int64_t i) const { return residual_at(p, q, x, i); }
 };
+
+struct NormResidual {  // norm(r)_i = float32(r_i / s)
+  Residual r;
+  double s;
+  float operator()(int64_t i) const { return normalised(r(i), s); }
+};
+
+struct DropOne {  // q with entry x zeroed
+  const float* q;
+  int64_t x;
+  float operator()(int64_t i) const { return i == x ? 0.f : q[i]; }
+};
+
+// t ~ norm(max(p - q, 0)) with uniform u, or -1 when the residual has no mass.
+int32_t draw_residual(const float* p, const float* q, int64_t x, int64_t vocab, float u) {
+  const Residual r{p, q, x};
+  const double s = sum_host(r, vocab);
+  if (!(s > 0.0)) return -1;
+  return draw_host(NormResidual{r, s}, vocab, u);
+}
 
 }  // namespace
 
@@ -40,21 +60,92 @@ void verify_chain_host(const VerifyChainArgs& a) {
     } else {
       acc = chain_accepted(a, b, n_valid);
       const float* pa = a.target + b * a.target_sb + acc * a.target_sk;
-      const double u = static_cast<double>(a.rng.uniform(b, a.k));
+      const float u = a.rng.uniform(b, a.k);
       t = -1;
-      if (acc < n_valid) {  // draft acc rejected: t ~ max(p_a - q_a, 0)
+      if (acc < n_valid) {  // draft acc rejected: t ~ norm(max(p_a - q_a, 0))
         const float* qa = a.draft ? a.draft + b * a.draft_sb + acc * a.draft_sk : nullptr;
-        Residual r{pa, qa, a.tokens[b * a.tokens_sb + acc]};
-        const double total = sum_host(r, a.vocab);
-        if (total > 0.0) t = inverse_cdf_host(r, a.vocab, u * total);
+        t = draw_residual(pa, qa, a.tokens[b * a.tokens_sb + acc], a.vocab, u);
       }
-      if (t < 0) {  // all accepted (bonus), or a residual without mass: t ~ p_a
-        Positive w{pa};
-        t = inverse_cdf_host(w, a.vocab, u * sum_host(w, a.vocab));
-      }
+      if (t < 0) t = draw_host(Positive{pa}, a.vocab, u);  // bonus, or residual without mass
     }
     chain_write_prefix(a, b, acc, t);
   }
+}
+
+void verify_tree_host(const VerifyTreeArgs& a) {
+  const int64_t V = a.vocab;
+  for (int64_t b = 0; b < a.batch; ++b) {
+    TreeWalk w;
+    tree_walk_init(a, b, w);
+    if (a.greedy) {
+      // one argmax per visited node; the walk tests its children against it
+      int32_t best = argmax_host(a.target + b * a.target_sb, V);
+      while (tree_walk_advance(a, b, w, best) == kTreeDescend)
+        best = argmax_host(a.target + b * a.target_sb + w.cur * a.target_sn, V);
+      tree_walk_finish(a, b, w, best);
+      continue;
+    }
+    float* wp = a.ws_p + b * V;
+    float* wq = a.ws_q ? a.ws_q + b * V : nullptr;
+    while (tree_walk_advance(a, b, w, -1) == kTreeReject) {
+      // rejected child x: p <- norm(max(p - q, 0)) (unchanged if no mass); without replacement
+      // also q <- norm(q with q(x) = 0) (all zeros if no mass).  In place: entry i of the new
+      // rows depends only on entry i of the old ones, and both sums are taken first.
+      const float* p = tree_p(a, b, w);
+      const float* q = tree_q(a, b, w);
+      const Residual r{p, q, w.x};
+      const double s = sum_host(r, V);
+      const bool wor = a.without_replacement && q != nullptr;
+      const double sq = wor ? sum_host(DropOne{q, w.x}, V) : 0.0;
+      if (wor) {
+        const DropOne d{q, w.x};
+        for (int64_t i = 0; i < V; ++i) {
+          const float ri = r(i);
+          if (s > 0.0) wp[i] = normalised(ri, s);
+          wq[i] = sq > 0.0 ? normalised(d(i), sq) : 0.f;
+        }
+      } else if (s > 0.0) {
+        for (int64_t i = 0; i < V; ++i) wp[i] = normalised(r(i), s);
+      }
+      tree_walk_rejected(a, w, s > 0.0);
+    }
+    const float* p = tree_p(a, b, w);
+    tree_walk_finish(a, b, w, draw_host(Positive{p}, V, a.rng.uniform(b, a.nodes - 1)));
+  }
+}
+
+// Gumbel top-k: keep the k best (key, id) seen so far, sorted best first; ids are visited in
+// increasing order, so an equal key never displaces an earlier id.
+void gumbel_topk_host(const float* p, int64_t vocab, const RngArgs& rng, int64_t row,
+                      int64_t draw0, int64_t k, int32_t* out) {
+  const int64_t kk = std::min<int64_t>(k, vocab);
+  KeyId best_stack[64];
+  std::vector<KeyId> best_heap;
+  KeyId* best = best_stack;
+  if (kk > 64) {
+    best_heap.resize(kk);
+    best = best_heap.data();
+  }
+  int64_t n = 0;
+  for (int64_t v = 0; v < vocab; ++v) {
+    const float pv = p[v];
+    if (!(pv > 0.f)) continue;
+    const float u = rng.uniform(row, draw0 + v);
+    const KeyId e{std::log(pv) - std::log(-std::log(u)), static_cast<int32_t>(v)};
+    if (n == kk && !key_before(e, best[kk - 1])) continue;
+    int64_t j = n < kk ? n++ : kk - 1;
+    while (j > 0 && key_before(e, best[j - 1])) {
+      best[j] = best[j - 1];
+      --j;
+    }
+    best[j] = e;
+  }
+  for (int64_t j = 0; j < k; ++j) out[j] = j < n ? best[j].id : -1;
+}
+
+void sample_wor_host(const SampleWorArgs& a) {
+  for (int64_t r = 0; r < a.rows; ++r)
+    gumbel_topk_host(a.probs + r * a.row_stride, a.vocab, a.rng, r, 0, a.k, a.out + r * a.k);
 }
 
 }  // namespace specops

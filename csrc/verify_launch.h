@@ -7,4 +7,6 @@
 
 namespace specops {
 std::string launch_verify_chain_cuda(const VerifyChainArgs& args, void* stream);
+std::string launch_verify_tree_cuda(const VerifyTreeArgs& args, void* stream);
+std::string launch_sample_wor_cuda(const SampleWorArgs& args, void* stream);
 }  // namespace specops

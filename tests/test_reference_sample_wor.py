@@ -138,7 +138,9 @@ def test_public_errors():
     with pytest.raises(ValueError, match="non-empty"):
         f(torch.rand(3, 0), 1)
     with pytest.raises(RuntimeError, match="not available"):
-        f(p, 2, backend="cpu")
+        f(p, 2, backend="triton")  # no Triton kernel
+    with pytest.raises(RuntimeError, match="not available"):
+        f(p, 2, backend="cuda")  # CPU tensors
 
 
 def test_opcheck_and_compile():

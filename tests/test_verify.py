@@ -173,7 +173,9 @@ def test_verify_chain_errors():
     with pytest.raises(ValueError, match="backend"):
         f(p, x, q, backend="metal")
     with pytest.raises(RuntimeError, match="not available"):
-        f(p, x, q, backend="cpu")
+        f(p, x, q, backend="triton")  # verify_chain has no Triton kernel
+    with pytest.raises(RuntimeError, match="not available"):
+        f(p, x, q, backend="cuda")  # CPU tensors
     with pytest.raises(ValueError, match="draft_tokens is on meta"):
         f(p, x.to("meta"), q)
 

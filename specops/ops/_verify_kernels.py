@@ -73,3 +73,100 @@ def verify_chain(
         else:
             _build._C.verify_chain_cpu(d)
     return out_tokens, out_num
+
+
+def verify_tree(
+    be,
+    target,
+    first_child,
+    next_sibling,
+    width,
+    tokens,
+    draft,
+    wor,
+    seed_t,
+    seed_i,
+    off_t,
+    off_i,
+    nb,
+    delta,
+    greedy,
+    uniforms,
+):
+    b, n, v = target.shape
+    dev = target.device
+    target = _f32_rows(target)
+    draft = _f32_rows(draft) if draft is not None else None
+    tokens = _ids(tokens)
+    fc = first_child.to(torch.int32).contiguous()
+    ns = next_sibling.to(torch.int32).contiguous()
+    nb = nb.to(torch.int32).contiguous() if nb is not None else None
+    uniforms = uniforms.contiguous() if uniforms is not None else None
+    # Workspaces: the current node's residual target row (and renormalised draft row without
+    # replacement) after a rejected child; rewritten in place, never read before written.
+    ws_p = None if greedy else torch.empty(b, v, dtype=torch.float32, device=dev)
+    ws_q = torch.empty(b, v, dtype=torch.float32, device=dev) if wor and draft is not None else None
+    out_path = torch.empty(b, width, dtype=torch.int32, device=dev)
+    out_tokens = torch.empty(b, width, dtype=torch.int32, device=dev)
+    out_num = torch.empty(b, dtype=torch.int32, device=dev)
+    d = dict(
+        target=target.data_ptr(),
+        target_sb=target.stride(0),
+        target_sn=target.stride(1),
+        draft=c.ptr(draft),
+        draft_sb=draft.stride(0) if draft is not None else 0,
+        draft_sn=draft.stride(1) if draft is not None else 0,
+        tokens=tokens.data_ptr(),
+        tokens_is64=tokens.dtype == torch.int64,
+        tokens_sb=tokens.stride(0),
+        first_child=fc.data_ptr(),
+        next_sibling=ns.data_ptr(),
+        tree_sb=n if fc.shape[0] > 1 else 0,
+        batch=b,
+        nodes=n,
+        vocab=v,
+        width=width,
+        without_replacement=bool(wor),
+        greedy=bool(greedy),
+        neighbors=c.ptr(nb),
+        neighbors_k=nb.shape[1] if nb is not None else 0,
+        delta=float(delta),
+        ws_p=c.ptr(ws_p),
+        ws_q=c.ptr(ws_q),
+        out_path=out_path.data_ptr(),
+        out_tokens=out_tokens.data_ptr(),
+        out_num_accepted=out_num.data_ptr(),
+    )
+    _rng(d, seed_t, seed_i, off_t, off_i, uniforms, b)
+    if b > 0:
+        if be == "cuda":
+            _build._C.verify_tree_cuda(d, c.stream_of(dev))
+        else:
+            _build._C.verify_tree_cpu(d)
+    return out_path, out_tokens, out_num
+
+
+def sample_without_replacement(be, probs, k, seed_t, seed_i, off_t, off_i, uniforms):
+    v = probs.shape[-1]
+    lead = tuple(probs.shape[:-1])
+    p = _f32_rows(probs.reshape(-1, v))
+    rows = p.shape[0]
+    out = torch.empty(rows, k, dtype=torch.int32, device=probs.device)
+    uniforms = uniforms.reshape(rows, v).contiguous() if uniforms is not None else None
+    d = dict(
+        probs=p.data_ptr(),
+        row_stride=p.stride(0),
+        rows=rows,
+        vocab=v,
+        k=k,
+        out=out.data_ptr(),
+    )
+    _rng(d, seed_t, seed_i, off_t, off_i, uniforms, rows)
+    if seed_t is not None:
+        d["rows_per_seed"] = max(rows // seed_t.numel(), 1)
+    if rows > 0:
+        if be == "cuda":
+            _build._C.sample_without_replacement_cuda(d, c.stream_of(probs.device))
+        else:
+            _build._C.sample_without_replacement_cpu(d)
+    return out.reshape(*lead, k)

@@ -146,8 +146,17 @@ def sample_without_replacement(
     )
 
 
+_WOR_BACKENDS = ("cuda", "cpu", "reference")
+
+
 def _wor_impl(probs, k, seed_t, seed_i, off_t, off_i, uniforms, backend):
-    c.pick_backend("sample_without_replacement", backend, probs.device, ("reference",))
+    be = c.pick_backend("sample_without_replacement", backend, probs.device, _WOR_BACKENDS)
+    if be != "reference":
+        from specops.ops import _verify_kernels
+
+        return _verify_kernels.sample_without_replacement(
+            be, probs, k, seed_t, seed_i, off_t, off_i, uniforms
+        )
     seed = seed_t if seed_t is not None else seed_i
     offset = off_t.reshape(()) if off_t is not None else off_i
     return reference.sample_without_replacement(

@@ -4,7 +4,8 @@ Each function checks shapes/dtypes/devices (always) and values (validation mode 
 its ``torch.ops.specops.*`` op (torch.library define/impl, with a fake kernel for
 torch.compile).  The semantics, including which Philox (row, draw) every random decision uses,
 are documented in ``specops/reference/verify.py``; every backend follows them token for token.
-Backends: "reference" for now (cpu/cuda kernels will register behind the same ops)."""
+Backends: verify_chain and verify_tree have "cuda" (CUDA kernels), "cpu" (their C++ twins) and
+"reference"; the others "reference" for now."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 
 from specops._nvtx import traced
 from specops.ops import _common as c
+from specops.ops import _verify_kernels as _kernels
 from specops.reference import verify as rv
 from specops.reference.verify import ChainResult, JacobiResult, Relaxation, TreeResult
 from specops.tree import Tree
@@ -19,6 +21,8 @@ from specops.tree import Tree
 __all__ = ["Relaxation", "verify_chain", "verify_tree", "verify_jacobi", "path_acceptance"]
 
 _BACKENDS = ("reference",)
+_CHAIN_BACKENDS = ("cuda", "cpu", "reference")  # C++ CPU twin / CUDA: _verify_kernels
+_TREE_BACKENDS = ("cuda", "cpu", "reference")
 
 
 # checks ---------------------------------------------------------------------------------------
@@ -190,7 +194,12 @@ def _chain_impl(
     uniforms,
     backend,
 ):
-    c.pick_backend("verify_chain", backend, target.device, _BACKENDS)
+    be = c.pick_backend("verify_chain", backend, target.device, _CHAIN_BACKENDS)
+    if be != "reference":
+        return _kernels.verify_chain(
+            be, target, tokens, draft, num_draft, seed_t, seed_i, off_t, off_i, nb, delta,
+            greedy, uniforms,
+        )  # fmt: skip
     seed, offset = _ref_rng(seed_t, seed_i, off_t, off_i, target.device)
     r = rv.verify_chain(
         target,
@@ -332,7 +341,12 @@ def _tree_impl(
     uniforms,
     backend,
 ):
-    c.pick_backend("verify_tree", backend, target.device, _BACKENDS)
+    be = c.pick_backend("verify_tree", backend, target.device, _TREE_BACKENDS)
+    if be != "reference":
+        return _kernels.verify_tree(
+            be, target, first_child, next_sibling, width, tokens, draft, wor, seed_t, seed_i,
+            off_t, off_i, nb, delta, greedy, uniforms,
+        )  # fmt: skip
     seed, offset = _ref_rng(seed_t, seed_i, off_t, off_i, target.device)
     r = rv.verify_tree(
         target,

@@ -1,7 +1,8 @@
 // CUDA verification kernels: one block per request.  The scalar decisions (acceptance tests,
-// K loads each) run on thread 0 through the same SPECOPS_HD cores as the CPU twin; the one pass
-// over the vocabulary that a step needs (the corrected/bonus draw, or greedy argmaxes) is
-// block-parallel (BlockSampler: float64 sums, tile scan that stops at the target).
+// the tree walk) run on thread 0 through the same SPECOPS_HD cores as the CPU twin
+// (specops/verify.h); the passes over the vocabulary (residual sums and normalisation, the
+// final inverse-CDF draw, greedy argmaxes) are block-parallel (BlockSampler: float64 sums, tile
+// scan that stops at the target).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -15,15 +16,33 @@ struct PositiveDev {
   __device__ float operator()(int64_t i) const { return fmaxf(p[i], 0.f); }
 };
 
-struct ResidualDev {  // max(p - q, 0); q == nullptr: q = one-hot(x)
+struct ResidualDev {  // r = max(p - q, 0); q == nullptr: q = one-hot(x)
   const float* p;
   const float* q;
   int64_t x;
-  __device__ float operator()(int64_t i) const {
-    const float qi = q ? q[i] : (i == x ? 1.f : 0.f);
-    return fmaxf(p[i] - qi, 0.f);
-  }
+  __device__ float operator()(int64_t i) const { return residual_at(p, q, x, i); }
 };
+
+struct NormResidualDev {  // norm(r)_i = float32(float64(r_i) / s)
+  ResidualDev r;
+  double s;
+  __device__ float operator()(int64_t i) const { return normalised(r(i), s); }
+};
+
+// Both block sums (valid on every thread) of two per-thread partials.
+template <int BLOCK>
+__device__ double2 block_sum2(typename BlockSampler<BLOCK>::TempStorage& tmp, double x,
+                              double y) {
+  __shared__ double2 s_sums;
+  using Reduce = cub::BlockReduce<double, BLOCK>;
+  __syncthreads();
+  const double sx = Reduce(tmp.reduce).Sum(x);
+  __syncthreads();
+  const double sy = Reduce(tmp.reduce).Sum(y);
+  if (threadIdx.x == 0) s_sums = make_double2(sx, sy);
+  __syncthreads();
+  return s_sums;
+}
 
 template <int BLOCK>
 __global__ void verify_chain_kernel(VerifyChainArgs a) {
@@ -50,15 +69,70 @@ __global__ void verify_chain_kernel(VerifyChainArgs a) {
     const float* pa = a.target + b * a.target_sb + acc * a.target_sk;
     const float u = a.rng.uniform(b, a.k);
     t = -1;
-    if (acc < n_valid) {  // draft acc rejected: t ~ max(p_a - q_a, 0)
+    if (acc < n_valid) {  // draft acc rejected: t ~ norm(max(p_a - q_a, 0))
       const float* qa = a.draft ? a.draft + b * a.draft_sb + acc * a.draft_sk : nullptr;
-      ResidualDev r{pa, qa, a.tokens[b * a.tokens_sb + acc]};
-      const double total = sampler.sum(r, a.vocab);
-      if (total > 0.0) t = sampler.inverse_cdf(r, a.vocab, static_cast<double>(u) * total);
+      const ResidualDev r{pa, qa, a.tokens[b * a.tokens_sb + acc]};
+      const double s = sampler.sum(r, a.vocab);
+      if (s > 0.0) t = sampler.draw(NormResidualDev{r, s}, a.vocab, u);
     }
     if (t < 0) t = sampler.draw(PositiveDev{pa}, a.vocab, u);  // bonus, or residual w/o mass
   }
   if (threadIdx.x == 0) chain_write_prefix(a, b, acc, t);
+}
+
+// Tree walk: thread 0 runs tree_walk_advance until it needs the vocabulary; the block then
+// rewrites the workspace rows (residual / renormalised q) or draws the final token.
+template <int BLOCK>
+__global__ void verify_tree_kernel(VerifyTreeArgs a) {
+  __shared__ typename BlockSampler<BLOCK>::TempStorage tmp;
+  __shared__ TreeWalk s_w;
+  __shared__ int s_event;
+  BlockSampler<BLOCK> sampler(tmp);
+  const int64_t b = blockIdx.x;
+  const int64_t V = a.vocab;
+  if (threadIdx.x == 0) tree_walk_init(a, b, s_w);
+  __syncthreads();
+  if (a.greedy) {
+    int best = sampler.argmax(PositiveDev{a.target + b * a.target_sb}, V);
+    while (true) {
+      if (threadIdx.x == 0) s_event = tree_walk_advance(a, b, s_w, best);
+      __syncthreads();
+      if (s_event != kTreeDescend) break;
+      best = sampler.argmax(PositiveDev{a.target + b * a.target_sb + s_w.cur * a.target_sn}, V);
+    }
+    if (threadIdx.x == 0) tree_walk_finish(a, b, s_w, best);
+    return;
+  }
+  float* wp = a.ws_p + b * V;
+  float* wq = a.ws_q ? a.ws_q + b * V : nullptr;
+  while (true) {
+    if (threadIdx.x == 0) s_event = tree_walk_advance(a, b, s_w, -1);
+    __syncthreads();
+    if (s_event != kTreeReject) break;
+    // rejected child x: p <- norm(max(p - q, 0)) (unchanged if no mass); without replacement
+    // also q <- norm(q with q(x) = 0) (zeros if no mass).  Both sums first, then in place.
+    const float* p = tree_p(a, b, s_w);
+    const float* q = tree_q(a, b, s_w);
+    const int64_t x = s_w.x;
+    const bool wor = a.without_replacement && q != nullptr;
+    const ResidualDev r{p, q, x};
+    double lp = 0.0, lq = 0.0;
+    for (int64_t i = threadIdx.x; i < V; i += BLOCK) {
+      lp += static_cast<double>(r(i));
+      if (wor) lq += i == x ? 0.0 : static_cast<double>(q[i]);
+    }
+    const double2 s = block_sum2<BLOCK>(tmp, lp, lq);
+    for (int64_t i = threadIdx.x; i < V; i += BLOCK) {
+      const float ri = r(i);
+      const float qi = wor ? (i == x ? 0.f : q[i]) : 0.f;
+      if (s.x > 0.0) wp[i] = normalised(ri, s.x);
+      if (wor) wq[i] = s.y > 0.0 ? normalised(qi, s.y) : 0.f;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) tree_walk_rejected(a, s_w, s.x > 0.0);
+  }
+  const int t = sampler.draw(PositiveDev{tree_p(a, b, s_w)}, V, a.rng.uniform(b, a.nodes - 1));
+  if (threadIdx.x == 0) tree_walk_finish(a, b, s_w, t);
 }
 
 }  // namespace specops

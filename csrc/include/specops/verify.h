@@ -2,9 +2,12 @@
 // CUDA kernels.  The semantics (and which Philox draw every decision uses) are those of
 // specops/reference/verify.py, token for token:
 //   accept x  iff  u * q(x) < p(x) + pool(x)          (float32; q = one-hot of x without q)
-//   on reject p <- max(p - q, 0) (unnormalised; p itself if that has no mass), t ~ p
+//   on reject r = max(p - q, 0) (float32), p <- norm(r) = float32(float64(r) / sum(float64(r)))
+//   (p unchanged if r has no mass); the final token t ~ p by inverse CDF (float64 sums)
 //   pool(x) (LANTERN): sum of p(n_j) over the neighbours n_1..n_k of x whose cumulative
 //   mass c_j = p(n_1) + ... + p(n_j) stays <= delta (float64), 0 without relaxation.
+// The normalisation is replicated exactly (division in float64, rounded to float32 per entry):
+// the rounded row, not r / s, is what the reference samples from and tests against.
 #pragma once
 #include <stdint.h>
 
@@ -54,6 +57,18 @@ SPECOPS_HD bool accept_draft(float u, const float* p, const float* q, int64_t vo
   return u * qx < px + lantern_pool(p, vocab, x, relax);
 }
 
+// r_i = max(p_i - q_i, 0) in float32; q == nullptr: q = one-hot(x) (x may be out of range).
+SPECOPS_HD float residual_at(const float* p, const float* q, int64_t x, int64_t i) {
+  const float qi = q ? q[i] : (i == x ? 1.f : 0.f);
+  const float r = p[i] - qi;
+  return r > 0.f ? r : 0.f;
+}
+
+// norm(r)_i = float32(float64(r_i) / s), s = sum of float64(r) (the reference's _normalise).
+SPECOPS_HD float normalised(float r, double s) {
+  return static_cast<float>(static_cast<double>(r) / s);
+}
+
 // ---- chain ----------------------------------------------------------------------------------
 struct VerifyChainArgs {
   const float* target;  // [B, K+1, V], last dim contiguous
@@ -66,8 +81,8 @@ struct VerifyChainArgs {
   int64_t batch, k, vocab;
   RelaxArgs relax;
   bool greedy;
-  RngArgs rng;        // row b = request b; draw i = test of draft i, draw K = final token
-  int32_t* out_tokens;  // [B, K+1]
+  RngArgs rng;                // row b = request b; draw i = test of draft i, draw K = final token
+  int32_t* out_tokens;        // [B, K+1]
   int32_t* out_num_accepted;  // [B]
 };
 
@@ -104,7 +119,173 @@ SPECOPS_HD void chain_write_prefix(const VerifyChainArgs& a, int64_t b, int64_t 
   a.out_num_accepted[b] = static_cast<int32_t>(acc);
 }
 
+// ---- tree -----------------------------------------------------------------------------------
+// Recursive rejection sampling down a tree (reference verify_tree / _tree_walk).  Node n's
+// children are first_child[n], next_sibling[...] in index order; node n's test uses draw n - 1,
+// the final token draw N - 1.  The current target row p starts as target row `cur`; after the
+// first rejected child it lives in the workspace ws_p (its normalised residual), likewise q
+// (draft row `cur`, or its renormalised remainder in ws_q without replacement).
+struct VerifyTreeArgs {
+  const float* target;  // [B, N, V], last dim contiguous
+  int64_t target_sb, target_sn;
+  const float* draft;  // [B, N, V] or nullptr (deterministic drafts: q = one-hot)
+  int64_t draft_sb, draft_sn;
+  TokenView tokens;  // [B, N] (entry 0 ignored, -1 = padding node)
+  int64_t tokens_sb;
+  const int32_t* first_child;   // [B or 1, N]
+  const int32_t* next_sibling;  // [B or 1, N]
+  int64_t tree_sb;              // N, or 0 for one tree shared by the batch
+  int64_t batch, nodes, vocab, width;
+  bool without_replacement, greedy;
+  RelaxArgs relax;
+  RngArgs rng;  // draws_per_row = N
+  float* ws_p;  // [B, V] workspace (not needed with greedy)
+  float* ws_q;  // [B, V] workspace (only without_replacement with draft probabilities)
+  int32_t* out_path;          // [B, W]
+  int32_t* out_tokens;        // [B, W]
+  int32_t* out_num_accepted;  // [B]
+};
+
+// The walk's scalar state (one request).
+struct TreeWalk {
+  int64_t cur;    // last accepted node
+  int64_t cand;   // next child of `cur` to test, -1 when none is left
+  int64_t a;      // accepted so far
+  int64_t steps;  // children looked at (a valid tree needs at most N - 1)
+  int64_t x;      // token of the child just rejected (kTreeReject)
+  bool p_ws, q_ws;
+};
+
+enum TreeEvent : int { kTreeDone = 0, kTreeReject = 1, kTreeDescend = 2 };
+
+SPECOPS_HD int64_t tree_link(const int32_t* arr, const VerifyTreeArgs& a, int64_t b, int64_t n) {
+  const int64_t m = arr[b * a.tree_sb + n];
+  return (m > 0 && m < a.nodes) ? m : -1;  // never index outside the tree, whatever the input
+}
+
+// Current target row of the walk (target row cur, or its residual in the workspace).
+SPECOPS_HD const float* tree_p(const VerifyTreeArgs& a, int64_t b, const TreeWalk& w) {
+  return w.p_ws ? a.ws_p + b * a.vocab : a.target + b * a.target_sb + w.cur * a.target_sn;
+}
+
+// Current draft row (nullptr: deterministic drafts).
+SPECOPS_HD const float* tree_q(const VerifyTreeArgs& a, int64_t b, const TreeWalk& w) {
+  if (a.draft == nullptr) return nullptr;
+  return w.q_ws ? a.ws_q + b * a.vocab : a.draft + b * a.draft_sb + w.cur * a.draft_sn;
+}
+
+// Start: outputs -1 except path[0] = 0 (the root); cur = 0.
+SPECOPS_HD void tree_walk_init(const VerifyTreeArgs& a, int64_t b, TreeWalk& w) {
+  for (int64_t i = 0; i < a.width; ++i) {
+    a.out_path[b * a.width + i] = i == 0 ? 0 : -1;
+    a.out_tokens[b * a.width + i] = -1;
+  }
+  w.cur = 0;
+  w.cand = tree_link(a.first_child, a, b, 0);
+  w.a = 0;
+  w.steps = 0;
+  w.x = -1;
+  w.p_ws = w.q_ws = false;
+}
+
+// Runs the walk's scalar decisions until it needs a pass over the vocabulary:
+//   kTreeReject  child with token w.x of node w.cur was rejected: the caller replaces p by
+//                norm(max(p - q, 0)) (and q by norm(q without x) without replacement), then
+//                calls tree_walk_rejected;
+//   kTreeDescend (greedy only) moved to a new node: the caller computes its argmax;
+//   kTreeDone    no child left: the caller draws the final token from p (or the argmax).
+// greedy_best: argmax of target row cur (greedy), ignored otherwise.
+SPECOPS_HD int tree_walk_advance(const VerifyTreeArgs& a, int64_t b, TreeWalk& w,
+                                 int64_t greedy_best) {
+  while (w.cand >= 0 && w.steps < a.nodes) {
+    const int64_t c = w.cand;
+    const int64_t x = a.tokens[b * a.tokens_sb + c];
+    ++w.steps;
+    if (x == -1) {  // padding node: skipped, its subtree is never reached
+      w.cand = tree_link(a.next_sibling, a, b, c);
+      continue;
+    }
+    bool acc;
+    if (a.greedy) {
+      acc = x == greedy_best;
+    } else {
+      const float u = a.rng.uniform(b, c - 1);
+      acc = accept_draft(u, tree_p(a, b, w), tree_q(a, b, w), a.vocab, x, a.relax);
+    }
+    if (acc) {  // descend: path[a + 1] = c, tokens[a] = x; fresh rows of c
+      if (w.a + 1 < a.width) a.out_path[b * a.width + w.a + 1] = static_cast<int32_t>(c);
+      if (w.a < a.width) a.out_tokens[b * a.width + w.a] = static_cast<int32_t>(x);
+      ++w.a;
+      w.cur = c;
+      w.p_ws = w.q_ws = false;
+      w.cand = tree_link(a.first_child, a, b, c);
+      if (a.greedy) return kTreeDescend;
+      continue;
+    }
+    w.cand = tree_link(a.next_sibling, a, b, c);
+    if (!a.greedy) {
+      w.x = x;
+      return kTreeReject;
+    }
+  }
+  return kTreeDone;
+}
+
+// After the caller wrote the residual into the workspace.  p_mass: the residual had mass (else p
+// is unchanged, as in the reference).  q moves to ws_q when it was renormalised.
+SPECOPS_HD void tree_walk_rejected(const VerifyTreeArgs& a, TreeWalk& w, bool p_mass) {
+  if (p_mass) w.p_ws = true;
+  if (a.without_replacement && a.draft != nullptr) w.q_ws = true;
+}
+
+SPECOPS_HD void tree_walk_finish(const VerifyTreeArgs& a, int64_t b, const TreeWalk& w,
+                                 int32_t t) {
+  if (w.a < a.width) a.out_tokens[b * a.width + w.a] = t;
+  a.out_num_accepted[b] = static_cast<int32_t>(w.a);
+}
+
+// ---- sampling without replacement (Gumbel top-k) ----------------------------------------------
+// key_v = log(p_v) - log(-log(u_v)) in float32 (entries with p_v <= 0 never chosen); the k
+// largest keys, largest first, ties to the lower id.
+struct KeyId {
+  float key;
+  int32_t id;
+};
+
+// a ranks strictly before b: larger key, or equal key and lower id.
+SPECOPS_HD bool key_before(KeyId a, KeyId b) {
+  return a.key > b.key || (a.key == b.key && a.id < b.id);
+}
+
+struct SampleWorArgs {
+  const float* probs;  // [R, V], last dim contiguous
+  int64_t row_stride, rows, vocab, k;
+  RngArgs rng;       // row r = flat row r; draw v = entry v (draws_per_row = V)
+  int32_t* out;      // [R, k]
+};
+
 // ---- host (CPU twin) --------------------------------------------------------------------------
+// float64 sum of w(i) over [lo, hi): four interleaved accumulators (the order only moves the
+// result at the 1e-16 level, where every backend's sums differ anyway).
+template <typename W>
+inline double sum_range_host(W w, int64_t lo, int64_t hi) {
+  double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+  int64_t i = lo;
+  for (; i + 4 <= hi; i += 4) {
+    s0 += static_cast<double>(w(i));
+    s1 += static_cast<double>(w(i + 1));
+    s2 += static_cast<double>(w(i + 2));
+    s3 += static_cast<double>(w(i + 3));
+  }
+  for (; i < hi; ++i) s0 += static_cast<double>(w(i));
+  return (s0 + s1) + (s2 + s3);
+}
+
+template <typename W>
+inline double sum_host(W w, int64_t vocab) {
+  return sum_range_host(w, 0, vocab);
+}
+
 // min{i : w_0 + ... + w_i > target, w_i > 0} (float64 sums), else the last positive, else 0.
 template <typename W>
 inline int32_t inverse_cdf_host(W w, int64_t vocab, double target) {
@@ -121,11 +302,41 @@ inline int32_t inverse_cdf_host(W w, int64_t vocab, double target) {
   return last;
 }
 
+// The whole draw t ~ w with uniform u:  min{i : w_0 + ... + w_i > u * total, w_i > 0}, else the
+// last i with w_i > 0, else 0.  One pass computes chunk sums (their sum is the total); the scan
+// then skips whole chunks and walks entry by entry only through the chunk holding u * total.
 template <typename W>
-inline double sum_host(W w, int64_t vocab) {
-  double s = 0.0;
-  for (int64_t i = 0; i < vocab; ++i) s += static_cast<double>(w(i));
-  return s;
+inline int32_t draw_host(W w, int64_t vocab, float u) {
+  constexpr int64_t kMaxChunks = 256;
+  int64_t chunk = (vocab + kMaxChunks - 1) / kMaxChunks;
+  chunk = chunk < 256 ? 256 : chunk;
+  double sums[kMaxChunks];
+  const int64_t nchunks = (vocab + chunk - 1) / chunk;
+  double total = 0.0;
+  for (int64_t c = 0; c < nchunks; ++c) {
+    const int64_t hi = (c + 1) * chunk < vocab ? (c + 1) * chunk : vocab;
+    sums[c] = sum_range_host(w, c * chunk, hi);
+    total += sums[c];
+  }
+  const double target = static_cast<double>(u) * total;
+  double running = 0.0;
+  for (int64_t c = 0; c < nchunks; ++c) {
+    if (running + sums[c] <= target) {
+      running += sums[c];
+      continue;
+    }
+    const int64_t hi = (c + 1) * chunk < vocab ? (c + 1) * chunk : vocab;
+    for (int64_t i = c * chunk; i < hi; ++i) {
+      const double wi = static_cast<double>(w(i));
+      if (wi > 0.0) {
+        running += wi;
+        if (running > target) return static_cast<int32_t>(i);
+      }
+    }
+  }
+  for (int64_t i = vocab - 1; i >= 0; --i)  // rounding ran past the end: last positive entry
+    if (static_cast<double>(w(i)) > 0.0) return static_cast<int32_t>(i);
+  return 0;
 }
 
 inline int32_t argmax_host(const float* p, int64_t vocab) {
@@ -136,5 +347,10 @@ inline int32_t argmax_host(const float* p, int64_t vocab) {
 }
 
 void verify_chain_host(const VerifyChainArgs& args);
+void verify_tree_host(const VerifyTreeArgs& args);
+// Gumbel top-k of one row: out[0..k) (-1 padded), uniforms at draws draw0 + v of `row`.
+void gumbel_topk_host(const float* p, int64_t vocab, const RngArgs& rng, int64_t row,
+                      int64_t draw0, int64_t k, int32_t* out);
+void sample_wor_host(const SampleWorArgs& args);
 
 }  // namespace specops
