@@ -138,15 +138,34 @@ def draft_dynamic(dr: DraftRunner, root, logits, g, k: int, depth: int, num_node
     return Drafted(tree, tokens, None, beams=f_path)
 
 
-def draft_static(dr: DraftRunner, root, logits, g, tree: Tree, wor: bool, sampling, seed, rng, rec):
+class StaticPlan:
+    """Host-side schedule of a static tree, computed once: per depth the node range and, per
+    parent, its children."""
+
+    def __init__(self, tree: Tree, device):
+        parents = tree.parents[0].tolist()
+        depth = tree.depth[0].tolist()
+        if any(depth[i] < depth[i - 1] for i in range(1, len(depth))):
+            raise ValueError("speculative: a static tree must list its nodes breadth-first")
+        self.tree = tree.to(device)
+        self.tree.__dict__["_path_width"] = max(depth) + 1
+        self.levels = []  # (lo, hi, {parent: [children]}, parent index tensor)
+        for d in range(1, max(depth) + 1):
+            nodes = [i for i in range(len(depth)) if depth[i] == d]
+            kids: dict = {}
+            for i in nodes:
+                kids.setdefault(parents[i], []).append(i)
+            par = torch.tensor([parents[i] for i in nodes], device=device)
+            self.levels.append((nodes[0], nodes[-1] + 1, kids, par))
+        self.bits = pack_bits(self.tree.ancestors[:1, 1:, 1:])  # drafter slot = node - 1
+
+
+def draft_static(dr: DraftRunner, root, logits, g, plan: StaticPlan, wor, sampling, seed, rng, rec):
     """Children of every node drawn from the node's drafter distribution q (i.i.d., or without
-    replacement); nodes must be in breadth-first order (depth non-decreasing)."""
+    replacement), level by level; the drafter runs on every non-leaf level."""
     b = root.shape[0]
     dev = root.device
-    n = tree.num_nodes
-    parents = tree.parents[0].tolist()  # static structure: host-side, once per call
-    depth = tree.depth[0].tolist()
-    levels = max(depth)
+    n = plan.tree.num_nodes
     tokens = torch.full((b, n), -1, dtype=torch.int32, device=dev)
     tokens[:, 0] = root.int()
     v = logits.shape[-1]
@@ -155,32 +174,23 @@ def draft_static(dr: DraftRunner, root, logits, g, tree: Tree, wor: bool, sampli
     with rec.timer("specops"):
         qrows[:, 0] = specops.probs_from_logits(logits, **sampling)
     feats[:, 0] = g
-    bits_all = pack_bits(tree.ancestors[:1, 1:, 1:]).expand(b, -1, -1)  # drafter slot = node - 1
-    for d in range(1, levels + 1):
-        nodes = [i for i in range(n) if depth[i] == d]
-        # draw the children of each parent at depth d - 1
-        by_parent: dict = {}
-        for i in nodes:
-            by_parent.setdefault(parents[i], []).append(i)
+    bits = plan.bits.expand(b, -1, -1)
+    for li, (lo, hi, kids, par) in enumerate(plan.levels):
         with rec.timer("specops"):
-            for p, kids in by_parent.items():
+            for p, ks in kids.items():
                 q = qrows[:, p]
                 if wor:
-                    x = specops.sample_without_replacement(q, len(kids), seed=seed, offset=rng())
+                    x = specops.sample_without_replacement(q, len(ks), seed=seed, offset=rng())
                 else:
-                    qk = q[:, None].expand(b, len(kids), v)
-                    x = specops.sample(qk, seed=seed, offset=rng())
-                tokens[:, kids] = x.int()
-        if d == levels:
+                    x = specops.sample(q[:, None].expand(b, len(ks), v), seed=seed, offset=rng())
+                tokens[:, ks] = x.int()
+        if li == len(plan.levels) - 1:
             break
-        lo, hi = nodes[0], nodes[-1] + 1
-        par_idx = torch.tensor([parents[i] for i in nodes], device=dev)
-        lg, gg = dr.extend(tokens[:, lo:hi], feats[:, par_idx], d, bits_all[:, : hi - 1], lo - 1)
+        lg, gg = dr.extend(tokens[:, lo:hi], feats[:, par], li + 1, bits[:, : hi - 1], lo - 1)
         feats[:, lo:hi] = gg
         with rec.timer("specops"):
             qrows[:, lo:hi] = specops.probs_from_logits(lg, **sampling)
-    tree.__dict__.setdefault("_path_width", levels + 1)
-    return Drafted(tree, tokens, qrows)
+    return Drafted(plan.tree, tokens, qrows)
 
 
 @torch.no_grad()
@@ -222,9 +232,7 @@ def speculative(
         mode, width, nodes = "dynamic", depth + 1, num_nodes
     else:
         mode, width, nodes = "static", tree.max_depth() + 1, tree.num_nodes
-        tree = tree.to(dev)
-        if bool((tree.depth[0, 1:] < tree.depth[0, :-1]).any()):
-            raise ValueError("speculative: a static tree must list its nodes breadth-first")
+        plan = StaticPlan(tree, dev)
     name = {"chain": "spec-chain", "dynamic": "spec-tree", "static": "spec-static"}[mode]
     rec = Recorder(name, b, length, width, dev)
     rng = Offsets()
@@ -256,7 +264,7 @@ def speculative(
             positions = tgt.seqlens.long()[:, None] + dft.tree.depth
         else:
             dft = draft_static(
-                dr, root, logits, g, tree, without_replacement, sampling, seed, rng, rec
+                dr, root, logits, g, plan, without_replacement, sampling, seed, rng, rec
             )
             positions = tgt.seqlens.long()[:, None] + dft.tree.depth
         probs, hidden = tgt.forward(dft.tokens, positions, dft.tree, charged=active)
