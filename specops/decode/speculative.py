@@ -9,11 +9,11 @@ One step, with the root s_c the last emitted token (not yet in the target's cach
    - chain: x_1 ~ q_1, x_2 ~ q_2(. | x_1), ..., K tokens; ``verify_chain`` with q;
    - ``tree="dynamic"`` (EAGLE-2, HiViS Sec. 3.1, VSD App. D): every frontier node expands its
      top-k drafter tokens, children scored by the cumulative log-probability of their path; the
-     top-k of the k^2 become the next frontier; after ``depth`` levels the N - 1 best-scoring
-     candidates form the tree (a child never outscores its parent, so the set is closed under
-     ancestors).  Children are deterministic given the prefix, so they are verified as
-     deterministic drafts (q = one-hot: accept child x w.p. p(x), else p <- norm(p without x)),
-     which is lossless whatever the tree;
+     top-k of the k^2 become the next frontier (``select_frontier``); after ``depth`` levels the
+     N - 1 best-scoring candidates form the tree (``build_dynamic_tree``: a child never
+     outscores its parent, so the set is closed under ancestors).  Children are deterministic
+     given the prefix, so they are verified as deterministic drafts (q = one-hot: accept child
+     x w.p. p(x), else p <- norm(p without x)), which is lossless whatever the tree;
    - a static ``Tree`` (e.g. ``Tree.kary(2, 4)``): the children of every node are drawn from its
      drafter distribution q, i.i.d. or without replacement; ``verify_tree`` with q (the tree
      shape does not depend on the draws, which keeps recursive rejection sampling lossless);
@@ -27,14 +27,7 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops.decode._common import (
-    DraftRunner,
-    Offsets,
-    Output,
-    TargetRunner,
-    prompt_tokens,
-    tree_from_parents,
-)
+from specops.decode._common import DraftRunner, Offsets, Output, TargetRunner, prompt_tokens
 from specops.decode.stats import Recorder
 from specops.tree import Tree, pack_bits
 
@@ -73,69 +66,46 @@ def draft_chain(dr: DraftRunner, root, logits, g, k: int, sampling, seed, rng, r
 
 
 def draft_dynamic(dr: DraftRunner, root, logits, g, k: int, depth: int, num_nodes: int, rec):
-    """EAGLE-2 dynamic tree (see the module docstring); scores use the drafter's T = 1
-    log-probabilities.  -> Drafted with draft_probs None (deterministic children)."""
+    """EAGLE-2 dynamic tree (see the module docstring) with frontier width = branching = k:
+    ``specops.select_frontier`` picks each depth's frontier, ``specops.build_dynamic_tree`` the
+    final N-node tree.  Scores use the drafter's T = 1 log-probabilities.
+    -> Drafted with draft_probs None (deterministic children) and the final frontier's paths."""
     b = root.shape[0]
     dev = root.device
     rows = torch.arange(b, device=dev)[:, None]
-    # candidates of all depths: token, score, parent candidate (-1 = root), depth
-    lp = logits.float().log_softmax(-1)  # [B, V]
-    s1, t1 = lp.topk(k, -1)
-    cand_tok, cand_score, cand_par, cand_depth = [t1], [s1], [torch.full_like(t1, -1)], [1]
-    f_tok, f_score, f_id = t1, s1, torch.arange(k, device=dev).expand(b, k)
-    f_path = t1[:, :, None]  # [B, k, d] tokens of each frontier path
-    f_feat = g[:, None].expand(b, k, -1)  # feature input of each frontier node (its parent's)
-    f_slot_par = torch.full((b, k), -1, dtype=torch.long, device=dev)
+    tokens = torch.full((b, depth, k, k), -1, dtype=torch.int32, device=dev)
+    logps = torch.full((b, depth, k, k), float("-inf"), device=dev)
+    frontier = torch.zeros(b, max(depth - 1, 0), k, dtype=torch.int32, device=dev)
+    lp, tk = logits.float().log_softmax(-1).topk(k, -1)  # [B, k]: the root's children
+    tokens[:, 0, 0], logps[:, 0, 0] = tk.int(), lp
+    with rec.timer("specops"):
+        f = specops.select_frontier(lp[:, None], k, tokens=tk[:, None].int())
+    path = f.tokens[:, :, None]  # [B, k, d]: token path of every frontier slot
+    feat = g[:, None].expand(b, k, -1)  # drafter feature input of each frontier node (parent's)
     slots = k * max(depth - 1, 1)
     anc = torch.zeros(b, slots, slots, dtype=torch.bool, device=dev)  # drafter-slot ancestry
-    base = k
+    par_slot = torch.full((b, k), -1, dtype=torch.long, device=dev)
     for d in range(1, depth):
-        # run the frontier (depth d, drafter slots k(d-1) ..) through the drafter
+        frontier[:, d - 1] = f.index
+        # the frontier (depth d) takes drafter slots k(d-1) .. kd-1; a slot sees its ancestors
         lo = k * (d - 1)
         new = torch.arange(lo, lo + k, device=dev)
-        par_anc = anc[rows, f_slot_par.clamp(min=0)]  # [B, k, slots]
-        par_anc = par_anc & (f_slot_par >= 0)[:, :, None]
-        anc[:, lo : lo + k] = par_anc
+        anc[:, lo : lo + k] = anc[rows, par_slot.clamp(min=0)] & (par_slot >= 0)[:, :, None]
         anc[:, new, new] = True
         bits = pack_bits(anc[:, : lo + k, : lo + k])
-        lg, gg = dr.extend(f_tok, f_feat, d, bits, lo)
-        lp = lg.float().log_softmax(-1)  # [B, k, V]
-        s, t = lp.topk(k, -1)  # [B, k, k]
-        s = (f_score[:, :, None] + s).reshape(b, k * k)
-        t = t.reshape(b, k * k)
-        cand_tok.append(t)
-        cand_score.append(s)
-        cand_par.append(f_id[:, :, None].expand(b, k, k).reshape(b, k * k))
-        cand_depth.append(d + 1)
-        # next frontier: top-k of the k^2 by cumulative log-prob
-        keep = s.topk(k, -1).indices  # [B, k]
-        parent_local = keep // k
-        f_path = torch.cat([f_path[rows, parent_local], t.gather(1, keep)[:, :, None]], 2)
-        f_feat = gg[rows, parent_local]
-        f_slot_par = lo + parent_local
-        f_tok, f_score = t.gather(1, keep), s.gather(1, keep)
-        f_id = base + keep
-        base += k * k
-    tok = torch.cat(cand_tok, 1)  # [B, C]
-    score = torch.cat(cand_score, 1)
-    par = torch.cat(cand_par, 1)
-    dep = torch.cat([torch.full_like(t, dd) for t, dd in zip(cand_tok, cand_depth)], 1)  # [B, C]
-    # global rerank: the N - 1 best candidates; a tiny depth penalty makes a child rank strictly
-    # below its parent even when log q rounds to 0, so the selection is closed under ancestors.
-    c = tok.shape[1]
-    n_sel = min(num_nodes - 1, c)
-    key = score - 1e-4 * dep
-    sel = (
-        key.topk(n_sel, -1).indices.sort(-1).values
-    )  # candidate ids ascend with depth: topological
-    inv = torch.zeros(b, c + 1, dtype=torch.long, device=dev)  # candidate id -> node id (root 0)
-    inv.scatter_(1, sel, torch.arange(1, n_sel + 1, device=dev).expand(b, n_sel))
-    sel_par = par.gather(1, sel)
-    parent_node = torch.where(sel_par >= 0, inv.gather(1, sel_par.clamp(min=0)), 0)
-    parents = torch.cat([torch.full((b, 1), -1, device=dev, dtype=torch.long), parent_node], 1)
-    tree = tree_from_parents(parents.int(), depth + 1)
-    tokens = torch.cat([root[:, None].long(), tok.gather(1, sel)], 1).int()
-    return Drafted(tree, tokens, None, beams=f_path)
+        lg, gg = dr.extend(f.tokens, feat, d, bits, lo)
+        lp, tk = lg.float().log_softmax(-1).topk(k, -1)  # [B, k, k]
+        tokens[:, d], logps[:, d] = tk.int(), lp
+        with rec.timer("specops"):
+            f = specops.select_frontier(lp, k, parent_scores=f.scores, tokens=tk.int())
+        ps = f.parent_slot.long()
+        path = torch.cat([path[rows, ps], f.tokens[:, :, None]], 2)
+        feat = gg[rows, ps]
+        par_slot = lo + ps
+    with rec.timer("specops"):
+        t = specops.build_dynamic_tree(root.int(), tokens, logps, frontier, num_nodes)
+    t.tree.__dict__["_path_width"] = depth + 1
+    return Drafted(t.tree, t.draft_tokens, None, beams=path)
 
 
 class StaticPlan:
