@@ -22,7 +22,6 @@ from test_reference_verify import (
 
 import specops
 from specops import Relaxation, Tree
-from specops.reference import verify as rv
 from specops.reference.philox import row_uniforms
 
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
