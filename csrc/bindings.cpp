@@ -56,6 +56,7 @@ PYBIND11_MODULE(_C, m) {
   bind_verify(m);
   bind_kv(m);
   bind_features(m);
+  bind_jacobi(m);
 
   m.attr("host_kernels") = host_kernel_names();
   m.attr("cuda_kernels") = cuda_kernel_names();

@@ -477,6 +477,9 @@ def verify_jacobi(
     )
 
 
+_JACOBI_BACKENDS = ("cuda", "cpu", "reference")  # C++ CPU twin / CUDA: _jacobi_kernels
+
+
 def _jacobi_impl(
     target,
     window,
@@ -494,7 +497,27 @@ def _jacobi_impl(
     uniforms,
     backend,
 ):
-    c.pick_backend("verify_jacobi", backend, target.device, _BACKENDS)
+    be = c.pick_backend("verify_jacobi", backend, target.device, _JACOBI_BACKENDS)
+    if be != "reference":
+        from specops.ops import _jacobi_kernels
+
+        return _jacobi_kernels.verify_jacobi(
+            be,
+            target,
+            window,
+            draft,
+            fc,
+            ns,
+            cont,
+            k,
+            seed_t,
+            seed_i,
+            off_t,
+            off_i,
+            nb,
+            delta,
+            uniforms,
+        )
     seed, offset = _ref_rng(seed_t, seed_i, off_t, off_i, target.device)
     tree = _TreeArrays(fc, ns) if fc is not None else None
     r = rv.verify_jacobi(

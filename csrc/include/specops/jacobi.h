@@ -1,0 +1,422 @@
+// Speculative Jacobi Decoding verification (SJD, SJD-PAC): the per-request cores shared by the
+// C++ CPU twin (csrc/jacobi.cpp) and the CUDA kernels (specops/jacobi.cuh).  Semantics, token
+// for token and draw for draw, are those of specops/reference/verify.py verify_jacobi:
+//
+//   test of a draft x against (p, q):   accept  iff  u * q(x) < p(x) + pool(x)   (float32)
+//   residual:                           r = max(p - q, 0),  norm(r) = f32(f64(r) / sum f64(r))
+//                                       (p itself when r has no mass)
+//   draw t ~ w with uniform u:          min{i : w_0 + ... + w_i > u * sum(w), w_i > 0} (f64)
+//   candidates (proactive drafting):    Gumbel top-k of p, key_v = log p_v - log(-log u_v)
+//
+// Chain mode (tree == nullptr), slot i of request b: test draw i, resample draw L + i; the
+// accepted prefix a = number of leading passing slots.  Slots are independent once a is known,
+// and a costs L scalar tests, so every slot can be finished on its own (one CUDA block each).
+//
+// Tree mode (SJD-PAC window, e.g. Tree.kary_chain): the accepted prefix is verify_tree's walk
+// without replacement.  After a rejected child x of the current node the walk continues with
+//   p_{j+1} = norm(max(p_j - q_j, 0))     (p_j if that has no mass)
+//   q_{j+1} = norm(q_j with q_j(x) = 0)   (all zeros if no mass is left)
+// These rows are never stored: an entry p_j(v), q_j(v) is recomputed from p_0(v), q_0(v), the
+// rejected ids x_0..x_{j-1} and the sums S_i = sum max(p_i - q_i, 0), T_i = sum of q_i without
+// x_i, with exactly the reference's float32/float64 roundings (WalkRow::eval).  Continuation
+// runs along the first-child line below the last accepted node m: position d > a holds the
+// token of the first child of l_d (l_{a+1} = first child of m), kept if it passes its test
+// against target/draft row l_d (draw c - 1 for node c), else resampled (draw L + c - 1).  Since
+// d = depth(l_d), that work depends on the node alone: the CUDA kernel does it for every node
+// that can lie on a line (every first child) while another block walks, and the last block of a
+// request to finish assembles the outputs (jacobi_tree_finish).
+#pragma once
+#include <math.h>
+#include <stdint.h>
+
+#include "specops/common.h"
+#include "specops/verify.h"
+
+#if defined(__CUDACC__)
+// Templates below are __host__ __device__ and take an `Ops` that is host-only or device-only.
+#define SPECOPS_EXEC_CHECK_DISABLE _Pragma("nv_exec_check_disable")
+#else
+#define SPECOPS_EXEC_CHECK_DISABLE
+#endif
+
+namespace specops {
+
+struct JacobiArgs {
+  const float* target;  // [B, L, V], last dim contiguous
+  int64_t target_sb, target_sl;
+  const float* draft;  // [B, L, V] or nullptr (q = one-hot of the drafted token)
+  int64_t draft_sb, draft_sl;
+  TokenView tokens;  // [B, L]
+  int64_t tokens_sb;
+  const int32_t* first_child;   // [B or 1, L] or nullptr (chain mode)
+  const int32_t* next_sibling;  // [B or 1, L]
+  int64_t tree_sb;              // L, or 0 for one tree shared by the batch
+  int64_t batch, len, vocab;
+  bool cont;               // continue_after_reject (SJD-PAC adaptive continuation)
+  int64_t num_candidates;  // k; candidates are produced when k > 1
+  RelaxArgs relax;
+  RngArgs rng;  // row b = request b; draws_per_row = 2L (+ L * V with candidates)
+  int32_t* out_num_accepted;  // [B]
+  int32_t* out_next_window;   // [B, L]
+  int32_t* out_first_reject;  // [B]
+  int32_t* out_candidates;    // [B, L, k] when k > 1, else nullptr
+  int32_t* out_path;          // [B, L] in tree mode, else nullptr
+  // CUDA tree mode only: per-request scratch ([B, ws_stride] int32, layout in jacobi_ws_*) and
+  // completion counters ([B] int32, zero before the launch; the kernel leaves them zero).
+  int32_t* workspace;
+  int64_t ws_stride;
+  int32_t* counters;
+};
+
+// ---- small accessors ----------------------------------------------------------------------------
+SPECOPS_HD const float* jacobi_p(const JacobiArgs& A, int64_t b, int64_t i) {
+  return A.target + b * A.target_sb + i * A.target_sl;
+}
+SPECOPS_HD const float* jacobi_q(const JacobiArgs& A, int64_t b, int64_t i) {
+  return A.draft ? A.draft + b * A.draft_sb + i * A.draft_sl : nullptr;
+}
+SPECOPS_HD int64_t jacobi_tok(const JacobiArgs& A, int64_t b, int64_t i) {
+  return A.tokens[b * A.tokens_sb + i];
+}
+// first_child / next_sibling entry, -1 for none (never an index outside [1, L)).
+SPECOPS_HD int64_t jacobi_link(const int32_t* arr, const JacobiArgs& A, int64_t b, int64_t n) {
+  const int64_t m = arr[b * A.tree_sb + n];
+  return (m > 0 && m < A.len) ? m : -1;
+}
+SPECOPS_HD int64_t jacobi_draws(const JacobiArgs& A) {
+  return 2 * A.len + (A.num_candidates > 1 ? A.len * A.vocab : 0);
+}
+
+// Per-request workspace layout (int32): the walk's result, then per-node continuation tokens and
+// candidates (indexed by node), then the walk's path and tokens (indexed by position).
+SPECOPS_HD int64_t jacobi_ws_size(int64_t L, int64_t k) { return 4 + 3 * L + L * (k > 1 ? k : 0); }
+enum : int { kWsA = 0, kWsM = 1, kWsRej = 2 };
+SPECOPS_HD int64_t jacobi_ws_path(int64_t L) { return 4 + 0 * L; }
+SPECOPS_HD int64_t jacobi_ws_tok(int64_t L) { return 4 + 1 * L; }
+SPECOPS_HD int64_t jacobi_ws_node_tok(int64_t L) { return 4 + 2 * L; }
+SPECOPS_HD int64_t jacobi_ws_cand(int64_t L) { return 4 + 3 * L; }
+
+// ---- acceptance with any row functor ------------------------------------------------------------
+// pool(x) = sum of p(n_j) over the neighbours of x whose cumulative mass stays <= delta (f64).
+template <class PF>
+SPECOPS_HD float jacobi_pool(const PF& p, int64_t vocab, int64_t x, const RelaxArgs& relax) {
+  if (relax.neighbors == nullptr || x < 0 || x >= vocab) return 0.f;
+  const int32_t* nb = relax.neighbors + x * relax.k;
+  double cum = 0.0, pool = 0.0;
+  for (int64_t j = 0; j < relax.k; ++j) {
+    const int64_t n = nb[j];
+    const double pn = (n >= 0 && n < vocab && n != x) ? static_cast<double>(p(n)) : 0.0;
+    cum += pn;
+    if (cum <= relax.delta) pool += pn;
+  }
+  return static_cast<float>(pool);
+}
+
+struct RawRow {  // p(v) of a stored row
+  const float* p;
+  SPECOPS_HD float operator()(int64_t v) const { return p[v]; }
+};
+
+// Test of draft x: u * q(x) < p(x) + pool(x); has_q false means q = one-hot(x), q(x) = 1.
+// Ids outside [0, V) have p(x) = q(x) = 0 and are always rejected.
+template <class PF, class QF>
+SPECOPS_HD bool jacobi_accept(float u, const PF& p, const QF& q, bool has_q, int64_t vocab,
+                              int64_t x, const RelaxArgs& relax) {
+  const bool in = x >= 0 && x < vocab;
+  const float px = in ? p(x) : 0.f;
+  const float qx = has_q ? (in ? q(x) : 0.f) : 1.f;
+  return u * qx < px + jacobi_pool(p, vocab, x, relax);
+}
+
+// Test of slot i in chain mode; a -1 token ("no draft") never passes.
+SPECOPS_HD bool jacobi_chain_ok(const JacobiArgs& A, int64_t b, int64_t i) {
+  const int64_t x = jacobi_tok(A, b, i);
+  if (x == -1) return false;
+  const float* q = jacobi_q(A, b, i);
+  return jacobi_accept(A.rng.uniform(b, i), RawRow{jacobi_p(A, b, i)}, RawRow{q}, q != nullptr,
+                       A.vocab, x, A.relax);
+}
+
+// ---- vocabulary functors ------------------------------------------------------------------------
+struct PosW {  // max(p, 0): what inverse_cdf samples from a raw row
+  const float* p;
+  SPECOPS_HD float operator()(int64_t v) const { return p[v] > 0.f ? p[v] : 0.f; }
+};
+struct ResidW {  // r = max(p - q, 0); q == nullptr: q = one-hot(x) (zero row for x outside [0, V))
+  const float* p;
+  const float* q;
+  int64_t x;
+  SPECOPS_HD float operator()(int64_t v) const { return residual_at(p, q, x, v); }
+};
+struct NormResidW {  // norm(r)_v = f32(f64(r_v) / s)
+  ResidW r;
+  double s;
+  SPECOPS_HD float operator()(int64_t v) const { return normalised(r(v), s); }
+};
+
+// The walk's current rows: target/draft row of node `cur` after j rejected children.
+struct WalkRow {
+  const float* p0;
+  const float* q0;  // nullptr: deterministic drafts (residual against one-hot(x_i))
+  int64_t j;
+  const int64_t* xs;  // rejected ids x_0..x_{j-1}
+  const double* S;    // S_i = sum max(p_i - q_i, 0)
+  const double* T;    // T_i = sum of q_i without x_i (draft probabilities only)
+
+  // p_j(v), q_j(v) with the reference's roundings, step by step.
+  SPECOPS_HD void eval(int64_t v, float* pv, float* qv) const {
+    float p = p0[v];
+    float q = q0 ? q0[v] : 0.f;
+    for (int64_t i = 0; i < j; ++i) {
+      const int64_t x = xs[i];
+      const float qq = q0 ? q : (v == x ? 1.f : 0.f);
+      const float d = p - qq;
+      const float r = d > 0.f ? d : 0.f;
+      if (S[i] > 0.0) p = normalised(r, S[i]);
+      if (q0) q = T[i] > 0.0 ? normalised(v == x ? 0.f : q, T[i]) : 0.f;
+    }
+    *pv = p;
+    *qv = q;
+  }
+  SPECOPS_HD float p_at(int64_t v) const {
+    float p, q;
+    eval(v, &p, &q);
+    return p;
+  }
+  SPECOPS_HD float q_at(int64_t v) const {
+    float p, q;
+    eval(v, &p, &q);
+    return q;
+  }
+};
+struct WalkP {
+  WalkRow row;  // by value: no address of a local on the device
+  SPECOPS_HD float operator()(int64_t v) const { return row.p_at(v); }
+};
+struct WalkQ {
+  WalkRow row;  // by value: no address of a local on the device
+  SPECOPS_HD float operator()(int64_t v) const { return row.q_at(v); }
+};
+struct WalkPosW {  // max(p_j, 0): the final draw
+  WalkRow row;  // by value: no address of a local on the device
+  SPECOPS_HD float operator()(int64_t v) const {
+    const float p = row.p_at(v);
+    return p > 0.f ? p : 0.f;
+  }
+};
+// Both terms of a rejection of x at state j: r_v = max(p_j - q_j, 0) and q_j without x.
+struct WalkRejectTerms {
+  WalkRow row;  // by value: no address of a local on the device
+  int64_t x;
+  SPECOPS_HD void operator()(int64_t v, float* r, float* qd) const {
+    float p, q;
+    row.eval(v, &p, &q);
+    const float qq = row.q0 ? q : (v == x ? 1.f : 0.f);
+    const float d = p - qq;
+    *r = d > 0.f ? d : 0.f;
+    *qd = (row.q0 && v != x) ? q : 0.f;
+  }
+};
+
+// ---- shared per-request procedures (Ops: HostJacobiOps or the CUDA BlockJacobiOps) -------------
+// Ops provides, collectively over the vocabulary (every thread of a block calls them alike):
+//   double sum(w), void sum2(f, &s1, &s2), int32_t draw(w, u),
+//   void topk(p, row, draw0, k, out) (Gumbel top-k of raw row p into out[0..k)), bool leader().
+
+// t ~ norm(max(p - q, 0)), or ~ p when the residual has no mass.
+SPECOPS_EXEC_CHECK_DISABLE
+template <class Ops>
+SPECOPS_HD int32_t jacobi_residual_draw(Ops& ops, const float* p, const float* q, int64_t x,
+                                        float u) {
+  const ResidW r{p, q, x};
+  const double s = ops.sum(r);
+  if (s > 0.0) return ops.draw(NormResidW{r, s}, u);
+  return ops.draw(PosW{p}, u);
+}
+
+// Chain mode, slot i of request b, given the accepted prefix a: next_window[i] and the slot's
+// candidates (Gumbel top-k of p_i at draws 2L + i V + v when a < L and i > a).
+SPECOPS_EXEC_CHECK_DISABLE
+template <class Ops>
+SPECOPS_HD void jacobi_chain_slot(const JacobiArgs& A, int64_t b, int64_t i, int64_t a, Ops& ops) {
+  const int64_t L = A.len, V = A.vocab;
+  const int64_t x = jacobi_tok(A, b, i);
+  const float* p = jacobi_p(A, b, i);
+  // no draft (-1): q = 0, so the residual is p itself
+  const float* q = x == -1 ? nullptr : jacobi_q(A, b, i);
+  const float u = A.rng.uniform(b, L + i);
+  int32_t t;
+  if (A.cont) {
+    const bool ok = i < a || (i > a && jacobi_chain_ok(A, b, i));
+    t = ok ? static_cast<int32_t>(x) : jacobi_residual_draw(ops, p, q, x, u);
+  } else if (i < a) {
+    t = static_cast<int32_t>(x);
+  } else if (i == a) {
+    t = jacobi_residual_draw(ops, p, q, x, u);
+  } else {
+    t = ops.draw(PosW{p}, u);  // plain SJD: later slots sampled afresh from p
+  }
+  if (ops.leader()) A.out_next_window[b * L + i] = t;
+  if (A.num_candidates > 1) {
+    int32_t* out = A.out_candidates + (b * L + i) * A.num_candidates;
+    if (a < L && i > a) {
+      ops.topk(p, b, 2 * L + i * V, A.num_candidates, out);
+    } else if (ops.leader()) {
+      for (int64_t j = 0; j < A.num_candidates; ++j) out[j] = -1;
+    }
+  }
+  if (i == 0 && ops.leader()) {
+    A.out_num_accepted[b] = static_cast<int32_t>(a);
+    A.out_first_reject[b] = a < L ? static_cast<int32_t>(a) : -1;
+  }
+}
+
+// Tree mode: the walk (verify_tree without replacement, draws n - 1 and L - 1).  Writes the
+// walk's result and its path/tokens into the request's workspace ws (leader only).
+// Scratch xs/S/T hold the rejections at the current node (at most L - 1 entries).
+SPECOPS_EXEC_CHECK_DISABLE
+template <class Ops>
+SPECOPS_HD void jacobi_tree_walk(const JacobiArgs& A, int64_t b, Ops& ops, int64_t* xs, double* S,
+                                 double* T, int32_t* ws) {
+  const int64_t L = A.len, V = A.vocab;
+  int32_t* path = ws + jacobi_ws_path(L);
+  int32_t* toks = ws + jacobi_ws_tok(L);
+  if (ops.leader()) {
+    for (int64_t d = 0; d < L; ++d) {
+      path[d] = d == 0 ? 0 : -1;
+      toks[d] = -1;
+    }
+  }
+  int64_t cur = 0, a = 0, j = 0;
+  int64_t cand = jacobi_link(A.first_child, A, b, 0);
+  bool rej = false;
+  for (int64_t step = 0; step < L && cand >= 0; ++step) {
+    const int64_t c = cand;
+    const int64_t x = jacobi_tok(A, b, c);
+    if (x == -1) {  // padding node: skipped as if absent
+      cand = jacobi_link(A.next_sibling, A, b, c);
+      continue;
+    }
+    const float* q0 = jacobi_q(A, b, cur);
+    const WalkRow row{jacobi_p(A, b, cur), q0, j, xs, S, T};
+    if (jacobi_accept(A.rng.uniform(b, c - 1), WalkP{row}, WalkQ{row}, q0 != nullptr, V, x,
+                      A.relax)) {
+      if (ops.leader()) {
+        if (a + 1 < L) path[a + 1] = static_cast<int32_t>(c);
+        toks[a] = static_cast<int32_t>(x);
+      }
+      ++a;
+      cur = c;
+      j = 0;
+      rej = false;
+      cand = jacobi_link(A.first_child, A, b, c);
+      continue;
+    }
+    // rejected: p <- norm(max(p - q, 0)), q <- norm(q without x); only the sums are stored.
+    double s = 0.0, t = 0.0;
+    ops.sum2(WalkRejectTerms{row, x}, &s, &t);
+    xs[j] = x;  // every thread stores the same values (block-uniform state)
+    S[j] = s;
+    T[j] = t;
+    ++j;
+    rej = true;
+    cand = jacobi_link(A.next_sibling, A, b, c);
+  }
+  const WalkRow row{jacobi_p(A, b, cur), jacobi_q(A, b, cur), j, xs, S, T};
+  const int32_t tok = ops.draw(WalkPosW{row}, A.rng.uniform(b, L - 1));
+  if (ops.leader()) {
+    toks[a < L ? a : L - 1] = tok;
+    ws[kWsA] = static_cast<int32_t>(a);
+    ws[kWsM] = static_cast<int32_t>(cur);
+    ws[kWsRej] = rej ? 1 : 0;
+  }
+}
+
+// Tree mode, continuation work of node n (n = l_d at position d = depth(n)): the token for
+// position d (its first child's token kept or resampled, -1 when it has no real first child) and
+// the candidates from target row n.  Written to ws node slots n (leader / the topk's writers).
+SPECOPS_EXEC_CHECK_DISABLE
+template <class Ops>
+SPECOPS_HD void jacobi_tree_node(const JacobiArgs& A, int64_t b, int64_t n, int64_t depth,
+                                 bool need_tok, bool need_cand, Ops& ops, int32_t* ws) {
+  const int64_t L = A.len;
+  const float* p = jacobi_p(A, b, n);
+  if (need_tok) {
+    const int64_t c = jacobi_link(A.first_child, A, b, n);
+    const int64_t x = c >= 0 ? jacobi_tok(A, b, c) : -1;
+    int32_t t = -1;
+    if (x != -1) {
+      const float* q = jacobi_q(A, b, n);
+      const float u = A.rng.uniform(b, L + c - 1);
+      if (A.cont) {
+        const bool keep = jacobi_accept(A.rng.uniform(b, c - 1), RawRow{p}, RawRow{q},
+                                        q != nullptr, A.vocab, x, A.relax);
+        t = keep ? static_cast<int32_t>(x) : jacobi_residual_draw(ops, p, q, x, u);
+      } else {
+        t = ops.draw(PosW{p}, u);
+      }
+    }
+    if (ops.leader()) ws[jacobi_ws_node_tok(L) + n] = t;
+  }
+  if (need_cand && A.num_candidates > 1) {
+    ops.topk(p, b, 2 * L + depth * A.vocab, A.num_candidates,
+             ws + jacobi_ws_cand(L) + n * A.num_candidates);
+  }
+}
+
+// Outputs of one request from its workspace (one thread): path, next_window (the walk's tokens,
+// then the continuation line), candidates, num_accepted, first_reject.  WsPtr may be volatile.
+template <class WsPtr>
+SPECOPS_HD void jacobi_tree_finish(const JacobiArgs& A, int64_t b, WsPtr ws) {
+  const int64_t L = A.len, k = A.num_candidates;
+  const int64_t a = ws[kWsA], m = ws[kWsM];
+  const bool rej = ws[kWsRej] != 0;
+  int32_t* nw = A.out_next_window + b * L;
+  int32_t* cand = k > 1 ? A.out_candidates + b * L * k : nullptr;
+  for (int64_t d = 0; d < L; ++d) {
+    A.out_path[b * L + d] = ws[jacobi_ws_path(L) + d];
+    nw[d] = ws[jacobi_ws_tok(L) + d];
+    if (cand)
+      for (int64_t j = 0; j < k; ++j) cand[d * k + j] = -1;
+  }
+  A.out_num_accepted[b] = static_cast<int32_t>(a);
+  A.out_first_reject[b] = rej ? static_cast<int32_t>(a) : -1;
+  // continuation line: l_{a+1} = first child of m, l_{d+1} = first child of l_d
+  int64_t prev = jacobi_link(A.first_child, A, b, m);
+  int64_t d = a + 1;
+  bool alive = rej && prev >= 0 && d < L;
+  while (alive) {
+    if (cand)
+      for (int64_t j = 0; j < k; ++j) cand[d * k + j] = ws[jacobi_ws_cand(L) + prev * k + j];
+    const int64_t node = jacobi_link(A.first_child, A, b, prev);
+    if (node < 0 || jacobi_tok(A, b, node) == -1) break;
+    nw[d] = ws[jacobi_ws_node_tok(L) + prev];
+    prev = node;
+    ++d;
+    alive = d < L;
+  }
+}
+
+// Depth and parent of every node (parents precede children, as in every Tree): one thread, O(L).
+SPECOPS_HD void jacobi_tree_shape(const JacobiArgs& A, int64_t b, int32_t* depth,
+                                  int32_t* parent) {
+  for (int64_t n = 0; n < A.len; ++n) {
+    depth[n] = n == 0 ? 0 : -1;
+    parent[n] = -1;
+  }
+  for (int64_t m = 0; m < A.len; ++m) {
+    if (depth[m] < 0) continue;  // unreachable from the root
+    int64_t c = jacobi_link(A.first_child, A, b, m);
+    for (int64_t guard = 0; c > m && guard < A.len; ++guard) {
+      if (depth[c] < 0) {
+        depth[c] = depth[m] + 1;
+        parent[c] = static_cast<int32_t>(m);
+      }
+      c = jacobi_link(A.next_sibling, A, b, c);
+    }
+  }
+}
+
+void verify_jacobi_host(const JacobiArgs& args);
+
+}  // namespace specops
