@@ -19,7 +19,7 @@ import torch
 from bench import harness
 from bench.harness import Row, ceilings, environment, print_table, write_csv
 
-REGISTRY = ["sample", "verify", "probs", "tree_attention", "kv", "features", "e2e_step"]
+REGISTRY = ["sample", "verify", "jacobi", "probs", "tree_attention", "kv", "features", "e2e_step"]
 
 
 def _bench_module(name: str):

@@ -1,0 +1,99 @@
+"""specops.verify_jacobi: the compiled kernels (C++ CPU twin / CUDA) vs the reference.
+
+Cases at the issue's shape B=2 (CFG rows share the window), L=64, V=65536 (Lumina-mGPT):
+  sjd        chain window, break at the first rejection (plain SJD)
+  sjd_ac     chain window with adaptive continuation
+  sjd_pac    the whole SJD-PAC step: Tree.kary_chain(3, 3, 64) window, continuation and 3
+             proactive-drafting candidates per position (issue target on GPU: < 100 us)
+Distributions are what a visual AR model samples from: softmax of top-k 2000 filtered logits
+(CFG/top-k as in probs_from_logits); the draft q is the previous iteration's (stale) target, p a
+perturbation of it, window tokens drawn from q.  ``sjd_pac dense`` uses unfiltered rows (every
+entry positive: a Gumbel key per entry).  GB/s = bytes of p and q read once / time."""
+
+from __future__ import annotations
+
+import torch
+
+import specops
+from bench.harness import Row, time_fn, with_ratios
+from specops import Tree
+from specops.ops._common import available_backends
+
+
+def _rows(b, L, v, gen, device, top_k):
+    """(p, window tokens, q): q = softmax of top-k filtered logits, p = a perturbation of them."""
+    lq = torch.randn(b, L, v, generator=gen, device=device) * 3.0
+    lp = lq + torch.randn(b, L, v, generator=gen, device=device) * 1.0
+
+    def probs(logits):
+        if top_k is not None and top_k < v:
+            kth = logits.topk(top_k, -1).values[..., -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        return torch.softmax(logits, -1)
+
+    p, q = probs(lp), probs(lq)
+    x = torch.multinomial(q.reshape(-1, v), 1, generator=gen).reshape(b, L)
+    return p, x, q
+
+
+def _cases(quick: bool):
+    if quick:
+        return [("sjd_pac", 2, 13, 1000, 2000, (3, 3, 13), True, 3)]
+    b, L, v = 2, 64, 65536
+    return [
+        ("sjd", b, L, v, 2000, None, False, 1),
+        ("sjd_ac", b, L, v, 2000, None, True, 1),
+        ("sjd_pac", b, L, v, 2000, (3, 3, L), True, 3),
+        ("sjd_pac dense", b, L, v, None, (3, 3, L), True, 3),
+    ]
+
+
+def run(device: str, quick: bool) -> list[Row]:
+    dev = torch.device(device)
+    backends = available_backends(dev, ("cuda", "cpu", "reference"))
+    rows = []
+    for name, b, L, v, top_k, shape, cont, k in _cases(quick):
+        gen = torch.Generator(device=device).manual_seed(0)
+        copies = 4 if device == "cuda" else 1  # rotated inputs: the L2 does not hold them
+        inputs = [_rows(b, L, v, gen, device, top_k) for _ in range(copies)]
+        tree = Tree.kary_chain(*shape, device=device) if shape else None
+        nbytes = 2 * b * L * v * 4
+        desc = f"{name} B={b} L={L} V={v}" + (f" kary_chain{shape} k={k}" if shape else "")
+        for be in backends:
+            fns = [
+                lambda p=p, x=x, q=q, be=be, tree=tree, cont=cont, k=k: specops.verify_jacobi(
+                    p,
+                    x,
+                    q,
+                    tree=tree,
+                    continue_after_reject=cont,
+                    num_candidates=k,
+                    seed=1,
+                    backend=be,
+                )
+                for p, x, q in inputs
+            ]
+            kw = {}
+            if be == "reference" and device == "cpu" and not quick:
+                # the reference draws L * V Philox uniforms per request with candidates (tens of
+                # seconds on a small CPU): fewer repeats
+                kw = {"warmup": 0, "trials": 1} if k > 1 else {"warmup": 1, "trials": 3}
+            st = time_fn(fns, device, quick=quick, **kw)
+            rows.append(
+                Row(
+                    "verify_jacobi",
+                    desc,
+                    be,
+                    st.median_us,
+                    st.p20_us,
+                    st.p80_us,
+                    nbytes / (st.median_us * 1e-6) / 1e9,
+                )
+            )
+    return with_ratios(rows, ("cuda", "cpu"))
+
+
+if __name__ == "__main__":
+    from bench.__main__ import main
+
+    main(["--ops", "jacobi"])
