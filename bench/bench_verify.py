@@ -1,0 +1,304 @@
+"""Verification ops: the compiled kernels against the reference and the peers.
+
+CPU (the issue's CI-sized targets): verify_chain cpu vs reference at B=16, K=8, V=32000, and
+verify_jacobi at B=2, L=64, V=65536 (chain window, and the whole SJD-PAC step on
+Tree.kary_chain(3, 3, 64) with 3 candidates) once it has a cpu backend; verify_tree and
+sample_without_replacement alongside.  GPU: verify_chain vs FlashInfer
+``chain_speculative_sampling`` at B in {1, 8, 64, 256}, K in {4, 8}, V in {32000, 128256};
+verify_tree with deterministic drafts vs sgl-kernel ``tree_speculative_sampling_target_only``.
+Peers that are not installed are skipped with a note.
+
+Effective GB/s = bytes of the probability tensors read once (target, plus draft when given) /
+time.  Inputs: drafts drawn from q, with q close to p (about half the drafts accepted), so the
+kernels take their usual path: some accepted prefix, then one residual draw.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+import specops
+from bench.harness import Row, time_cpu, time_fn, with_ratios
+from specops.ops._common import available_backends
+
+FAST = ("cuda", "cpu")
+
+
+def _probs(shape, gen, device, sharp=2.0):
+    return torch.softmax(torch.randn(*shape, generator=gen, device=device) * sharp, -1)
+
+
+def _near(p, gen, w=0.7):
+    """A draft distribution close to p (acceptance around w)."""
+    r = torch.softmax(torch.randn(p.shape, generator=gen, device=p.device) * 2.0, -1)
+    return w * p + (1 - w) * r
+
+
+def _draw(q, gen):
+    v = q.shape[-1]
+    return torch.multinomial(q.reshape(-1, v), 1, generator=gen).reshape(q.shape[:-1])
+
+
+def _backends(device, op_have=("cuda", "cpu", "reference")):
+    return available_backends(torch.device(device), op_have)
+
+
+def _time(fns, device, be):
+    """time_fn, but the eager reference on the CPU gets fewer calls (it takes up to seconds)."""
+    if device == "cpu" and be == "reference":
+        f = fns if callable(fns) else fns[0]
+        return time_cpu(f, warmup=1, trials=3, min_time_s=0.0)
+    return time_fn(fns, device)
+
+
+def _row(op, shape, be, st, nbytes, note=""):
+    gbps = nbytes / (st.median_us * 1e-6) / 1e9 if nbytes else None
+    return Row(op, shape, be, st.median_us, st.p20_us, st.p80_us, gbps, note=note)
+
+
+def _copies(nbytes, device):
+    """Input copies to rotate over so the L2 cannot hold them (GPU); one on CPU."""
+    if device != "cuda":
+        return 1
+    return 1 if nbytes > 512 * 2**20 else 4
+
+
+# chain --------------------------------------------------------------------------------------
+def _chain_inputs(b, k, v, device, gen, deterministic=False):
+    p = _probs((b, k + 1, v), gen, device)
+    q = _near(p[:, :k], gen)
+    x = _draw(q, gen)
+    return p, x, (None if deterministic else q)
+
+
+def _flashinfer_chain():
+    try:
+        from flashinfer.sampling import chain_speculative_sampling
+
+        return chain_speculative_sampling, ""
+    except Exception as exc:  # not installed / no kernels for this GPU
+        return None, f"flashinfer unavailable: {type(exc).__name__}"
+
+
+def bench_chain(device, quick) -> list[Row]:
+    if quick:
+        shapes = [(2, 3, 1000)]
+    elif device == "cuda":
+        shapes = [(b, k, v) for v in (32000, 128256) for k in (4, 8) for b in (1, 8, 64, 256)]
+    else:
+        shapes = [(16, 8, 32000)]
+    fi, fi_note = _flashinfer_chain() if device == "cuda" else (None, "")
+    rows = []
+    for b, k, v in shapes:
+        for det in (False, True) if device == "cpu" or quick else (False,):
+            gen = torch.Generator(device=device).manual_seed(b * 131 + k + v)
+            nbytes = b * (k + 1) * v * 4 + (0 if det else b * k * v * 4)
+            ins = [_chain_inputs(b, k, v, device, gen, det) for _ in range(_copies(nbytes, device))]
+            shape = f"B={b} K={k} V={v}" + (" det" if det else "")
+            with specops.validation(False):
+                for be in _backends(device):
+                    if be == "reference" and device == "cuda" and b * k * v > 64 * 8 * 32000:
+                        continue  # the eager reference at the largest shapes only adds minutes
+                    fns = [
+                        lambda i=i, be=be: specops.verify_chain(
+                            i[0], i[1], i[2], seed=1, backend=be
+                        )
+                        for i in ins
+                    ]
+                    rows.append(_row("verify_chain", shape, be, _time(fns, device, be), nbytes))
+            if fi is not None and not det:
+                fi_ins = [(i[2], i[1].int(), i[0]) for i in ins]
+                fns = [lambda i=i, f=fi: f(i[0], i[1], i[2]) for i in fi_ins]
+                try:
+                    st = time_fn(fns, device)
+                    rows.append(_row("verify_chain", shape, "flashinfer", st, nbytes))
+                except Exception as exc:
+                    fi, fi_note = None, f"flashinfer failed: {type(exc).__name__}: {exc}"
+    if device == "cuda" and fi_note:
+        rows.append(Row("verify_chain", "-", "flashinfer", 0.0, 0.0, 0.0, note=fi_note))
+    return rows
+
+
+# tree ---------------------------------------------------------------------------------------
+def _tree_inputs(b, tree, v, device, gen, *, wor=False, deterministic=False):
+    n = tree.num_nodes
+    p = _probs((b, n, v), gen, device)
+    q = _near(p, gen)
+    par = tree.parents.long().to(device).expand(b, -1).clamp(min=0)
+    rows = torch.arange(b, device=device)[:, None]
+    if wor:
+        # siblings distinct: Gumbel top-k order of the parent's draft row, by sibling rank
+        same = par[:, :, None] == par[:, None, :]
+        earlier = torch.arange(n, device=device)[None, :] < torch.arange(n, device=device)[:, None]
+        rank = (same & earlier).sum(-1)
+        g = -torch.log(-torch.log(torch.rand(b, n, v, generator=gen, device=device)))
+        order = torch.topk(torch.log(q) + g, min(int(rank.max()) + 1, v), -1).indices
+        tok = order[rows, par, rank]
+    else:
+        tok = _draw(q[rows, par], gen)
+    return p, tok, (None if deterministic else q)
+
+
+def _sgl_tree():
+    try:
+        from sgl_kernel import tree_speculative_sampling_target_only
+
+        return tree_speculative_sampling_target_only, ""
+    except Exception as exc:
+        return None, f"sgl-kernel unavailable: {type(exc).__name__}"
+
+
+def _sgl_call(fn, p, tree, tok, depth):
+    """sgl-kernel's target-only tree sampling (deterministic drafts) on our tree layout."""
+    b, n, v = p.shape
+    dev = p.device
+    fc = tree.first_child.to(dev).expand(b, -1).int().contiguous()
+    ns = tree.next_sibling.to(dev).expand(b, -1).int().contiguous()
+    cand = tok.int().contiguous()
+    ridx = (torch.arange(b * n, device=dev, dtype=torch.int32)).reshape(b, n)
+    predicts = torch.full((b * n,), -1, dtype=torch.int32, device=dev)
+    acc_idx = torch.full((b, depth + 1), -1, dtype=torch.int32, device=dev)
+    acc_num = torch.zeros(b, dtype=torch.int32, device=dev)
+    coins = torch.rand(b, n, device=dev)
+    coins_final = torch.rand(b, device=dev)
+    draft = torch.zeros_like(p)
+    kw = dict(
+        predicts=predicts,
+        accept_index=acc_idx,
+        accept_token_num=acc_num,
+        candidates=cand,
+        retrive_index=ridx,
+        retrive_next_token=fc,
+        retrive_next_sibling=ns,
+        uniform_samples=coins,
+        target_probs=p,
+        draft_probs=draft,
+        deterministic=True,
+    )
+    if "uniform_samples_for_final_sampling" in inspect.signature(fn).parameters:
+        kw["uniform_samples_for_final_sampling"] = coins_final
+    return lambda: fn(**kw)
+
+
+def bench_tree(device, quick) -> list[Row]:
+    if quick:
+        cases = [(2, specops.Tree.kary(2, 3), 1000)]
+    elif device == "cuda":
+        cases = [
+            (b, specops.Tree.kary(k, d), v)
+            for v in (32000, 128256)
+            for (k, d) in ((2, 4), (4, 3))
+            for b in (1, 8, 64)
+        ]
+    else:
+        cases = [(4, specops.Tree.kary(3, 3), 32000)]
+    sgl, sgl_note = _sgl_tree() if device == "cuda" else (None, "")
+    rows = []
+    for b, tree, v in cases:
+        tree = tree.to(device)
+        n = tree.num_nodes
+        modes = (("det", False, True),) if device == "cuda" else ()
+        modes = modes or (("iid", False, False), ("wor", True, False), ("det", False, True))
+        for name, wor, det in modes:
+            gen = torch.Generator(device=device).manual_seed(b * 7 + n + v)
+            nbytes = b * n * v * 4 * (1 if det else 2)
+            ins = [
+                _tree_inputs(b, tree, v, device, gen, wor=wor, deterministic=det)
+                for _ in range(_copies(nbytes, device))
+            ]
+            shape = f"B={b} N={n} V={v} {name}"
+            with specops.validation(False):
+                for be in _backends(device):
+                    if be == "reference" and device == "cuda" and b * n * v > 8 * 21 * 128256:
+                        continue
+                    fns = [
+                        lambda i=i, be=be, wor=wor, t=tree: specops.verify_tree(
+                            i[0], t, i[1], i[2], without_replacement=wor, seed=1, backend=be
+                        )
+                        for i in ins
+                    ]
+                    rows.append(_row("verify_tree", shape, be, _time(fns, device, be), nbytes))
+            if sgl is not None and det:
+                try:
+                    depth = int(tree.depth.max())
+                    fns = [_sgl_call(sgl, i[0], tree, i[1], depth) for i in ins]
+                    rows.append(
+                        _row("verify_tree", shape, "sgl-kernel", time_fn(fns, device), nbytes)
+                    )
+                except Exception as exc:
+                    sgl, sgl_note = None, f"sgl-kernel failed: {type(exc).__name__}: {exc}"
+    if device == "cuda" and sgl_note:
+        rows.append(Row("verify_tree", "-", "sgl-kernel", 0.0, 0.0, 0.0, note=sgl_note))
+    return rows
+
+
+# jacobi (kernels by another family member; benchmarked here once they have a backend) --------
+def _jacobi_backends(device):
+    """Backends verify_jacobi accepts for this device (asks the op: no private constants)."""
+    out = []
+    p = torch.full((1, 2, 3), 1 / 3, device=device)
+    x = torch.zeros(1, 2, dtype=torch.long, device=device)
+    for be in ("cuda", "cpu", "reference"):
+        try:
+            with specops.validation(False):
+                specops.verify_jacobi(p, x, p, seed=0, backend=be)
+            out.append(be)
+        except RuntimeError:
+            pass
+    return out
+
+
+def bench_jacobi(device, quick) -> list[Row]:
+    b, L, v = (2, 8, 1000) if quick else (2, 64, 65536)
+    gen = torch.Generator(device=device).manual_seed(3)
+    p = _probs((b, L, v), gen, device)
+    q = _near(p, gen)
+    x = _draw(q, gen)
+    nbytes = 2 * b * L * v * 4
+    rows = []
+    k, d = 3, 3
+    pac = specops.Tree.kary_chain(k, d, L).to(device) if L > (k**d - 1) // (k - 1) else None
+    with specops.validation(False):
+        for be in _jacobi_backends(device):
+            fn = lambda be=be: specops.verify_jacobi(p, x, q, seed=1, backend=be)  # noqa: E731
+            shape = f"B={b} L={L} V={v} chain"
+            rows.append(_row("verify_jacobi", shape, be, _time(fn, device, be), nbytes))
+            if pac is not None and not (device == "cpu" and be == "reference" and not quick):
+                # (the CPU reference of the full step draws L*V Philox uniforms in int64 torch
+                # ops: tens of seconds a call, so it is left out of the CPU run)
+                fn = lambda be=be: specops.verify_jacobi(  # noqa: E731
+                    p, x, q, tree=pac, num_candidates=3, seed=1, backend=be
+                )
+                shape = f"B={b} L={L} V={v} kary_chain(3,3) cand=3"
+                rows.append(_row("verify_jacobi", shape, be, _time(fn, device, be), nbytes))
+    return rows
+
+
+# sampling without replacement ---------------------------------------------------------------
+def bench_wor(device, quick) -> list[Row]:
+    rows_, v, k = (
+        (4, 1000, 3) if quick else ((128, 65536, 3) if device == "cuda" else (8, 65536, 3))
+    )
+    gen = torch.Generator(device=device).manual_seed(4)
+    p = _probs((rows_, v), gen, device)
+    rows = []
+    with specops.validation(False):
+        for be in _backends(device):
+            fn = lambda be=be: specops.sample_without_replacement(p, k, seed=1, backend=be)  # noqa: E731
+            st = _time(fn, device, be)
+            rows.append(_row("sample_wor", f"R={rows_} V={v} k={k}", be, st, rows_ * v * 4))
+    return rows
+
+
+def run(device: str, quick: bool) -> list[Row]:
+    rows = bench_chain(device, quick) + bench_tree(device, quick)
+    rows += bench_jacobi(device, quick) + bench_wor(device, quick)
+    return with_ratios(rows, FAST)
+
+
+if __name__ == "__main__":
+    from bench.__main__ import main
+
+    main(["--ops", "verify"])
