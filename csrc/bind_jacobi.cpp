@@ -44,6 +44,7 @@ JacobiArgs jacobi_args(py::dict d) {
   a.workspace = ptr<int32_t>(i64("workspace"));
   a.ws_stride = i64("ws_stride");
   a.counters = ptr<int32_t>(i64("counters"));
+  a.emulate_cuda = d.contains("emulate_cuda") && d["emulate_cuda"].cast<bool>();
   return a;
 }
 

@@ -60,8 +60,18 @@ void verify_jacobi_host(const JacobiArgs& A) {
   std::vector<int64_t> xs(L);
   std::vector<double> S(L), T(L);
   std::vector<int32_t> ws(jacobi_ws_size(L, A.num_candidates));
+  std::vector<int32_t> depth(L), parent(L);
   for (int64_t b = 0; b < A.batch; ++b) {
     jacobi_tree_walk(A, b, ops, xs.data(), S.data(), T.data(), ws.data());
+    if (A.emulate_cuda) {  // the CUDA kernel's blocks 1 + n, in sequence
+      jacobi_tree_shape(A, b, depth.data(), parent.data());
+      for (int64_t n = 1; n < L; ++n) {
+        if (parent[n] >= 0 && jacobi_link(A.first_child, A, b, parent[n]) == n)
+          jacobi_tree_node(A, b, n, depth[n], true, true, ops, ws.data());
+      }
+      jacobi_tree_finish(A, b, static_cast<const int32_t*>(ws.data()));
+      continue;
+    }
     // continuation along the line below the last accepted node m: l_d at position d
     const int64_t a = ws[kWsA];
     int64_t prev = jacobi_link(A.first_child, A, b, ws[kWsM]);

@@ -269,6 +269,53 @@ def test_tree_walk_recursive_residuals(be, monkeypatch):
     assert any(not torch.equal(a, b) for a, b in zip(want, iid))
 
 
+def test_tree_cuda_orchestration_emulated_on_cpu():
+    """The CUDA kernel's tree-mode plan, run by the CPU twin: continuation tokens and candidates
+    for every node that could be on the line (draws of its depth), computed before the walk's
+    result is known, then the last block's assembly.  Must equal the reference too."""
+    from specops.ops import _jacobi_kernels
+
+    gen = _gen(15)
+    cases = [
+        (3, (3, 3, 24), 111, "far", 3),
+        (3, (2, 3, 9), 7, "mix", 2),
+        (2, (3, 2, 12), 9, "far", 1),
+    ]
+    for bb, shape, v, kind, k in cases:
+        t = Tree.kary_chain(*shape)
+        p, x, q = tree_case(bb, t, v, gen, kind=kind)
+        x[0, 5] = -1  # a padding node
+        for dq in (q, None):
+            for cont in (True, False):
+                want = rv.verify_jacobi(
+                    p, x, dq, tree=t, continue_after_reject=cont, num_candidates=k, seed=3
+                )
+                got = _jacobi_kernels.verify_jacobi(
+                    "cpu",
+                    p,
+                    x,
+                    dq,
+                    t.first_child,
+                    t.next_sibling,
+                    cont,
+                    k,
+                    None,
+                    3,
+                    None,
+                    0,
+                    None,
+                    0.0,
+                    None,
+                    emulate_cuda=True,
+                )
+                assert torch.equal(got[0], want.num_accepted)
+                assert torch.equal(got[1], want.next_window)
+                assert torch.equal(got[2], want.first_reject)
+                if k > 1:
+                    assert torch.equal(got[3], want.candidates)
+                assert torch.equal(got[4], want.path)
+
+
 @pytest.mark.parametrize("be", BACKENDS)
 def test_tree_batched_trees(be):
     gen = _gen(8)
@@ -403,3 +450,34 @@ def test_cpu_tree_is_lossless_and_continuation_samples_p():
     c0 = r.candidates[..., 0].flatten()
     csel = c0 >= 0
     assert grouped_pvalue(grp[csel], c0[csel], rows_p[csel], L * v) > PASS
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replay_and_counter_reset():
+    """Tree mode's completion counters are reset by the kernel: repeated launches and CUDA graph
+    replays (seed/offset as device tensors) keep matching the reference."""
+    gen = _gen(16)
+    t = Tree.kary_chain(3, 3, 20)
+    p, x, q = tree_case(2, t, 300, gen, kind="far")
+    tc, pc, xc, qc = t.to("cuda"), p.cuda(), x.cuda(), q.cuda()
+    seed = torch.tensor([5, 6], device="cuda")
+    off = torch.tensor(0, device="cuda")
+
+    def step():
+        return specops.verify_jacobi(
+            pc, xc, qc, tree=tc, num_candidates=3, seed=seed, offset=off, backend="cuda"
+        )
+
+    for _ in range(3):
+        step()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = step()
+    for o in range(3):
+        off.fill_(o)
+        g.replay()
+        torch.cuda.synchronize()
+        want = rv.verify_jacobi(p, x, q, tree=t, num_candidates=3, seed=seed.cpu(), offset=o)
+        assert torch.equal(out.next_window.cpu(), want.next_window)
+        assert torch.equal(out.candidates.cpu(), want.candidates)
+        assert torch.equal(out.num_accepted.cpu(), want.num_accepted)

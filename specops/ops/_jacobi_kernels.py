@@ -34,10 +34,27 @@ def _counters(device: torch.device, stream: int, b: int) -> torch.Tensor:
 
 
 def verify_jacobi(
-    be, target, window, draft, fc, ns, cont, k, seed_t, seed_i, off_t, off_i, nb, delta, uniforms
+    be,
+    target,
+    window,
+    draft,
+    fc,
+    ns,
+    cont,
+    k,
+    seed_t,
+    seed_i,
+    off_t,
+    off_i,
+    nb,
+    delta,
+    uniforms,
+    *,
+    emulate_cuda=False,
 ):
     """-> (num_accepted [B], next_window [B, L], first_reject [B], candidates [B, L, k or 0],
-    path [B, L or 0]), int32."""
+    path [B, L or 0]), int32.  ``emulate_cuda`` (tests, cpu backend): tree mode done the CUDA
+    kernel's way (speculative per-node continuation, then the assembly)."""
     b, L, v = target.shape
     dev = target.device
     target = _f32_rows(target)
@@ -90,6 +107,7 @@ def verify_jacobi(
         workspace=0,
         ws_stride=0,
         counters=0,
+        emulate_cuda=bool(emulate_cuda),
     )
     if b > 0:
         if be == "cuda":

@@ -66,6 +66,9 @@ struct JacobiArgs {
   int32_t* workspace;
   int64_t ws_stride;
   int32_t* counters;
+  // CPU twin only (tests): run the tree mode the CUDA kernel's way, continuation work for every
+  // node that could be on the line (at its depth's draws), then the assembly.
+  bool emulate_cuda;
 };
 
 // ---- small accessors ----------------------------------------------------------------------------
