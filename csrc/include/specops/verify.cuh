@@ -16,6 +16,11 @@ struct PositiveDev {
   __device__ float operator()(int64_t i) const { return fmaxf(p[i], 0.f); }
 };
 
+struct RawDev {  // p as given (greedy argmax: the reference's argmax of the raw row)
+  const float* p;
+  __device__ float operator()(int64_t i) const { return p[i]; }
+};
+
 struct ResidualDev {  // r = max(p - q, 0); q == nullptr: q = one-hot(x)
   const float* p;
   const float* q;
@@ -61,7 +66,7 @@ __global__ void verify_chain_kernel(VerifyChainArgs a) {
   if (a.greedy) {
     // accept x_i iff x_i == argmax p_i (first maximal id); t = argmax of the first unmatched row
     while (true) {
-      t = sampler.argmax(PositiveDev{a.target + b * a.target_sb + acc * a.target_sk}, a.vocab);
+      t = sampler.argmax(RawDev{a.target + b * a.target_sb + acc * a.target_sk}, a.vocab);
       if (acc >= n_valid || a.tokens[b * a.tokens_sb + acc] != t) break;
       ++acc;
     }
@@ -93,12 +98,12 @@ __global__ void verify_tree_kernel(VerifyTreeArgs a) {
   if (threadIdx.x == 0) tree_walk_init(a, b, s_w);
   __syncthreads();
   if (a.greedy) {
-    int best = sampler.argmax(PositiveDev{a.target + b * a.target_sb}, V);
+    int best = sampler.argmax(RawDev{a.target + b * a.target_sb}, V);
     while (true) {
       if (threadIdx.x == 0) s_event = tree_walk_advance(a, b, s_w, best);
       __syncthreads();
       if (s_event != kTreeDescend) break;
-      best = sampler.argmax(PositiveDev{a.target + b * a.target_sb + s_w.cur * a.target_sn}, V);
+      best = sampler.argmax(RawDev{a.target + b * a.target_sb + s_w.cur * a.target_sn}, V);
     }
     if (threadIdx.x == 0) tree_walk_finish(a, b, s_w, best);
     return;
