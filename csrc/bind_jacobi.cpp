@@ -61,8 +61,7 @@ void bind_jacobi(py::module_& m) {
 #ifdef SPECOPS_WITH_CUDA
   cuda_kernel_names().push_back("verify_jacobi");
   m.def("verify_jacobi_cuda", [](py::dict d, int64_t stream) {
-    check_cuda_error(launch_verify_jacobi_cuda(jacobi_args(d), ptr<void>(stream)),
-                     "verify_jacobi");
+    check_cuda_error(launch_verify_jacobi_cuda(jacobi_args(d), ptr<void>(stream)), "verify_jacobi");
   });
 #endif
 }

@@ -2,9 +2,9 @@
 // (float64 sums, chunked inverse-CDF draw, Gumbel top-k from specops/verify.h).  Requests and
 // slots run in sequence; the tree mode's continuation is computed only along the line actually
 // reached (the CUDA kernel computes it speculatively for every first child instead).
-#include <vector>
-
 #include "specops/jacobi.h"
+
+#include <vector>
 
 namespace specops {
 
@@ -63,7 +63,7 @@ void verify_jacobi_host(const JacobiArgs& A) {
   std::vector<int32_t> depth(L), parent(L);
   for (int64_t b = 0; b < A.batch; ++b) {
     jacobi_tree_walk(A, b, ops, xs.data(), S.data(), T.data(), ws.data());
-    if (A.emulate_cuda) {  // the CUDA kernel's blocks 1 + n, in sequence
+    if (A.emulate_cuda) {  // the CUDA kernel's blocks n >= 1, in sequence
       jacobi_tree_shape(A, b, depth.data(), parent.data());
       for (int64_t n = 1; n < L; ++n) {
         if (parent[n] >= 0 && jacobi_link(A.first_child, A, b, parent[n]) == n)

@@ -6,16 +6,18 @@
 // slot: the residual or fresh draw and the Gumbel top-k candidates.  Slots never wait on each
 // other.
 //
-// Tree mode (SJD-PAC window): grid (L + 1, B).  Block 0 of a request walks the tree (its passes
-// over the vocabulary are the rejections' residual sums and the final draw); block 1 + n does
+// Tree mode (SJD-PAC window): grid (L, B).  Block 0 of a request walks the tree (its passes
+// over the vocabulary are the rejections' residual sums and the final draw); block n >= 1 does
 // node n's continuation work (the kept-or-resampled token of its first child and its
-// candidates) for every node n that is a first child, i.e. could lie on the continuation line,
-// without waiting for the walk.  Every block bumps the request's counter after a fence; the last
-// one reads the workspace and writes the outputs (jacobi_tree_finish) and resets the counter.
+// candidates) if n is a first child, i.e. could lie on the continuation line, without waiting
+// for the walk.  Every block bumps the request's counter after a fence; the last one reads the
+// workspace, writes the outputs (jacobi_tree_finish) and resets the counter.  Bytes: the walk
+// reads its rows once per rejection plus twice for the final draw; a line node reads p and q
+// twice for a resample (sum, then the draw's chunk sums) and p once for the candidates.
 //
-// Vocabulary passes are block-wide with float64 sums.  A draw t ~ w (u * total) is two passes:
-// per-chunk sums (a warp per chunk, the chunks' sum is the total), then a block scan of only the
-// chunk that holds u * total.
+// Vocabulary passes are block-wide with float64 sums and 16-byte loads.  A draw t ~ w
+// (u * total) is one pass of per-chunk sums (a warp per chunk, the chunks' sum is the total) and a
+// block scan of only the chunk that holds u * total.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -28,8 +30,12 @@
 
 namespace specops {
 
-constexpr int kJacobiChunks = 64;  // chunks of a draw's first pass
+constexpr int kJacobiChunks = 64;  // most chunks of a draw's first pass
 constexpr int kJacobiTopK = 4;     // Gumbel keys kept per thread (k <= 4: one pass)
+constexpr int kJacobiUnroll = 4;   // quads (16-byte loads per row) in flight per thread
+// Every Gumbel key is < log(p) + kGumbelBound: -log(-log u) <= 17.33 for the largest uniform
+// 1 - 2^-25, and the margin covers the float32 rounding of keys of magnitude < ~1e4.
+constexpr float kGumbelBound = 17.5f;
 
 template <int BLOCK>
 struct JacobiSmem {
@@ -41,7 +47,8 @@ struct JacobiSmem {
   } tmp;
   double chunk[kJacobiChunks];
   double d0, d1, d2;
-  int i0, i1;
+  int i0, i1, i2;
+  KeyId win;
 };
 
 __device__ __forceinline__ double warp_sum(double v) {
@@ -50,6 +57,10 @@ __device__ __forceinline__ double warp_sum(double v) {
   return v;
 }
 
+// Block-wide vocabulary passes.  Every thread of the block calls every member alike (the
+// arguments are block-uniform); results are returned to every thread.  Entries are read in
+// quads of 4 consecutive ids (w.quad: one 16-byte load per row), kJacobiUnroll quads per thread
+// in flight; the V % 4 tail entry by entry.
 template <int BLOCK>
 struct BlockJacobiOps {
   JacobiSmem<BLOCK>& sm;
@@ -69,35 +80,75 @@ struct BlockJacobiOps {
   __device__ int block_min(int v) {
     __syncthreads();
     const int r = cub::BlockReduce<int, BLOCK>(sm.tmp.reduce_int).Reduce(v, MinOp());
-    if (threadIdx.x == 0) sm.i0 = r;
-    __syncthreads();
-    return sm.i0;
-  }
-
-  __device__ int block_max(int v) {
-    __syncthreads();
-    const int r = cub::BlockReduce<int, BLOCK>(sm.tmp.reduce_int).Reduce(v, MaxOp());
     if (threadIdx.x == 0) sm.i1 = r;
     __syncthreads();
     return sm.i1;
   }
 
+  __device__ int block_max(int v) {
+    __syncthreads();
+    const int r = cub::BlockReduce<int, BLOCK>(sm.tmp.reduce_int).Reduce(v, MaxOp());
+    if (threadIdx.x == 0) sm.i2 = r;
+    __syncthreads();
+    return sm.i2;
+  }
+
+  // f(i, o) for the quads i = 4 * (first + n * step) < 4 * (V / 4), kJacobiUnroll at a time
+  // (all loads issued before the arithmetic), then g(v) for the tail entries of this thread.
+  template <class W, class F>
+  __device__ void quads(const W& w, int64_t first, int64_t step, int64_t end_quad, F f) const {
+    int64_t qd = first;
+    for (; qd + (kJacobiUnroll - 1) * step < end_quad; qd += kJacobiUnroll * step) {
+      float o[kJacobiUnroll][4];
+#pragma unroll
+      for (int u = 0; u < kJacobiUnroll; ++u) w.quad(4 * (qd + u * step), o[u]);
+#pragma unroll
+      for (int u = 0; u < kJacobiUnroll; ++u) f(4 * (qd + u * step), o[u]);
+    }
+    for (; qd < end_quad; qd += step) {
+      float o[4];
+      w.quad(4 * qd, o);
+      f(4 * qd, o);
+    }
+  }
+
   template <class W>
   __device__ double sum(const W& w) {
-    double s0 = 0.0, s1 = 0.0;
-    int64_t v = threadIdx.x;
-    for (; v + BLOCK < vocab; v += 2 * BLOCK) {  // two independent loads in flight
-      s0 += static_cast<double>(w(v));
-      s1 += static_cast<double>(w(v + BLOCK));
-    }
-    if (v < vocab) s0 += static_cast<double>(w(v));
-    return block_sum(s0 + s1);
+    double s = 0.0;
+    quads(w, threadIdx.x, BLOCK, vocab / 4, [&](int64_t, const float* o) {
+      s += (static_cast<double>(o[0]) + static_cast<double>(o[1])) +
+           (static_cast<double>(o[2]) + static_cast<double>(o[3]));
+    });
+    for (int64_t v = vocab / 4 * 4 + threadIdx.x; v < vocab; v += BLOCK)
+      s += static_cast<double>(w(v));
+    return block_sum(s);
   }
 
   template <class F>
   __device__ void sum2(const F& f, double* s1, double* s2) {
     double a = 0.0, b = 0.0;
-    for (int64_t v = threadIdx.x; v < vocab; v += BLOCK) {
+    const int64_t nq = vocab / 4;
+    int64_t qd = threadIdx.x;
+    for (; qd + BLOCK < nq; qd += 2 * BLOCK) {
+      float r0[4], q0[4], r1[4], q1[4];
+      f.quad(4 * qd, r0, q0);
+      f.quad(4 * (qd + BLOCK), r1, q1);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        a += static_cast<double>(r0[e]) + static_cast<double>(r1[e]);
+        b += static_cast<double>(q0[e]) + static_cast<double>(q1[e]);
+      }
+    }
+    for (; qd < nq; qd += BLOCK) {
+      float r0[4], q0[4];
+      f.quad(4 * qd, r0, q0);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        a += static_cast<double>(r0[e]);
+        b += static_cast<double>(q0[e]);
+      }
+    }
+    for (int64_t v = nq * 4 + threadIdx.x; v < vocab; v += BLOCK) {
       float r, q;
       f(v, &r, &q);
       a += static_cast<double>(r);
@@ -108,30 +159,44 @@ struct BlockJacobiOps {
   }
 
   // t = min{i : w_0 + ... + w_i > u * total, w_i > 0}; else the last i with w_i > 0; else 0.
+  // Pass 1: chunk sums (a warp per chunk of a multiple of 128 entries; their sum is the total)
+  // and the last positive entry.  Pass 2: a block scan of the chunk holding u * total only
+  // (it runs on into later chunks only if float64 rounding disagrees with pass 1's sums).
   template <class W>
   __device__ int32_t draw(const W& w, float u) {
     const int64_t V = vocab;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int64_t nchunks = (V + 31) / 32;
-    if (nchunks > kJacobiChunks) nchunks = kJacobiChunks;
-    const int64_t chunk = (V + nchunks - 1) / nchunks;
-    // pass 1: chunk sums (warp per chunk) and the last positive entry
+    const int64_t per = (V + kJacobiChunks - 1) / kJacobiChunks;
+    const int64_t chunk = (per + 127) / 128 * 128;
+    const int64_t nchunks = (V + chunk - 1) / chunk;
+    const int64_t full_quads = V / 4;
     int last = -1;
     for (int64_t c = warp; c < nchunks; c += BLOCK / 32) {
-      const int64_t lo = c * chunk, hi = lo + chunk < V ? lo + chunk : V;
+      const int64_t q_lo = c * chunk / 4;
+      const int64_t q_hi = (c + 1) * chunk / 4 < full_quads ? (c + 1) * chunk / 4 : full_quads;
       double acc = 0.0;
-#pragma unroll 4
-      for (int64_t i = lo + lane; i < hi; i += 32) {
-        const float wi = w(i);
-        if (wi > 0.f) {
-          acc += static_cast<double>(wi);
-          last = static_cast<int>(i);
+      quads(w, q_lo + lane, 32, q_hi, [&](int64_t i, const float* o) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (o[e] > 0.f) {
+            acc += static_cast<double>(o[e]);
+            last = static_cast<int>(i + e);
+          }
+        }
+      });
+      if (c == nchunks - 1) {  // the V % 4 tail belongs to the last chunk
+        for (int64_t v = full_quads * 4 + lane; v < V; v += 32) {
+          const float wv = w(v);
+          if (wv > 0.f) {
+            acc += static_cast<double>(wv);
+            last = last > v ? last : static_cast<int>(v);
+          }
         }
       }
       acc = warp_sum(acc);
       if (lane == 0) sm.chunk[c] = acc;
     }
-    last = block_max(last);  // syncs: the chunk sums are visible after it
+    last = block_max(last);  // its barrier publishes the chunk sums
     if (threadIdx.x == 0) {
       double total = 0.0;
       for (int64_t c = 0; c < nchunks; ++c) total += sm.chunk[c];
@@ -155,26 +220,115 @@ struct BlockJacobiOps {
     const double target = sm.d2;
     const int fallback = last >= 0 ? last : 0;
     if (hit >= nchunks) return fallback;  // rounding ran past the end, or no mass
-    // pass 2: block scan from the chunk holding the target (normally ends inside it)
+    // pass 2: tiles of 4 * BLOCK entries, 4 consecutive per thread, from the chunk's start
     int found = INT32_MAX;
-    for (int64_t base = hit * chunk; base < V; base += BLOCK) {
-      const int64_t i = base + threadIdx.x;
-      const float wf = i < V ? w(i) : 0.f;
-      const double wi = wf > 0.f ? static_cast<double>(wf) : 0.0;
-      double inclusive, tile;
+    for (int64_t base = hit * chunk; base < V; base += 4 * BLOCK) {
+      const int64_t i = base + 4 * threadIdx.x;
+      float o[4] = {0.f, 0.f, 0.f, 0.f};
+      if (i + 3 < V) {
+        w.quad(i, o);
+      } else {
+        for (int e = 0; e < 4; ++e)
+          if (i + e < V) o[e] = w(i + e);
+      }
+      double mine = 0.0;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) mine += o[e] > 0.f ? static_cast<double>(o[e]) : 0.0;
+      double before, tile;
       __syncthreads();
-      cub::BlockScan<double, BLOCK>(sm.tmp.scan).InclusiveSum(wi, inclusive, tile);
-      const int mine = (wi > 0.0 && running + inclusive > target) ? static_cast<int>(i) : INT32_MAX;
-      found = block_min(mine);
+      cub::BlockScan<double, BLOCK>(sm.tmp.scan).ExclusiveSum(mine, before, tile);
+      double run = running + before;
+      int hit_i = INT32_MAX;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (o[e] > 0.f && hit_i == INT32_MAX) {
+          run += static_cast<double>(o[e]);
+          if (run > target) hit_i = static_cast<int>(i + e);
+        }
+      }
+      found = block_min(hit_i);
       if (found != INT32_MAX) break;
       running += tile;
     }
     return found != INT32_MAX ? found : fallback;
   }
 
+  // Gumbel top-k of row p (key_v = log p_v - log(-log u_v), u_v = draw draw0 + v of `row`) into
+  // out[0..k), -1 padded: per-thread lists of kJacobiTopK keys that rank after a threshold, then
+  // k rounds of a block argmax over the lists' heads (the owner pops).  A thread that discarded
+  // keys and runs dry forces a new pass with threshold = the last winner, so k > kJacobiTopK and
+  // skewed rows stay exact.  Entries with log p + kGumbelBound below a full list's last key are
+  // skipped without drawing (they cannot enter it).
   __device__ void topk(const float* p, int64_t row, int64_t draw0, int64_t k, int32_t* out) {
-    __syncthreads();
-    block_gumbel_topk<BLOCK, kJacobiTopK>(p, vocab, rng, row, draw0, k, out, sm.tmp.gumbel);
+    constexpr int KT = kJacobiTopK;
+    const KeyId none = {-INFINITY, INT32_MAX};
+    KeyId thr = {INFINITY, -1};  // every key ranks after it
+    int64_t j = 0;
+    while (j < k) {
+      KeyId list[KT];
+#pragma unroll
+      for (int s2 = 0; s2 < KT; ++s2) list[s2] = none;
+      bool dropped = false;
+      auto consider = [&](int64_t v, float pv) {
+        if (!(pv > 0.f)) return;
+        const float lp = logf(pv);
+        if (list[KT - 1].key != -INFINITY && lp + kGumbelBound < list[KT - 1].key) {
+          dropped = true;  // ranks after the full list (and maybe after the threshold too)
+          return;
+        }
+        const float uv = rng.uniform(row, draw0 + v);
+        const KeyId e = {lp - logf(-logf(uv)), static_cast<int32_t>(v)};
+        if (!key_before(thr, e)) return;  // emitted in an earlier pass
+        if (!key_before(e, list[KT - 1])) {
+          dropped = true;
+          return;
+        }
+        if (list[KT - 1].key != -INFINITY) dropped = true;
+        list[KT - 1] = e;
+#pragma unroll
+        for (int s2 = KT - 1; s2 > 0; --s2) {
+          if (key_before(list[s2], list[s2 - 1])) {
+            const KeyId t = list[s2];
+            list[s2] = list[s2 - 1];
+            list[s2 - 1] = t;
+          }
+        }
+      };
+      quads(PosW{p}, threadIdx.x, BLOCK, vocab / 4, [&](int64_t i, const float* o) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) consider(i + e, o[e]);
+      });
+      for (int64_t v = vocab / 4 * 4 + threadIdx.x; v < vocab; v += BLOCK) consider(v, p[v]);
+      while (j < k) {
+        __syncthreads();
+        const KeyId win = GumbelReduce<BLOCK>(sm.tmp.gumbel).Reduce(list[0], KeyIdFirst());
+        if (threadIdx.x == 0) {
+          sm.win = win;
+          sm.i0 = 0;
+        }
+        __syncthreads();
+        const KeyId w = sm.win;
+        if (w.key == -INFINITY) {  // no positive entry left: -1 padding
+          if (threadIdx.x == 0)
+            for (int64_t jj = j; jj < k; ++jj) out[jj] = -1;
+          j = k;
+          break;
+        }
+        if (threadIdx.x == 0) out[j] = w.id;
+        ++j;
+        if (list[0].id == w.id) {  // the owner pops its head
+#pragma unroll
+          for (int s2 = 0; s2 < KT - 1; ++s2) list[s2] = list[s2 + 1];
+          list[KT - 1] = none;
+          if (list[0].key == -INFINITY && dropped) sm.i0 = 1;
+        }
+        __syncthreads();
+        if (sm.i0) {  // refill: a new pass for the keys ranking after w
+          thr = w;
+          break;
+        }
+      }
+    }
     __syncthreads();
   }
 };
@@ -215,7 +369,7 @@ __global__ void __launch_bounds__(BLOCK) jacobi_tree_kernel(JacobiArgs A) {
   if (item == 0) {
     jacobi_tree_walk(A, b, ops, xs, S, T, ws);
   } else {
-    const int64_t n = item - 1;
+    const int64_t n = item;  // node 0 (the root) is never on a continuation line
     if (threadIdx.x == 0) jacobi_tree_shape(A, b, depth, parent);
     __syncthreads();
     // node n can be l_d (d = depth(n)) only if it is the first child of its parent

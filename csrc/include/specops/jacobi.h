@@ -55,7 +55,7 @@ struct JacobiArgs {
   bool cont;               // continue_after_reject (SJD-PAC adaptive continuation)
   int64_t num_candidates;  // k; candidates are produced when k > 1
   RelaxArgs relax;
-  RngArgs rng;  // row b = request b; draws_per_row = 2L (+ L * V with candidates)
+  RngArgs rng;                // row b = request b; draws_per_row = 2L (+ L * V with candidates)
   int32_t* out_num_accepted;  // [B]
   int32_t* out_next_window;   // [B, L]
   int32_t* out_first_reject;  // [B]
@@ -141,20 +141,55 @@ SPECOPS_HD bool jacobi_chain_ok(const JacobiArgs& A, int64_t b, int64_t i) {
 }
 
 // ---- vocabulary functors ------------------------------------------------------------------------
+// Each gives w(v) (operator()) and, for the CUDA passes, quad(i, o): o[e] = w(i + e) for e < 4,
+// i a multiple of 4 with i + 3 < V, read with one 16-byte load per row where the row allows.
+SPECOPS_HD void load4(const float* row, int64_t i, float* o) {
+#if defined(__CUDA_ARCH__)
+  if ((reinterpret_cast<uintptr_t>(row + i) & 15) == 0) {
+    const float4 v = __ldg(reinterpret_cast<const float4*>(row + i));
+    o[0] = v.x;
+    o[1] = v.y;
+    o[2] = v.z;
+    o[3] = v.w;
+    return;
+  }
+#endif
+  for (int e = 0; e < 4; ++e) o[e] = row[i + e];
+}
+SPECOPS_HD float relu(float d) { return d > 0.f ? d : 0.f; }
+
 struct PosW {  // max(p, 0): what inverse_cdf samples from a raw row
   const float* p;
-  SPECOPS_HD float operator()(int64_t v) const { return p[v] > 0.f ? p[v] : 0.f; }
+  SPECOPS_HD float operator()(int64_t v) const { return relu(p[v]); }
+  SPECOPS_HD void quad(int64_t i, float* o) const {
+    load4(p, i, o);
+    for (int e = 0; e < 4; ++e) o[e] = relu(o[e]);
+  }
 };
 struct ResidW {  // r = max(p - q, 0); q == nullptr: q = one-hot(x) (zero row for x outside [0, V))
   const float* p;
   const float* q;
   int64_t x;
   SPECOPS_HD float operator()(int64_t v) const { return residual_at(p, q, x, v); }
+  SPECOPS_HD void quad(int64_t i, float* o) const {
+    float qv[4];
+    load4(p, i, o);
+    if (q) {
+      load4(q, i, qv);
+    } else {
+      for (int e = 0; e < 4; ++e) qv[e] = i + e == x ? 1.f : 0.f;
+    }
+    for (int e = 0; e < 4; ++e) o[e] = relu(o[e] - qv[e]);
+  }
 };
 struct NormResidW {  // norm(r)_v = f32(f64(r_v) / s)
   ResidW r;
   double s;
   SPECOPS_HD float operator()(int64_t v) const { return normalised(r(v), s); }
+  SPECOPS_HD void quad(int64_t i, float* o) const {
+    r.quad(i, o);
+    for (int e = 0; e < 4; ++e) o[e] = normalised(o[e], s);
+  }
 };
 
 // The walk's current rows: target/draft row of node `cur` after j rejected children.
@@ -166,20 +201,29 @@ struct WalkRow {
   const double* S;    // S_i = sum max(p_i - q_i, 0)
   const double* T;    // T_i = sum of q_i without x_i (draft probabilities only)
 
-  // p_j(v), q_j(v) with the reference's roundings, step by step.
-  SPECOPS_HD void eval(int64_t v, float* pv, float* qv) const {
-    float p = p0[v];
-    float q = q0 ? q0[v] : 0.f;
+  // p, q = p_0(v), q_0(v) on entry, p_j(v), q_j(v) on exit, with the reference's roundings.
+  SPECOPS_HD void steps(int64_t v, float& p, float& q) const {
     for (int64_t i = 0; i < j; ++i) {
       const int64_t x = xs[i];
-      const float qq = q0 ? q : (v == x ? 1.f : 0.f);
-      const float d = p - qq;
-      const float r = d > 0.f ? d : 0.f;
+      const float r = relu(p - (q0 ? q : (v == x ? 1.f : 0.f)));
       if (S[i] > 0.0) p = normalised(r, S[i]);
       if (q0) q = T[i] > 0.0 ? normalised(v == x ? 0.f : q, T[i]) : 0.f;
     }
+  }
+  SPECOPS_HD void eval(int64_t v, float* pv, float* qv) const {
+    float p = p0[v], q = q0 ? q0[v] : 0.f;
+    steps(v, p, q);
     *pv = p;
     *qv = q;
+  }
+  SPECOPS_HD void eval4(int64_t i, float* p, float* q) const {
+    load4(p0, i, p);
+    if (q0) {
+      load4(q0, i, q);
+    } else {
+      for (int e = 0; e < 4; ++e) q[e] = 0.f;
+    }
+    for (int e = 0; e < 4; ++e) steps(i + e, p[e], q[e]);
   }
   SPECOPS_HD float p_at(int64_t v) const {
     float p, q;
@@ -192,32 +236,41 @@ struct WalkRow {
     return q;
   }
 };
+// The functors hold the row by value: no address of a local on the device.
 struct WalkP {
-  WalkRow row;  // by value: no address of a local on the device
+  WalkRow row;
   SPECOPS_HD float operator()(int64_t v) const { return row.p_at(v); }
 };
 struct WalkQ {
-  WalkRow row;  // by value: no address of a local on the device
+  WalkRow row;
   SPECOPS_HD float operator()(int64_t v) const { return row.q_at(v); }
 };
 struct WalkPosW {  // max(p_j, 0): the final draw
-  WalkRow row;  // by value: no address of a local on the device
-  SPECOPS_HD float operator()(int64_t v) const {
-    const float p = row.p_at(v);
-    return p > 0.f ? p : 0.f;
+  WalkRow row;
+  SPECOPS_HD float operator()(int64_t v) const { return relu(row.p_at(v)); }
+  SPECOPS_HD void quad(int64_t i, float* o) const {
+    float q[4];
+    row.eval4(i, o, q);
+    for (int e = 0; e < 4; ++e) o[e] = relu(o[e]);
   }
 };
 // Both terms of a rejection of x at state j: r_v = max(p_j - q_j, 0) and q_j without x.
 struct WalkRejectTerms {
-  WalkRow row;  // by value: no address of a local on the device
+  WalkRow row;
   int64_t x;
+  SPECOPS_HD void terms(int64_t v, float p, float q, float* r, float* qd) const {
+    *r = relu(p - (row.q0 ? q : (v == x ? 1.f : 0.f)));
+    *qd = (row.q0 && v != x) ? q : 0.f;
+  }
   SPECOPS_HD void operator()(int64_t v, float* r, float* qd) const {
     float p, q;
     row.eval(v, &p, &q);
-    const float qq = row.q0 ? q : (v == x ? 1.f : 0.f);
-    const float d = p - qq;
-    *r = d > 0.f ? d : 0.f;
-    *qd = (row.q0 && v != x) ? q : 0.f;
+    terms(v, p, q, r, qd);
+  }
+  SPECOPS_HD void quad(int64_t i, float* r, float* qd) const {
+    float p[4], q[4];
+    row.eval4(i, p, q);
+    for (int e = 0; e < 4; ++e) terms(i + e, p[e], q[e], r + e, qd + e);
   }
 };
 
@@ -352,8 +405,8 @@ SPECOPS_HD void jacobi_tree_node(const JacobiArgs& A, int64_t b, int64_t n, int6
       const float* q = jacobi_q(A, b, n);
       const float u = A.rng.uniform(b, L + c - 1);
       if (A.cont) {
-        const bool keep = jacobi_accept(A.rng.uniform(b, c - 1), RawRow{p}, RawRow{q},
-                                        q != nullptr, A.vocab, x, A.relax);
+        const bool keep = jacobi_accept(A.rng.uniform(b, c - 1), RawRow{p}, RawRow{q}, q != nullptr,
+                                        A.vocab, x, A.relax);
         t = keep ? static_cast<int32_t>(x) : jacobi_residual_draw(ops, p, q, x, u);
       } else {
         t = ops.draw(PosW{p}, u);
@@ -401,8 +454,7 @@ SPECOPS_HD void jacobi_tree_finish(const JacobiArgs& A, int64_t b, WsPtr ws) {
 }
 
 // Depth and parent of every node (parents precede children, as in every Tree): one thread, O(L).
-SPECOPS_HD void jacobi_tree_shape(const JacobiArgs& A, int64_t b, int32_t* depth,
-                                  int32_t* parent) {
+SPECOPS_HD void jacobi_tree_shape(const JacobiArgs& A, int64_t b, int32_t* depth, int32_t* parent) {
   for (int64_t n = 0; n < A.len; ++n) {
     depth[n] = n == 0 ? 0 : -1;
     parent[n] = -1;
