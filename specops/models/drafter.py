@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 import specops
-from specops.models.transformer import ARConfig, Block, KVCache, RMSNorm, Transformer, rope_table
+from specops.models.transformer import ARConfig, Block, KVCache, RMSNorm, Transformer, make_rope
 from specops.tree import Tree
 
 __all__ = ["Drafter"]
@@ -34,9 +34,7 @@ class Drafter(nn.Module):
         self.fc = nn.Linear(2 * cfg.dim + step_dim, cfg.dim, bias=False)
         self.block = Block(cfg.dim, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.ffn)
         self.norm = RMSNorm(cfg.dim)
-        self.register_buffer(
-            "rope", rope_table(cfg.max_seq, cfg.head_dim, cfg.rope_base), persistent=False
-        )
+        self.register_buffer("rope", make_rope(cfg), persistent=False)
         self._target: list[Transformer] = []  # shared embedding/head, not registered
         for p in self.parameters():
             if p.dim() == 2:

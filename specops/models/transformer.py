@@ -30,7 +30,17 @@ from torch import nn
 import specops
 from specops.tree import Tree
 
-__all__ = ["ARConfig", "KVCache", "Transformer", "RMSNorm", "Block", "rope_table", "apply_rope"]
+__all__ = [
+    "ARConfig",
+    "KVCache",
+    "Transformer",
+    "RMSNorm",
+    "Block",
+    "rope_table",
+    "rope_table_2d",
+    "make_rope",
+    "apply_rope",
+]
 
 
 @dataclass
@@ -46,6 +56,8 @@ class ARConfig:
     max_seq: int = 320  # positions the RoPE table covers (prefix + image + draft slack)
     rope_base: float = 10000.0
     grid: int = 16  # image = grid x grid tokens in raster order
+    prefix: int = 1  # class tokens before the image
+    rope_2d: bool = True  # LlamaGen's 2D RoPE over the token grid
 
     @property
     def num_embeddings(self) -> int:
@@ -99,15 +111,35 @@ class RMSNorm(nn.Module):
 
 
 def rope_table(max_seq: int, head_dim: int, base: float) -> torch.Tensor:
-    """[max_seq, head_dim / 2, 2] (cos, sin) of angle pos * base^(-2i / head_dim)."""
+    """1D RoPE: [max_seq, head_dim / 2, 2] (cos, sin) of angle pos * base^(-2i / head_dim)."""
     inv = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
     ang = torch.arange(max_seq, dtype=torch.float64)[:, None] * inv[None, :]
     return torch.stack([ang.cos(), ang.sin()], -1).float()
 
 
+def rope_table_2d(max_seq: int, head_dim: int, base: float, grid: int, prefix: int):
+    """2D RoPE (LlamaGen): sequence position p >= prefix is image token i = p - prefix at
+    (row, col) = divmod(i, grid); rotation pair j < D/4 turns by row * w_j, pair D/4 + j by
+    col * w_j, w_j = base^(-4j / D).  Prefix (class) tokens are not rotated; positions past the
+    image (draft slack) continue the raster order."""
+    quarter = head_dim // 4
+    w = base ** (-torch.arange(quarter, dtype=torch.float64) * 4 / head_dim)
+    i = (torch.arange(max_seq, dtype=torch.float64) - prefix).clamp(min=0)
+    row, col = torch.div(i, grid, rounding_mode="floor"), torch.remainder(i, grid)
+    ang = torch.cat([row[:, None] * w[None, :], col[:, None] * w[None, :]], 1)
+    ang[:prefix] = 0
+    return torch.stack([ang.cos(), ang.sin()], -1).float()
+
+
+def make_rope(cfg: ARConfig) -> torch.Tensor:
+    if cfg.rope_2d:
+        return rope_table_2d(cfg.max_seq, cfg.head_dim, cfg.rope_base, cfg.grid, cfg.prefix)
+    return rope_table(cfg.max_seq, cfg.head_dim, cfg.rope_base)
+
+
 def apply_rope(x: torch.Tensor, table: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """Rotate pairs (x_i, x_{i + D/2}) of x [B, N, H, D] by the angle of ``positions`` [B, N]."""
-    cs = table[positions.long()]  # [B, N, D/2, 2]
+    cs = table[positions.long().clamp(0, table.shape[0] - 1)]  # [B, N, D/2, 2]
     cos, sin = cs[..., 0][:, :, None, :], cs[..., 1][:, :, None, :]
     x1, x2 = x.float().chunk(2, -1)
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).type_as(x)
@@ -201,9 +233,7 @@ class Transformer(nn.Module):
         )
         self.norm = RMSNorm(cfg.dim)
         self.head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
-        self.register_buffer(
-            "rope", rope_table(cfg.max_seq, cfg.head_dim, cfg.rope_base), persistent=False
-        )
+        self.register_buffer("rope", make_rope(cfg), persistent=False)
         self._chain_bits: dict = {}
         self.reset_parameters()
 
