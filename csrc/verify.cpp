@@ -12,7 +12,7 @@ namespace {
 
 struct Positive {  // max(p, 0)
   const float* p;
-  float operator()(int64_t i) const { return p[i] > 0.f ? p[i] : 0.f; }
+  float operator()(int64_t i) const { return clamp0(p[i]); }
 };
 
 struct Residual {  // r = max(p - q, 0); q == nullptr: q = one-hot(x)
@@ -51,12 +51,11 @@ void verify_chain_host(const VerifyChainArgs& a) {
     int32_t t;
     if (a.greedy) {
       // accept x_i iff x_i == argmax p_i; t = argmax of the first unmatched row
-      while (acc < n_valid) {
-        const float* p = a.target + b * a.target_sb + acc * a.target_sk;
-        if (a.tokens[b * a.tokens_sb + acc] != argmax_host(p, a.vocab)) break;
+      while (true) {
+        t = argmax_host(a.target + b * a.target_sb + acc * a.target_sk, a.vocab);
+        if (acc >= n_valid || a.tokens[b * a.tokens_sb + acc] != t) break;
         ++acc;
       }
-      t = argmax_host(a.target + b * a.target_sb + acc * a.target_sk, a.vocab);
     } else {
       acc = chain_accepted(a, b, n_valid);
       const float* pa = a.target + b * a.target_sb + acc * a.target_sk;
