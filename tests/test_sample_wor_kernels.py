@@ -172,3 +172,13 @@ def test_cpu_draws_follow_sequential_sampling_without_replacement():
     # sample of the law
     top = torch.sort(p, descending=True).indices[:3].expand(30000, -1)
     assert joint_pvalue(top, p) < PASS
+
+
+@pytest.mark.parametrize("be", BACKENDS)
+def test_opcheck_compiled_backends(be):
+    p = random_probs(3, 40, generator=torch.Generator().manual_seed(0)).to(_dev(be))
+    torch.library.opcheck(
+        torch.ops.specops.sample_without_replacement.default,
+        (p, 3, None, 1, None, 2, None, be),
+        test_utils=("test_schema", "test_faketensor"),
+    )

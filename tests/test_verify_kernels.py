@@ -496,3 +496,67 @@ def test_cpu_tree_negative_control_wor_verified_as_iid():
     r = specops.verify_tree(tp, t, tok, dp, without_replacement=False, seed=23, backend="cpu")
     seqs = m.complete(r.tokens, r.num_accepted.long() + 1, 3, gen)
     assert joint_pvalue(seqs, m) < PASS
+
+
+# --------------------------------------------------------------------------------------------
+# registration with the compiled backends; CUDA graphs
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("be", BACKENDS)
+def test_opcheck_compiled_backends(be):
+    dev = _dev(be)
+    tu = ("test_schema", "test_faketensor")
+    gen = _gen(30)
+    p, x, q = make_chain(3, 4, 111, gen, "mixed")
+    nb = torch.randint(-1, 111, (111, 2), generator=gen).int()
+    p, x, q, nb = p.to(dev), x.to(dev), q.to(dev), nb.to(dev)
+    torch.library.opcheck(
+        torch.ops.specops.verify_chain.default,
+        (p, x, q, None, None, 1, None, 0, nb, 0.1, False, None, be),
+        test_utils=tu,
+    )
+    pt, t, tok, qt = make_tree(3, 13, 111, gen, kind="iid", shape="kary:3:3")
+    pt, t, tok, qt = pt.to(dev), t.to(dev), tok.to(dev), qt.to(dev)
+    for wor in (False, True):
+        torch.library.opcheck(
+            torch.ops.specops.verify_tree.default,
+            (pt, t.first_child, t.next_sibling, 3, tok, qt, wor, None, 3, None, 0, None, 0.0,
+             False, None, be),
+            test_utils=tu,
+        )  # fmt: skip
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replay_with_device_seed_and_offset():
+    gen = _gen(31)
+    p, x, q = make_chain(8, 6, 32000, gen, "mixed")
+    p, x, q = p.cuda(), x.cuda(), q.cuda()
+    pt, t, tok, qt = make_tree(8, 13, 32000, gen, kind="wor", shape="kary:3:3")
+    pt, t, tok, qt = pt.cuda(), t.to("cuda"), tok.cuda(), qt.cuda()
+    seed = torch.arange(8, device="cuda") + 3
+    offset = torch.tensor(0, device="cuda")
+
+    def step():
+        c = specops.verify_chain(p, x, q, seed=seed, offset=offset, backend="cuda")
+        r = specops.verify_tree(pt, t, tok, qt, without_replacement=True, seed=seed,
+                                offset=offset, backend="cuda")  # fmt: skip
+        return c.tokens, r.tokens
+
+    with specops.validation(False):
+        step()  # warm-up (allocator)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            outs = step()
+        for off in (0, 5, 9):
+            offset.fill_(off)
+            g.replay()
+            torch.cuda.synchronize()
+            want_c = specops.verify_chain(
+                p.cpu(), x.cpu(), q.cpu(), seed=seed.cpu(), offset=off, backend="reference"
+            )
+            want_t = specops.verify_tree(
+                pt.cpu(), t.to("cpu"), tok.cpu(), qt.cpu(), without_replacement=True,
+                seed=seed.cpu(), offset=off, backend="reference",
+            )  # fmt: skip
+            assert torch.equal(outs[0].cpu(), want_c.tokens)
+            assert torch.equal(outs[1].cpu(), want_t.tokens)
