@@ -20,7 +20,6 @@ from helpers import chi2_pvalue
 
 import specops
 from specops import Tree
-from specops.decode import speculative as spec_mod
 from specops.decode.ar import ar
 from specops.decode.sjd import sjd
 from specops.decode.sjd_pac import sjd_pac
@@ -29,7 +28,7 @@ from specops.tree import unpack_bits
 
 V = 4  # states; token V is the prompt
 LENGTH = 7
-BATCH = 3000
+BATCH = 2000
 HIDDEN = 8
 
 
@@ -212,7 +211,7 @@ def test_wrong_verification_is_detected(markov, monkeypatch):
     def wrong(target_probs, draft_tokens, draft_probs, **kw):
         return real(target_probs, draft_tokens, target_probs[:, :-1], **kw)
 
-    monkeypatch.setattr(spec_mod.specops, "verify_chain", wrong)
+    monkeypatch.setattr(specops, "verify_chain", wrong)
     tokens, _ = speculative(m, d, CLASSES, tree=None, num_draft=3, length=LENGTH, seed=12)
     _check(m, tokens, expect_pass=False)
 
