@@ -1,10 +1,10 @@
 // C++ CPU twins of the verification kernels: the same per-request cores (specops/verify.h) as
 // the CUDA kernels, with plain loops for the passes over the vocabulary.
+#include "specops/verify.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
-
-#include "specops/verify.h"
 
 namespace specops {
 
@@ -115,8 +115,8 @@ void verify_tree_host(const VerifyTreeArgs& a) {
 
 // Gumbel top-k: keep the k best (key, id) seen so far, sorted best first; ids are visited in
 // increasing order, so an equal key never displaces an earlier id.
-void gumbel_topk_host(const float* p, int64_t vocab, const RngArgs& rng, int64_t row,
-                      int64_t draw0, int64_t k, int32_t* out) {
+void gumbel_topk_host(const float* p, int64_t vocab, const RngArgs& rng, int64_t row, int64_t draw0,
+                      int64_t k, int32_t* out) {
   const int64_t kk = std::min<int64_t>(k, vocab);
   KeyId best_stack[64];
   std::vector<KeyId> best_heap;

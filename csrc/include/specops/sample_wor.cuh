@@ -8,9 +8,10 @@
 // long as no thread runs out of kept keys while it dropped some; if one does, a new pass starts
 // with the threshold = the last winner.  k <= KT never needs a second pass.
 #pragma once
-#include <cub/block/block_reduce.cuh>
 #include <cuda_runtime.h>
 #include <stdint.h>
+
+#include <cub/block/block_reduce.cuh>
 
 #include "specops/common.h"
 #include "specops/verify.h"

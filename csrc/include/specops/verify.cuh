@@ -36,8 +36,7 @@ struct NormResidualDev {  // norm(r)_i = float32(float64(r_i) / s)
 
 // Both block sums (valid on every thread) of two per-thread partials.
 template <int BLOCK>
-__device__ double2 block_sum2(typename BlockSampler<BLOCK>::TempStorage& tmp, double x,
-                              double y) {
+__device__ double2 block_sum2(typename BlockSampler<BLOCK>::TempStorage& tmp, double x, double y) {
   __shared__ double2 s_sums;
   using Reduce = cub::BlockReduce<double, BLOCK>;
   __syncthreads();

@@ -152,11 +152,11 @@ struct VerifyTreeArgs {
   int64_t batch, nodes, vocab, width;
   bool without_replacement, greedy;
   RelaxArgs relax;
-  RngArgs rng;  // draws_per_row = N
-  float* ws_p;  // [B, V] workspace (not needed with greedy)
-  float* ws_q;  // [B, V] workspace (only without_replacement with draft probabilities)
-  int32_t* out_path;          // [B, W]
-  int32_t* out_tokens;        // [B, W]
+  RngArgs rng;          // draws_per_row = N
+  float* ws_p;          // [B, V] workspace (not needed with greedy)
+  float* ws_q;          // [B, V] workspace (only without_replacement with draft probabilities)
+  int32_t* out_path;    // [B, W]
+  int32_t* out_tokens;  // [B, W]
   int32_t* out_num_accepted;  // [B]
 };
 
@@ -252,8 +252,7 @@ SPECOPS_HD void tree_walk_rejected(const VerifyTreeArgs& a, TreeWalk& w, bool p_
   if (a.without_replacement && a.draft != nullptr) w.q_ws = true;
 }
 
-SPECOPS_HD void tree_walk_finish(const VerifyTreeArgs& a, int64_t b, const TreeWalk& w,
-                                 int32_t t) {
+SPECOPS_HD void tree_walk_finish(const VerifyTreeArgs& a, int64_t b, const TreeWalk& w, int32_t t) {
   if (w.a < a.width) a.out_tokens[b * a.width + w.a] = t;
   a.out_num_accepted[b] = static_cast<int32_t>(w.a);
 }
@@ -274,8 +273,8 @@ SPECOPS_HD bool key_before(KeyId a, KeyId b) {
 struct SampleWorArgs {
   const float* probs;  // [R, V], last dim contiguous
   int64_t row_stride, rows, vocab, k;
-  RngArgs rng;       // row r = flat row r; draw v = entry v (draws_per_row = V)
-  int32_t* out;      // [R, k]
+  RngArgs rng;   // row r = flat row r; draw v = entry v (draws_per_row = V)
+  int32_t* out;  // [R, k]
 };
 
 // ---- host (CPU twin) --------------------------------------------------------------------------
@@ -369,8 +368,8 @@ inline int32_t argmax_host(const float* p, int64_t vocab) {
 void verify_chain_host(const VerifyChainArgs& args);
 void verify_tree_host(const VerifyTreeArgs& args);
 // Gumbel top-k of one row: out[0..k) (-1 padded), uniforms at draws draw0 + v of `row`.
-void gumbel_topk_host(const float* p, int64_t vocab, const RngArgs& rng, int64_t row,
-                      int64_t draw0, int64_t k, int32_t* out);
+void gumbel_topk_host(const float* p, int64_t vocab, const RngArgs& rng, int64_t row, int64_t draw0,
+                      int64_t k, int32_t* out);
 void sample_wor_host(const SampleWorArgs& args);
 
 }  // namespace specops
