@@ -57,36 +57,48 @@ void verify_jacobi_host(const JacobiArgs& A) {
     }
     return;
   }
-  std::vector<int64_t> xs(L);
+  std::vector<int64_t> xs(L), tok(L);
   std::vector<double> S(L), T(L);
   std::vector<int32_t> ws(jacobi_ws_size(L, A.num_candidates));
-  std::vector<int32_t> depth(L), parent(L);
+  std::vector<int32_t> parent(L), ok0(L), tok_src(L), cand_src(L);
   for (int64_t b = 0; b < A.batch; ++b) {
-    jacobi_tree_walk(A, b, ops, xs.data(), S.data(), T.data(), ws.data());
-    if (A.emulate_cuda) {  // the CUDA kernel's blocks n >= 1, in sequence
-      jacobi_tree_shape(A, b, depth.data(), parent.data());
-      for (int64_t n = 1; n < L; ++n) {
-        if (parent[n] >= 0 && jacobi_link(A.first_child, A, b, parent[n]) == n)
-          jacobi_tree_node(A, b, n, depth[n], true, true, ops, ws.data());
+    TreeView tv = jacobi_tree_view(A, b);
+    if (A.emulate_cuda) {  // the CUDA kernel's plan: cached tokens, parents, fresh tests
+      for (int64_t n = 0; n < L; ++n) {
+        tok[n] = A.tokens[b * A.tokens_sb + n];
+        parent[n] = -1;
       }
-      jacobi_tree_finish(A, b, static_cast<const int32_t*>(ws.data()));
-      continue;
+      for (int64_t m = 0; m < L; ++m) jacobi_set_parents(tv, m, parent.data());
+      for (int64_t c = 0; c < L; ++c)
+        ok0[c] = parent[c] >= 0 && tok[c] != -1 && jacobi_fresh_test(A, b, parent[c], c, tok[c]);
+      tv.tok = tok.data();
+      tv.ok0 = ok0.data();
     }
-    // continuation along the line below the last accepted node m: l_d at position d
-    const int64_t a = ws[kWsA];
-    int64_t prev = jacobi_link(A.first_child, A, b, ws[kWsM]);
-    int64_t d = a + 1;
-    bool alive = ws[kWsRej] != 0 && prev >= 0 && d < L;
-    while (alive) {
-      const int64_t node = jacobi_link(A.first_child, A, b, prev);
-      const bool go = node >= 0 && jacobi_tok(A, b, node) != -1;
-      jacobi_tree_node(A, b, prev, d, go, true, ops, ws.data());
-      if (!go) break;
-      prev = node;
-      ++d;
-      alive = d < L;
+    jacobi_tree_walk(A, b, tv, ops, xs.data(), S.data(), T.data(), ws.data());
+    if (A.emulate_cuda) {  // blocks n >= 1: every node that could be on the line, speculatively
+      for (int64_t n = 1; n < L; ++n) {
+        const int64_t depth = jacobi_depth(parent.data(), n, L);
+        if (depth >= 0 && jacobi_on_line(tv, parent.data(), n))
+          jacobi_tree_node(A, b, tv, n, depth, true, true, ops, ws.data());
+      }
+    } else {  // continuation along the line below the last accepted node m: l_d at position d
+      int64_t prev = tv.first_child(ws[kWsM]);
+      int64_t d = ws[kWsA] + 1;
+      bool alive = ws[kWsRej] != 0 && prev >= 0 && d < L;
+      while (alive) {
+        const int64_t node = tv.first_child(prev);
+        const bool go = node >= 0 && tv.token(A, node) != -1;
+        jacobi_tree_node(A, b, tv, prev, d, go, true, ops, ws.data());
+        if (!go) break;
+        prev = node;
+        ++d;
+        alive = d < L;
+      }
     }
-    jacobi_tree_finish(A, b, static_cast<const int32_t*>(ws.data()));
+    const int32_t* cws = ws.data();
+    jacobi_tree_line(A, b, tv, cws, tok_src.data(), cand_src.data());
+    for (int64_t d = 0; d < L; ++d)
+      jacobi_tree_write(A, b, cws, tok_src.data(), cand_src.data(), d);
   }
 }
 

@@ -346,37 +346,65 @@ __global__ void __launch_bounds__(BLOCK) jacobi_chain_kernel(JacobiArgs A) {
   jacobi_chain_slot(A, b, i, a, ops);
 }
 
-// Dynamic shared memory: depth[L], parent[L] (int32), then xs[L] (int64), S[L], T[L] (double).
+// Dynamic shared memory: fc, ns, parent, ok0, tok_src, cand_src [L] (int32), then tok, xs [L]
+// (int64), S, T [L] (double).
+SPECOPS_HD size_t jacobi_tree_smem_ints(int64_t L) {
+  return (6 * static_cast<size_t>(L) * sizeof(int32_t) + 7) / 8 * 8;
+}
 inline size_t jacobi_tree_smem(int64_t L) {
-  const size_t ints = (2 * static_cast<size_t>(L) * sizeof(int32_t) + 7) / 8 * 8;
-  return ints + static_cast<size_t>(L) * (sizeof(int64_t) + 2 * sizeof(double));
+  return jacobi_tree_smem_ints(L) + 4 * static_cast<size_t>(L) * 8;
 }
 
 template <int BLOCK>
 __global__ void __launch_bounds__(BLOCK) jacobi_tree_kernel(JacobiArgs A) {
   __shared__ JacobiSmem<BLOCK> sm;
-  __shared__ int s_last;
+  __shared__ int s_last, s_depth;
   extern __shared__ __align__(16) unsigned char dyn[];
   const int64_t L = A.len;
-  int32_t* depth = reinterpret_cast<int32_t*>(dyn);
-  int32_t* parent = depth + L;
-  int64_t* xs = reinterpret_cast<int64_t*>(dyn + (2 * L * sizeof(int32_t) + 7) / 8 * 8);
+  int32_t* fc = reinterpret_cast<int32_t*>(dyn);
+  int32_t* ns = fc + L;
+  int32_t* parent = ns + L;
+  int32_t* ok0 = parent + L;
+  int32_t* tok_src = ok0 + L;
+  int32_t* cand_src = tok_src + L;
+  int64_t* tok = reinterpret_cast<int64_t*>(dyn + jacobi_tree_smem_ints(L));
+  int64_t* xs = tok + L;
   double* S = reinterpret_cast<double*>(xs + L);
   double* T = S + L;
   const int64_t item = blockIdx.x, b = blockIdx.y;
   int32_t* ws = A.workspace + b * A.ws_stride;
   BlockJacobiOps<BLOCK> ops{sm, A.vocab, A.rng};
-  if (item == 0) {
-    jacobi_tree_walk(A, b, ops, xs, S, T, ws);
-  } else {
-    const int64_t n = item;  // node 0 (the root) is never on a continuation line
-    if (threadIdx.x == 0) jacobi_tree_shape(A, b, depth, parent);
-    __syncthreads();
-    // node n can be l_d (d = depth(n)) only if it is the first child of its parent
-    const bool on_line =
-        n >= 1 && parent[n] >= 0 && jacobi_link(A.first_child, A, b, parent[n]) == n;
-    if (on_line) jacobi_tree_node(A, b, n, depth[n], true, true, ops, ws);
+
+  // the request's tree rows and tokens in shared memory; parents in parallel (one thread per
+  // node: children lists are disjoint)
+  for (int64_t m = threadIdx.x; m < L; m += BLOCK) {
+    fc[m] = A.first_child[b * A.tree_sb + m];
+    ns[m] = A.next_sibling[b * A.tree_sb + m];
+    tok[m] = A.tokens[b * A.tokens_sb + m];
+    parent[m] = -1;
   }
+  __syncthreads();
+  const TreeView tv{fc, ns, tok, ok0, L, 0};
+  for (int64_t m = threadIdx.x; m < L; m += BLOCK) jacobi_set_parents(tv, m, parent);
+  __syncthreads();
+
+  if (item == 0) {
+    // block 0: every node's test against its parent's untouched rows, in parallel, then the
+    // walk, whose scalar steps now only read shared memory until a sibling is rejected
+    for (int64_t c = threadIdx.x; c < L; c += BLOCK)
+      ok0[c] = parent[c] >= 0 && tok[c] != -1 && jacobi_fresh_test(A, b, parent[c], c, tok[c]);
+    __syncthreads();
+    jacobi_tree_walk(A, b, tv, ops, xs, S, T, ws);
+  } else {
+    // block n >= 1 (the root is never on a continuation line): node n's continuation work
+    const int64_t n = item;
+    if (threadIdx.x == 0)
+      s_depth = jacobi_on_line(tv, parent, n) ? static_cast<int>(jacobi_depth(parent, n, L)) : -1;
+    __syncthreads();
+    const int64_t depth = s_depth;
+    if (depth >= 0) jacobi_tree_node(A, b, tv, n, depth, true, true, ops, ws);
+  }
+
   // completion: the last block of request b assembles its outputs.  Every thread fences its
   // workspace writes before thread 0 signals.
   __threadfence();
@@ -386,12 +414,16 @@ __global__ void __launch_bounds__(BLOCK) jacobi_tree_kernel(JacobiArgs A) {
     s_last = done == static_cast<int>(gridDim.x) - 1;
   }
   __syncthreads();
-  if (s_last && threadIdx.x == 0) {
-    __threadfence();
-    const volatile int32_t* vws = ws;
-    jacobi_tree_finish(A, b, vws);
+  if (!s_last) return;
+  __threadfence();
+  const volatile int32_t* vws = ws;
+  if (threadIdx.x == 0) {
+    jacobi_tree_line(A, b, tv, vws, tok_src, cand_src);
     A.counters[b] = 0;  // ready for the next launch (CUDA graph replays included)
   }
+  __syncthreads();
+  for (int64_t d = threadIdx.x; d < L; d += BLOCK)
+    jacobi_tree_write(A, b, vws, tok_src, cand_src, d);
 }
 
 }  // namespace specops

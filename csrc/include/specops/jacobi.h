@@ -24,7 +24,7 @@
 // against target/draft row l_d (draw c - 1 for node c), else resampled (draw L + c - 1).  Since
 // d = depth(l_d), that work depends on the node alone: the CUDA kernel does it for every node
 // that can lie on a line (every first child) while another block walks, and the last block of a
-// request to finish assembles the outputs (jacobi_tree_finish).
+// request to finish assembles the outputs (jacobi_tree_line, jacobi_tree_write).
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -80,11 +80,6 @@ SPECOPS_HD const float* jacobi_q(const JacobiArgs& A, int64_t b, int64_t i) {
 }
 SPECOPS_HD int64_t jacobi_tok(const JacobiArgs& A, int64_t b, int64_t i) {
   return A.tokens[b * A.tokens_sb + i];
-}
-// first_child / next_sibling entry, -1 for none (never an index outside [1, L)).
-SPECOPS_HD int64_t jacobi_link(const int32_t* arr, const JacobiArgs& A, int64_t b, int64_t n) {
-  const int64_t m = arr[b * A.tree_sb + n];
-  return (m > 0 && m < A.len) ? m : -1;
 }
 SPECOPS_HD int64_t jacobi_draws(const JacobiArgs& A) {
   return 2 * A.len + (A.num_candidates > 1 ? A.len * A.vocab : 0);
@@ -327,13 +322,71 @@ SPECOPS_HD void jacobi_chain_slot(const JacobiArgs& A, int64_t b, int64_t i, int
   }
 }
 
-// Tree mode: the walk (verify_tree without replacement, draws n - 1 and L - 1).  Writes the
-// walk's result and its path/tokens into the request's workspace ws (leader only).
-// Scratch xs/S/T hold the rejections at the current node (at most L - 1 entries).
+// ---- tree mode ---------------------------------------------------------------------------------
+// One request's tree and window tokens: the global rows (CPU twin) or shared-memory copies (CUDA),
+// plus, optionally, every node's test against its parent's untouched rows (ok0, see
+// jacobi_fresh_test), which is the walk's test whenever no sibling was rejected before it.
+struct TreeView {
+  const int32_t* fc;   // first_child row [L]
+  const int32_t* ns;   // next_sibling row [L]
+  const int64_t* tok;  // window tokens [L] (cached), or nullptr: read A.tokens
+  const int32_t* ok0;  // [L] or nullptr
+  int64_t len;
+  int64_t tok_base;  // b * tokens_sb (uncached tokens)
+  SPECOPS_HD int64_t link(int64_t m) const { return (m > 0 && m < len) ? m : -1; }
+  SPECOPS_HD int64_t first_child(int64_t n) const { return link(fc[n]); }
+  SPECOPS_HD int64_t next_sibling(int64_t n) const { return link(ns[n]); }
+  SPECOPS_HD int64_t token(const JacobiArgs& A, int64_t n) const {
+    return tok ? tok[n] : A.tokens[tok_base + n];
+  }
+};
+
+SPECOPS_HD TreeView jacobi_tree_view(const JacobiArgs& A, int64_t b) {
+  return TreeView{A.first_child + b * A.tree_sb,
+                  A.next_sibling + b * A.tree_sb,
+                  nullptr,
+                  nullptr,
+                  A.len,
+                  b * A.tokens_sb};
+}
+
+// Test of node c's token x against its parent m's target/draft rows as they are (no sibling of c
+// rejected before it): draw c - 1.
+SPECOPS_HD bool jacobi_fresh_test(const JacobiArgs& A, int64_t b, int64_t m, int64_t c, int64_t x) {
+  const float* q = jacobi_q(A, b, m);
+  return jacobi_accept(A.rng.uniform(b, c - 1), RawRow{jacobi_p(A, b, m)}, RawRow{q}, q != nullptr,
+                       A.vocab, x, A.relax);
+}
+
+// parent[c] = m for the children c of node m (children lists are disjoint: one writer per entry,
+// so every m can run in parallel); parent must hold -1 beforehand.
+SPECOPS_HD void jacobi_set_parents(const TreeView& tv, int64_t m, int32_t* parent) {
+  int64_t c = tv.first_child(m);
+  for (int64_t guard = 0; c > m && guard < tv.len; ++guard) {
+    parent[c] = static_cast<int32_t>(m);
+    c = tv.next_sibling(c);
+  }
+}
+
+// Depth of node n (root 0) from the parents; -1 if the root is not reached.
+SPECOPS_HD int64_t jacobi_depth(const int32_t* parent, int64_t n, int64_t L) {
+  int64_t d = 0, x = n;
+  for (; x > 0 && d < L; ++d) x = parent[x];
+  return x == 0 ? d : -1;
+}
+
+// Node n can be l_d (at position d = depth(n)) only if it is its parent's first child.
+SPECOPS_HD bool jacobi_on_line(const TreeView& tv, const int32_t* parent, int64_t n) {
+  return n >= 1 && parent[n] >= 0 && tv.first_child(parent[n]) == n;
+}
+
+// The walk (verify_tree without replacement, draws n - 1 and L - 1).  Writes the walk's result
+// and its path/tokens into the request's workspace ws (leader only).  Scratch xs/S/T hold the
+// rejections at the current node (at most L - 1 entries).
 SPECOPS_EXEC_CHECK_DISABLE
 template <class Ops>
-SPECOPS_HD void jacobi_tree_walk(const JacobiArgs& A, int64_t b, Ops& ops, int64_t* xs, double* S,
-                                 double* T, int32_t* ws) {
+SPECOPS_HD void jacobi_tree_walk(const JacobiArgs& A, int64_t b, const TreeView& tv, Ops& ops,
+                                 int64_t* xs, double* S, double* T, int32_t* ws) {
   const int64_t L = A.len, V = A.vocab;
   int32_t* path = ws + jacobi_ws_path(L);
   int32_t* toks = ws + jacobi_ws_tok(L);
@@ -344,19 +397,25 @@ SPECOPS_HD void jacobi_tree_walk(const JacobiArgs& A, int64_t b, Ops& ops, int64
     }
   }
   int64_t cur = 0, a = 0, j = 0;
-  int64_t cand = jacobi_link(A.first_child, A, b, 0);
+  int64_t cand = tv.first_child(0);
   bool rej = false;
   for (int64_t step = 0; step < L && cand >= 0; ++step) {
     const int64_t c = cand;
-    const int64_t x = jacobi_tok(A, b, c);
+    const int64_t x = tv.token(A, c);
     if (x == -1) {  // padding node: skipped as if absent
-      cand = jacobi_link(A.next_sibling, A, b, c);
+      cand = tv.next_sibling(c);
       continue;
     }
     const float* q0 = jacobi_q(A, b, cur);
     const WalkRow row{jacobi_p(A, b, cur), q0, j, xs, S, T};
-    if (jacobi_accept(A.rng.uniform(b, c - 1), WalkP{row}, WalkQ{row}, q0 != nullptr, V, x,
-                      A.relax)) {
+    bool ok;
+    if (j == 0) {  // p, q are rows cur as they are
+      ok = tv.ok0 ? tv.ok0[c] != 0 : jacobi_fresh_test(A, b, cur, c, x);
+    } else {
+      ok = jacobi_accept(A.rng.uniform(b, c - 1), WalkP{row}, WalkQ{row}, q0 != nullptr, V, x,
+                         A.relax);
+    }
+    if (ok) {
       if (ops.leader()) {
         if (a + 1 < L) path[a + 1] = static_cast<int32_t>(c);
         toks[a] = static_cast<int32_t>(x);
@@ -365,7 +424,7 @@ SPECOPS_HD void jacobi_tree_walk(const JacobiArgs& A, int64_t b, Ops& ops, int64
       cur = c;
       j = 0;
       rej = false;
-      cand = jacobi_link(A.first_child, A, b, c);
+      cand = tv.first_child(c);
       continue;
     }
     // rejected: p <- norm(max(p - q, 0)), q <- norm(q without x); only the sums are stored.
@@ -376,7 +435,7 @@ SPECOPS_HD void jacobi_tree_walk(const JacobiArgs& A, int64_t b, Ops& ops, int64
     T[j] = t;
     ++j;
     rej = true;
-    cand = jacobi_link(A.next_sibling, A, b, c);
+    cand = tv.next_sibling(c);
   }
   const WalkRow row{jacobi_p(A, b, cur), jacobi_q(A, b, cur), j, xs, S, T};
   const int32_t tok = ops.draw(WalkPosW{row}, A.rng.uniform(b, L - 1));
@@ -388,25 +447,25 @@ SPECOPS_HD void jacobi_tree_walk(const JacobiArgs& A, int64_t b, Ops& ops, int64
   }
 }
 
-// Tree mode, continuation work of node n (n = l_d at position d = depth(n)): the token for
-// position d (its first child's token kept or resampled, -1 when it has no real first child) and
-// the candidates from target row n.  Written to ws node slots n (leader / the topk's writers).
+// Continuation work of node n (n = l_d at position d = depth(n)): the token for position d (its
+// first child's token kept or resampled; -1 when it has no real first child) and the candidates
+// from target row n.  Written to ws node slots n (leader / the topk's writers).
 SPECOPS_EXEC_CHECK_DISABLE
 template <class Ops>
-SPECOPS_HD void jacobi_tree_node(const JacobiArgs& A, int64_t b, int64_t n, int64_t depth,
-                                 bool need_tok, bool need_cand, Ops& ops, int32_t* ws) {
+SPECOPS_HD void jacobi_tree_node(const JacobiArgs& A, int64_t b, const TreeView& tv, int64_t n,
+                                 int64_t depth, bool need_tok, bool need_cand, Ops& ops,
+                                 int32_t* ws) {
   const int64_t L = A.len;
   const float* p = jacobi_p(A, b, n);
   if (need_tok) {
-    const int64_t c = jacobi_link(A.first_child, A, b, n);
-    const int64_t x = c >= 0 ? jacobi_tok(A, b, c) : -1;
+    const int64_t c = tv.first_child(n);
+    const int64_t x = c >= 0 ? tv.token(A, c) : -1;
     int32_t t = -1;
     if (x != -1) {
       const float* q = jacobi_q(A, b, n);
       const float u = A.rng.uniform(b, L + c - 1);
       if (A.cont) {
-        const bool keep = jacobi_accept(A.rng.uniform(b, c - 1), RawRow{p}, RawRow{q}, q != nullptr,
-                                        A.vocab, x, A.relax);
+        const bool keep = jacobi_fresh_test(A, b, n, c, x);
         t = keep ? static_cast<int32_t>(x) : jacobi_residual_draw(ops, p, q, x, u);
       } else {
         t = ops.draw(PosW{p}, u);
@@ -420,55 +479,47 @@ SPECOPS_HD void jacobi_tree_node(const JacobiArgs& A, int64_t b, int64_t n, int6
   }
 }
 
-// Outputs of one request from its workspace (one thread): path, next_window (the walk's tokens,
-// then the continuation line), candidates, num_accepted, first_reject.  WsPtr may be volatile.
+// The continuation line of a finished walk (one thread): tok_src[d] = the node whose
+// continuation token fills position d, cand_src[d] = the node whose candidates go to position d
+// (-1 elsewhere).  l_{a+1} = first child of m, l_{d+1} = first child of l_d; the line stops at a
+// missing or padding first child.  Also writes num_accepted and first_reject.
 template <class WsPtr>
-SPECOPS_HD void jacobi_tree_finish(const JacobiArgs& A, int64_t b, WsPtr ws) {
-  const int64_t L = A.len, k = A.num_candidates;
+SPECOPS_HD void jacobi_tree_line(const JacobiArgs& A, int64_t b, const TreeView& tv, WsPtr ws,
+                                 int32_t* tok_src, int32_t* cand_src) {
+  const int64_t L = A.len;
   const int64_t a = ws[kWsA], m = ws[kWsM];
   const bool rej = ws[kWsRej] != 0;
-  int32_t* nw = A.out_next_window + b * L;
-  int32_t* cand = k > 1 ? A.out_candidates + b * L * k : nullptr;
-  for (int64_t d = 0; d < L; ++d) {
-    A.out_path[b * L + d] = ws[jacobi_ws_path(L) + d];
-    nw[d] = ws[jacobi_ws_tok(L) + d];
-    if (cand)
-      for (int64_t j = 0; j < k; ++j) cand[d * k + j] = -1;
-  }
+  for (int64_t d = 0; d < L; ++d) tok_src[d] = cand_src[d] = -1;
   A.out_num_accepted[b] = static_cast<int32_t>(a);
   A.out_first_reject[b] = rej ? static_cast<int32_t>(a) : -1;
-  // continuation line: l_{a+1} = first child of m, l_{d+1} = first child of l_d
-  int64_t prev = jacobi_link(A.first_child, A, b, m);
+  int64_t prev = tv.first_child(m);
   int64_t d = a + 1;
   bool alive = rej && prev >= 0 && d < L;
   while (alive) {
-    if (cand)
-      for (int64_t j = 0; j < k; ++j) cand[d * k + j] = ws[jacobi_ws_cand(L) + prev * k + j];
-    const int64_t node = jacobi_link(A.first_child, A, b, prev);
-    if (node < 0 || jacobi_tok(A, b, node) == -1) break;
-    nw[d] = ws[jacobi_ws_node_tok(L) + prev];
+    cand_src[d] = static_cast<int32_t>(prev);
+    const int64_t node = tv.first_child(prev);
+    if (node < 0 || tv.token(A, node) == -1) break;
+    tok_src[d] = static_cast<int32_t>(prev);
     prev = node;
     ++d;
     alive = d < L;
   }
 }
 
-// Depth and parent of every node (parents precede children, as in every Tree): one thread, O(L).
-SPECOPS_HD void jacobi_tree_shape(const JacobiArgs& A, int64_t b, int32_t* depth, int32_t* parent) {
-  for (int64_t n = 0; n < A.len; ++n) {
-    depth[n] = n == 0 ? 0 : -1;
-    parent[n] = -1;
-  }
-  for (int64_t m = 0; m < A.len; ++m) {
-    if (depth[m] < 0) continue;  // unreachable from the root
-    int64_t c = jacobi_link(A.first_child, A, b, m);
-    for (int64_t guard = 0; c > m && guard < A.len; ++guard) {
-      if (depth[c] < 0) {
-        depth[c] = depth[m] + 1;
-        parent[c] = static_cast<int32_t>(m);
-      }
-      c = jacobi_link(A.next_sibling, A, b, c);
-    }
+// Position d's outputs (positions are independent: one thread each on the GPU): path, next_window
+// (the walk's tokens up to a, then the line's), candidates.  WsPtr may be volatile.
+template <class WsPtr>
+SPECOPS_HD void jacobi_tree_write(const JacobiArgs& A, int64_t b, WsPtr ws, const int32_t* tok_src,
+                                  const int32_t* cand_src, int64_t d) {
+  const int64_t L = A.len, k = A.num_candidates;
+  A.out_path[b * L + d] = ws[jacobi_ws_path(L) + d];
+  const int64_t ts = tok_src[d];
+  A.out_next_window[b * L + d] =
+      ts >= 0 ? ws[jacobi_ws_node_tok(L) + ts] : ws[jacobi_ws_tok(L) + d];
+  if (k > 1) {
+    const int64_t cs = cand_src[d];
+    int32_t* out = A.out_candidates + (b * L + d) * k;
+    for (int64_t j = 0; j < k; ++j) out[j] = cs >= 0 ? ws[jacobi_ws_cand(L) + cs * k + j] : -1;
   }
 }
 
