@@ -427,7 +427,8 @@ def verify_jacobi(
 
     Returns ``JacobiResult(num_accepted [B], next_window [B, L], first_reject [B],
     candidates [B, L, num_candidates] or None, path [B, L] in tree mode or None)``, int32.
-    Exact semantics and draw indices: ``specops.reference.verify_jacobi``."""
+    Exact semantics and draw indices: ``specops.reference.verify_jacobi``.  Backends: "cuda"
+    (one launch per step, specops/jacobi.cuh), "cpu" (its C++ twin) and "reference"."""
     op = "verify_jacobi"
     b, L, v = _check_target(op, target_probs)
     dev = target_probs.device
