@@ -23,6 +23,16 @@ PASS = 1e-3
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """The reference's many small [B, V] torch ops run up to 100x slower with two intra-op
+    threads on a busy two-core machine (spinning workers): one thread for this module."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def _dev(be):
     return "cuda" if be == "cuda" else "cpu"
 
