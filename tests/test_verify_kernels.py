@@ -442,6 +442,30 @@ def test_tree_fast_mode_out_of_range_ids(be):
 
 
 @pytest.mark.parametrize("be", BACKENDS)
+def test_tree_garbage_links_stay_in_bounds(be):
+    # first_child / next_sibling arrays that no Tree would produce (cycles, out-of-range ids,
+    # links to the root) through the raw op: the walk ignores links outside [1, N), looks at
+    # most N children and terminates; every output is -1 or a valid node / token id.
+    dev = _dev(be)
+    gen = _gen(27)
+    b, n, v = 5, 9, 50
+    p = random_probs(b, n, v, generator=gen).to(dev)
+    q = random_probs(b, n, v, generator=gen).to(dev)
+    tok = torch.randint(-1, v, (b, n), generator=gen).to(dev)
+    for trial in range(20):
+        fc = torch.randint(-3, 2 * n, (b, n), generator=gen).int().to(dev)
+        ns = torch.randint(-3, 2 * n, (b, n), generator=gen).int().to(dev)
+        if trial % 2:
+            ns = torch.arange(n, device=dev).int().expand(b, -1).contiguous()  # self loops
+        for dp, wor, greedy in ((q, True, False), (None, False, False), (None, False, True)):
+            path, out, num = torch.ops.specops.verify_tree.default(
+                p, fc, ns, 4, tok, dp, wor, None, trial, None, 0, None, 0.0, greedy, None, be
+            )
+            assert ((path >= -1) & (path < n)).all() and ((out >= -1) & (out < v)).all()
+            assert ((num >= 0) & (num <= n)).all()
+
+
+@pytest.mark.parametrize("be", BACKENDS)
 def test_tree_on_a_chain_equals_chain_kernel(be):
     gen = _gen(25)
     b, k, v = 17, 6, 111
