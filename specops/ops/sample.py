@@ -122,7 +122,9 @@ def sample_without_replacement(
     keys, largest first.  Zero-probability entries are never chosen: a row with fewer than k
     positive entries is padded with -1.  Random draws: flat row r, draw v = entry v (``seed``
     [B] = one per request along dim 0); ``uniforms`` [..., V] float32 replaces them.  Exact
-    semantics: ``specops.reference.sample_without_replacement``."""
+    semantics: ``specops.reference.sample_without_replacement``.  Backends "cuda", "cpu" (C++
+    twin) and "reference": the keys' float32 logs may differ in the last bit between torch.log
+    and the kernels' logf, so ids agree except where two keys tie within a few ulps."""
     op = "sample_without_replacement"
     c.check_probs(op, "probs", probs, ndim=range(1, 8))
     dev = probs.device
