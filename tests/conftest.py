@@ -9,6 +9,8 @@ try:
     import torch
 
     _HAS_GPU = torch.cuda.is_available()
+    # Tests use small tensors: intra-op threads only add overhead on the 2-core CI machine.
+    torch.set_num_threads(1)
 except ImportError:  # pragma: no cover
     _HAS_GPU = False
 if not _HAS_GPU:

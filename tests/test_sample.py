@@ -148,3 +148,12 @@ def test_compile_and_opcheck():
     )
     f = torch.compile(lambda x: specops.sample(x, seed=1, backend="cpu"), fullgraph=False)
     assert torch.equal(f(p), specops.sample(p, seed=1, backend="reference"))
+
+
+def test_uniforms_never_reach_zero_or_one():
+    from specops.reference.philox import philox_uniform
+
+    # the extreme 23-bit cells map to 2^-24 and 1 - 2^-24, both exact float32 values
+    assert float((torch.tensor(0x7FFFFF, dtype=torch.float32) + 0.5) * 2.0**-23) < 1.0
+    u = philox_uniform(2, 0, 14, torch.arange(200000))
+    assert bool((u > 0).all()) and bool((u < 1).all())

@@ -41,4 +41,4 @@ def philox_uniform(seed, offset, row, draw):
         c3 = lo0
         k0 = k0 + W0
         k1 = k1 + W1
-    return ((c0 >> 8).to(tl.float32) + 0.5) * 5.9604644775390625e-08
+    return ((c0 >> 9).to(tl.float32) + 0.5) * 1.1920928955078125e-07

@@ -1,7 +1,7 @@
 """Philox-4x32-10 in plain PyTorch: the random stream every backend shares.
 
 key = (seed lo, seed hi), counter = (draw, row, offset lo, offset hi),
-u = ((word0 >> 8) + 0.5) * 2^-24 in (0, 1) as float32 (see csrc/include/specops/philox.h).
+u = ((word0 >> 9) + 0.5) * 2^-23 in [2^-24, 1 - 2^-24] as float32 (see csrc/include/specops/philox.h).
 All arithmetic is on int64 tensors holding uint32 values, so it runs on any device.
 """
 
@@ -50,7 +50,7 @@ def philox_uniform(seed, offset, row, draw) -> torch.Tensor:
     x0, _, _, _ = philox4x32_10(
         draw, row, offset & _M32, (offset >> 32) & _M32, seed & _M32, (seed >> 32) & _M32
     )
-    return ((x0 >> 8).to(torch.float32) + 0.5) * (2.0**-24)
+    return ((x0 >> 9).to(torch.float32) + 0.5) * (2.0**-23)
 
 
 def row_uniforms(

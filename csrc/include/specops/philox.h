@@ -3,7 +3,9 @@
 // Stream convention (the same in the PyTorch reference, C++, CUDA and Triton):
 //   key     = (seed & 0xffffffff, seed >> 32)
 //   counter = (draw, row, offset & 0xffffffff, offset >> 32)
-//   u       = ((word0 >> 8) + 0.5) * 2^-24, a float32 in (0, 1), exactly representable.
+//   u       = ((word0 >> 9) + 0.5) * 2^-23, a float32 in [2^-24, 1 - 2^-24], exact.
+// (23 bits: with 24, the top cell's centre 1 - 2^-25 rounds to 1.0 in float32, and u = 1 would
+// make -log(-log u) infinite in Gumbel top-k.)
 // `row` is the flat row an op draws for, `draw` numbers the draws within that row.
 #pragma once
 #include <stdint.h>
@@ -48,9 +50,9 @@ SPECOPS_HD Philox4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t
   return r;
 }
 
-// u in (0, 1): 24 random bits, centred in their cell so log(u) and log(1 - u) are finite.
+// u in (0, 1): 23 random bits, centred in their cell so log(u) and log(1 - u) are finite.
 SPECOPS_HD float uint_to_unit_float(uint32_t bits) {
-  return (static_cast<float>(bits >> 8) + 0.5f) * 5.9604644775390625e-08f;  // 2^-24
+  return (static_cast<float>(bits >> 9) + 0.5f) * 1.1920928955078125e-07f;  // 2^-23
 }
 
 SPECOPS_HD float philox_uniform(uint64_t seed, uint64_t offset, uint32_t row, uint32_t draw) {
