@@ -4,8 +4,8 @@ Each function checks shapes/dtypes/devices (always) and values (validation mode 
 its ``torch.ops.specops.*`` op (torch.library define/impl, with a fake kernel for
 torch.compile).  The semantics, including which Philox (row, draw) every random decision uses,
 are documented in ``specops/reference/verify.py``; every backend follows them token for token.
-Backends: verify_chain and verify_tree have "cuda" (CUDA kernels), "cpu" (their C++ twins) and
-"reference"; the others "reference" for now."""
+Backends: verify_chain, verify_tree and verify_jacobi have "cuda" (CUDA kernels), "cpu" (their
+C++ twins) and "reference"; path_acceptance has "reference" only."""
 
 from __future__ import annotations
 
