@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 
@@ -22,6 +23,7 @@ def has_cuda_kernels() -> bool:
     return _C is not None and bool(_C.with_cuda)
 
 
+@functools.cache
 def has_triton() -> bool:
     return importlib.util.find_spec("triton") is not None
 
