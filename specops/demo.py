@@ -46,7 +46,7 @@ def run_method(name: str, m, classes, *, seed: int, temperature: float, cfg_scal
     if name == "sjd-pac":
         return sjd_pac(m.target, classes, window=32, branch=3, depth=3, **kw)
     if name == "vvs":
-        return vvs(m.target, m.drafter, classes, m.vq.codebook, threshold=0.85, **tree, **kw)
+        return vvs(m.target, m.drafter, classes, m.vq.latents, threshold=0.85, **tree, **kw)
     raise ValueError(f"unknown method {name!r}; choose from {METHODS}")
 
 
@@ -115,7 +115,11 @@ def main(argv=None) -> list:
     t0 = time.perf_counter()
     for name in args.methods:
         tokens, st = run_method(
-            name, m, classes, seed=args.seed, temperature=args.temperature,
+            name,
+            m,
+            classes,
+            seed=args.seed,
+            temperature=args.temperature,
             cfg_scale=args.cfg_scale,
         )
         st.method = name

@@ -146,7 +146,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--per-class", type=int, default=600)
     ap.add_argument("--codebook", type=int, default=512)
-    ap.add_argument("--ar-steps", type=int, default=1500)
+    ap.add_argument("--ar-steps", type=int, default=3000)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--drafter-steps", type=int, default=300)

@@ -4,8 +4,8 @@ The image is cut into non-overlapping p x p RGB patches; each patch becomes the 
 codebook entry (squared Euclidean distance), and the decoder pastes the codebook patches back.
 The codebook is learned by k-means on training patches.  It is an honest vector quantiser without
 a learned encoder/decoder (LlamaGen's VQGAN would add conv nets around the same lookup), which is
-all a tiny demo model needs for flat-coloured images.  ``codebook`` [V, p*p*3] doubles as the VQ
-latent embedding table that VVS's path similarity (Eq. 2) compares.
+all a tiny demo model needs for flat-coloured images.  ``latents`` (the centred codebook) is the
+VQ latent embedding table that VVS's path similarity (Eq. 2) compares.
 """
 
 from __future__ import annotations
@@ -25,6 +25,12 @@ class PatchVQ(torch.nn.Module):
     @property
     def vocab_size(self) -> int:
         return self.codebook.shape[0]
+
+    @property
+    def latents(self) -> torch.Tensor:
+        """[V, p*p*3] latent embeddings for similarity: the codebook centred on its mean patch
+        (raw RGB patches are all non-negative, so their cosines would all be near 1)."""
+        return self.codebook - self.codebook.mean(0, keepdim=True)
 
     def patches(self, images) -> torch.Tensor:
         """uint8 [M, H, W, 3] -> float [M, H/p, W/p, p*p*3] in [0, 1]."""
