@@ -18,7 +18,7 @@ import torch
 
 import specops
 from specops.decode.stats import Recorder
-from specops.tree import Tree, pack_bits
+from specops.tree import Tree
 
 __all__ = ["TargetRunner", "DraftRunner", "Output", "Offsets", "prompt_tokens", "select_tree"]
 
@@ -219,14 +219,3 @@ def select_tree(cond: torch.Tensor, a: Tree, b: Tree, width: int) -> Tree:
             t.__dict__[k] = va
     t.__dict__["_path_width"] = width
     return t
-
-
-def tree_from_parents(parents: torch.Tensor, width: int) -> Tree:
-    """A device-built tree (valid by construction) whose max depth + 1 is ``width``."""
-    t = Tree.from_parents(parents, validate=False)
-    t.__dict__["_path_width"] = width
-    return t
-
-
-def pack_ancestors(anc: torch.Tensor) -> torch.Tensor:
-    return pack_bits(anc)
