@@ -79,3 +79,17 @@ def test_demo_command(tmp_path, capsys):
     assert out.exists() and js.exists() and len(stats) == 2
     text = capsys.readouterr().out
     assert "step compr." in text and "sjd" in text
+
+
+def test_cfg_pairs(model):
+    """Classifier-free guidance: cond + uncond rows share the drafts; greedy CFG speculative
+    decoding equals greedy CFG AR decoding, and the Jacobi methods run on CFG pairs."""
+    from specops.decode import sjd_pac
+
+    cls = CLASSES[:2]
+    ref, _ = ar(model.target, cls, temperature=0, cfg_scale=2.0)
+    got, _ = speculative(model.target, model.drafter, cls, tree="dynamic", temperature=0,
+                         cfg_scale=2.0)  # fmt: skip
+    assert torch.equal(got, ref)
+    tokens, st = sjd_pac(model.target, cls, cfg_scale=2.0, seed=1)
+    assert tokens.shape == (2, 256) and st.step_compression > 1.0
