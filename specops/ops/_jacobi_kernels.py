@@ -14,14 +14,9 @@ import torch
 
 from specops import _build
 from specops.ops import _common as c
+from specops.ops._verify_kernels import _f32_rows, _rng
 
 _COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
-
-
-def _f32_rows(t: torch.Tensor) -> torch.Tensor:
-    if t.dtype != torch.float32 or t.stride(-1) != 1:
-        t = t.float().contiguous()
-    return t
 
 
 def _counters(device: torch.device, stream: int, b: int) -> torch.Tensor:
@@ -93,12 +88,6 @@ def verify_jacobi(
         neighbors=c.ptr(nb),
         neighbors_k=nb.shape[1] if nb is not None else 0,
         delta=float(delta),
-        seed_ptr=c.ptr(seed_t),
-        seed_value=seed_i,
-        rows_per_seed=1 if seed_t is not None and seed_t.numel() == b else b,
-        offset_ptr=c.ptr(off_t),
-        offset_value=off_i,
-        uniforms=c.ptr(uniforms),
         out_num_accepted=num.data_ptr(),
         out_next_window=nw.data_ptr(),
         out_first_reject=first.data_ptr(),
@@ -109,6 +98,7 @@ def verify_jacobi(
         counters=0,
         emulate_cuda=bool(emulate_cuda),
     )
+    _rng(d, seed_t, seed_i, off_t, off_i, uniforms, b)
     if b > 0:
         if be == "cuda":
             stream = c.stream_of(dev)
