@@ -278,21 +278,7 @@ struct BlockJacobiOps {
         }
         const float uv = rng.uniform(row, draw0 + v);
         const KeyId e = {lp - logf(-logf(uv)), static_cast<int32_t>(v)};
-        if (!key_before(thr, e)) return;  // emitted in an earlier pass
-        if (!key_before(e, list[KT - 1])) {
-          dropped = true;
-          return;
-        }
-        if (list[KT - 1].key != -INFINITY) dropped = true;
-        list[KT - 1] = e;
-#pragma unroll
-        for (int s2 = KT - 1; s2 > 0; --s2) {
-          if (key_before(list[s2], list[s2 - 1])) {
-            const KeyId t = list[s2];
-            list[s2] = list[s2 - 1];
-            list[s2 - 1] = t;
-          }
-        }
+        topk_list_push(list, e, thr, dropped);
       };
       quads(PosW{p}, threadIdx.x, BLOCK, vocab / 4, [&](int64_t i, const float* o) {
 #pragma unroll

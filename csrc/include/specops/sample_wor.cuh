@@ -22,6 +22,30 @@ struct KeyIdFirst {  // the entry that ranks first (larger key, then lower id)
   __device__ KeyId operator()(KeyId a, KeyId b) const { return key_before(a, b) ? a : b; }
 };
 
+// Offer entry e to a thread's sorted top-KT list (best first).  Entries at or before the
+// threshold thr were emitted in an earlier pass and are ignored; an entry that falls off the
+// list, or pushes a kept one off, sets `dropped` (a refill pass is then needed).
+template <int KT>
+__device__ __forceinline__ void topk_list_push(KeyId (&list)[KT], const KeyId& e, const KeyId& thr,
+                                               bool& dropped) {
+  if (!key_before(thr, e)) return;  // already emitted
+  if (!key_before(e, list[KT - 1])) {
+    dropped = true;
+    return;
+  }
+  if (list[KT - 1].key != -INFINITY) dropped = true;
+  list[KT - 1] = e;
+#pragma unroll
+  for (int s = KT - 1; s > 0; --s) {
+    if (key_before(list[s], list[s - 1])) {
+      const KeyId t = list[s];
+      list[s] = list[s - 1];
+      list[s - 1] = t;
+    }
+  }
+}
+
+
 template <int BLOCK>
 using GumbelReduce = cub::BlockReduce<KeyId, BLOCK>;
 
@@ -45,21 +69,7 @@ __device__ void block_gumbel_topk(const float* p, int64_t vocab, const RngArgs& 
       if (!(pv > 0.f)) continue;
       const float u = rng.uniform(row, draw0 + v);
       const KeyId e = {logf(pv) - logf(-logf(u)), static_cast<int32_t>(v)};
-      if (!key_before(thr, e)) continue;  // already emitted
-      if (!key_before(e, list[KT - 1])) {
-        dropped = true;
-        continue;
-      }
-      if (list[KT - 1].key != -INFINITY) dropped = true;
-      list[KT - 1] = e;
-#pragma unroll
-      for (int s = KT - 1; s > 0; --s) {
-        if (key_before(list[s], list[s - 1])) {
-          const KeyId t = list[s];
-          list[s] = list[s - 1];
-          list[s - 1] = t;
-        }
-      }
+      topk_list_push(list, e, thr, dropped);
     }
     while (j < k) {
       __syncthreads();
