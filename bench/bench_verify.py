@@ -3,7 +3,7 @@
 CPU (the issue's CI-sized targets): verify_chain cpu vs reference at B=16, K=8, V=32000, and
 verify_jacobi at B=2, L=64, V=65536 (chain window, and the whole SJD-PAC step on
 Tree.kary_chain(3, 3, 64) with 3 candidates) once it has a cpu backend; verify_tree and
-sample_without_replacement alongside.  GPU: verify_chain vs FlashInfer
+sample_without_replacement and path_acceptance alongside.  GPU: verify_chain vs FlashInfer
 ``chain_speculative_sampling`` at B in {1, 8, 64, 256}, K in {4, 8}, V in {32000, 128256};
 verify_tree with deterministic drafts vs sgl-kernel ``tree_speculative_sampling_target_only``.
 Peers that are not installed are skipped with a note.
@@ -292,9 +292,35 @@ def bench_wor(device, quick) -> list[Row]:
     return rows
 
 
+# path acceptance ------------------------------------------------------------------------------
+def bench_path_acceptance(device, quick) -> list[Row]:
+    """Two gathers per node and a fold along the paths: launch- and latency-bound (no GB/s)."""
+    if quick:
+        cases = [(2, specops.Tree.kary(2, 3), 1000)]
+    elif device == "cuda":
+        trees = (specops.Tree.kary(4, 3), specops.Tree.kary_chain(3, 3, 64), specops.Tree.chain(64))
+        cases = [(b, t, 65536) for t in trees for b in (1, 8, 64)]
+    else:
+        cases = [(4, specops.Tree.kary(3, 3), 32000), (2, specops.Tree.kary_chain(3, 3, 64), 65536)]
+    rows = []
+    for b, tree, v in cases:
+        tree = tree.to(device)
+        gen = torch.Generator(device=device).manual_seed(b * 5 + tree.num_nodes + v)
+        i = _tree_inputs(b, tree, v, device, gen)  # (p, tokens, q)
+        shape = f"B={b} N={tree.num_nodes} V={v} leaves={int(tree.is_leaf.sum(-1).max())}"
+        with specops.validation(False):
+            for be in _backends(device):
+                fn = lambda be=be, t=tree, i=i: specops.path_acceptance(  # noqa: E731
+                    i[0], i[2], t, i[1], backend=be
+                )
+                rows.append(_row("path_acceptance", shape, be, _time(fn, device, be), 0))
+    return rows
+
+
 def run(device: str, quick: bool) -> list[Row]:
     rows = bench_chain(device, quick) + bench_tree(device, quick)
     rows += bench_jacobi(device, quick) + bench_wor(device, quick)
+    rows += bench_path_acceptance(device, quick)
     return with_ratios(rows, FAST)
 
 

@@ -2,6 +2,7 @@
 // a dict of integers (data pointers, sizes, strides), validated by specops/ops/verify.py and
 // specops/ops/sample.py.
 #include "bind.h"
+#include "specops/path_acceptance.h"
 #include "specops/verify.h"
 #ifdef SPECOPS_WITH_CUDA
 #include "verify_launch.h"
@@ -93,12 +94,36 @@ SampleWorArgs wor_args(py::dict dict) {
   return a;
 }
 
+PathAcceptanceArgs path_args(py::dict dict) {
+  const Dict d{dict};
+  PathAcceptanceArgs a;
+  a.target = ptr<const float>(d.i64("target"));
+  a.target_sb = d.i64("target_sb");
+  a.target_sn = d.i64("target_sn");
+  a.draft = ptr<const float>(d.i64("draft"));
+  a.draft_sb = d.i64("draft_sb");
+  a.draft_sn = d.i64("draft_sn");
+  a.tokens = TokenView{ptr<const void>(d.i64("tokens")), d.flag("tokens_is64")};
+  a.tokens_sb = d.i64("tokens_sb");
+  a.parents = ptr<const int32_t>(d.i64("parents"));
+  a.parents_sb = d.i64("parents_sb");
+  a.batch = d.i64("batch");
+  a.nodes = d.i64("nodes");
+  a.vocab = d.i64("vocab");
+  a.num_paths = d.i64("num_paths");
+  a.workspace = ptr<void>(d.i64("workspace"));
+  a.out_kappa = ptr<float>(d.i64("out_kappa"));
+  a.out_expected_len = ptr<float>(d.i64("out_expected_len"));
+  return a;
+}
+
 }  // namespace
 
 void bind_verify(py::module_& m) {
   host_kernel_names().push_back("verify_chain");
   host_kernel_names().push_back("verify_tree");
   host_kernel_names().push_back("sample_without_replacement");
+  host_kernel_names().push_back("path_acceptance");
   m.def("verify_chain_cpu", [](py::dict d) {
     VerifyChainArgs a = chain_args(d);
     py::gil_scoped_release release;
@@ -114,10 +139,16 @@ void bind_verify(py::module_& m) {
     py::gil_scoped_release release;
     sample_wor_host(a);
   });
+  m.def("path_acceptance_cpu", [](py::dict d) {
+    PathAcceptanceArgs a = path_args(d);
+    py::gil_scoped_release release;
+    path_acceptance_host(a);
+  });
 #ifdef SPECOPS_WITH_CUDA
   cuda_kernel_names().push_back("verify_chain");
   cuda_kernel_names().push_back("verify_tree");
   cuda_kernel_names().push_back("sample_without_replacement");
+  cuda_kernel_names().push_back("path_acceptance");
   m.def("verify_chain_cuda", [](py::dict d, int64_t stream) {
     check_cuda_error(launch_verify_chain_cuda(chain_args(d), ptr<void>(stream)), "verify_chain");
   });
@@ -127,6 +158,10 @@ void bind_verify(py::module_& m) {
   m.def("sample_without_replacement_cuda", [](py::dict d, int64_t stream) {
     check_cuda_error(launch_sample_wor_cuda(wor_args(d), ptr<void>(stream)),
                      "sample_without_replacement");
+  });
+  m.def("path_acceptance_cuda", [](py::dict d, int64_t stream) {
+    check_cuda_error(launch_path_acceptance_cuda(path_args(d), ptr<void>(stream)),
+                     "path_acceptance");
   });
 #endif
 }

@@ -1,3 +1,4 @@
+#include "specops/path_acceptance.cuh"
 #include "specops/sample_wor.cuh"
 #include "specops/verify.cuh"
 #include "verify_launch.h"
@@ -32,6 +33,17 @@ std::string launch_sample_wor_cuda(const SampleWorArgs& args, void* stream) {
   constexpr int kBlock = 256;
   sample_wor_kernel<kBlock, 8>
       <<<static_cast<unsigned>(args.rows), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(args);
+  return error_text();
+}
+
+std::string launch_path_acceptance_cuda(const PathAcceptanceArgs& args, void* stream) {
+  if (args.batch == 0) return std::string();
+  constexpr int kBlock = 256;
+  const size_t smem =
+      args.nodes <= kPathSmemNodes ? static_cast<size_t>(path_workspace_bytes(args.nodes)) : 0;
+  path_acceptance_kernel<kBlock>
+      <<<static_cast<unsigned>(args.batch), kBlock, smem, static_cast<cudaStream_t>(stream)>>>(
+          args);
   return error_text();
 }
 

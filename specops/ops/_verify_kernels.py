@@ -170,3 +170,51 @@ def sample_without_replacement(be, probs, k, seed_t, seed_i, off_t, off_i, unifo
         else:
             _build._C.sample_without_replacement_cpu(d)
     return out.reshape(*lead, k)
+
+
+_PATH_SMEM_NODES = 1024  # = kPathSmemNodes (csrc/include/specops/path_acceptance.h)
+
+
+def _path_workspace_bytes(nodes: int) -> int:
+    return (nodes * (3 * 8 + 3 * 4) + 15) // 16 * 16
+
+
+def path_acceptance(be, target, draft, parents, num_paths, tokens):
+    b, n, v = target.shape
+    dev = target.device
+    target = _f32_rows(target)
+    draft = _f32_rows(draft) if draft is not None else None
+    tokens = _ids(tokens)
+    par = parents.to(device=dev, dtype=torch.int32).contiguous()
+    kappa = torch.empty(b, num_paths, dtype=torch.float32, device=dev)
+    exp_len = torch.empty(b, num_paths, dtype=torch.float32, device=dev)
+    # CUDA: trees too large for shared memory keep their per-node state in a global workspace
+    ws = None
+    if be == "cuda" and n > _PATH_SMEM_NODES:
+        ws = torch.empty(b * _path_workspace_bytes(n), dtype=torch.uint8, device=dev)
+    d = dict(
+        target=target.data_ptr(),
+        target_sb=target.stride(0),
+        target_sn=target.stride(1),
+        draft=c.ptr(draft),
+        draft_sb=draft.stride(0) if draft is not None else 0,
+        draft_sn=draft.stride(1) if draft is not None else 0,
+        tokens=tokens.data_ptr(),
+        tokens_is64=tokens.dtype == torch.int64,
+        tokens_sb=tokens.stride(0),
+        parents=par.data_ptr(),
+        parents_sb=n if par.shape[0] > 1 else 0,
+        batch=b,
+        nodes=n,
+        vocab=v,
+        num_paths=num_paths,
+        workspace=c.ptr(ws),
+        out_kappa=kappa.data_ptr(),
+        out_expected_len=exp_len.data_ptr(),
+    )
+    if b > 0:
+        if be == "cuda":
+            _build._C.path_acceptance_cuda(d, c.stream_of(dev))
+        else:
+            _build._C.path_acceptance_cpu(d)
+    return kappa, exp_len

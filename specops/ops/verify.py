@@ -4,8 +4,8 @@ Each function checks shapes/dtypes/devices (always) and values (validation mode 
 its ``torch.ops.specops.*`` op (torch.library define/impl, with a fake kernel for
 torch.compile).  The semantics, including which Philox (row, draw) every random decision uses,
 are documented in ``specops/reference/verify.py``; every backend follows them token for token.
-Backends: verify_chain, verify_tree and verify_jacobi have "cuda" (CUDA kernels), "cpu" (their
-C++ twins) and "reference"; path_acceptance has "reference" only."""
+Backends: verify_chain, verify_tree, verify_jacobi and path_acceptance have "cuda" (CUDA
+kernels), "cpu" (their C++ twins) and "reference"."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from specops.tree import Tree
 
 __all__ = ["Relaxation", "verify_chain", "verify_tree", "verify_jacobi", "path_acceptance"]
 
-_BACKENDS = ("reference",)
+_PATH_BACKENDS = ("cuda", "cpu", "reference")
 _CHAIN_BACKENDS = ("cuda", "cpu", "reference")  # C++ CPU twin / CUDA: _verify_kernels
 _TREE_BACKENDS = ("cuda", "cpu", "reference")
 
@@ -616,8 +616,10 @@ def path_acceptance(
 
 
 def _pa_impl(target, draft, parents, num_paths, tokens, backend):
-    c.pick_backend("path_acceptance", backend, target.device, _BACKENDS)
-    return rv._path_acceptance(target, draft, parents, tokens, num_paths)
+    be = c.pick_backend("path_acceptance", backend, target.device, _PATH_BACKENDS)
+    if be == "reference":
+        return rv._path_acceptance(target, draft, parents, tokens, num_paths)
+    return _kernels.path_acceptance(be, target, draft, parents, num_paths, tokens)
 
 
 def _pa_fake(target, draft, parents, num_paths, tokens, backend):

@@ -1,7 +1,8 @@
 """Philox-4x32-10 in plain PyTorch: the random stream every backend shares.
 
 key = (seed lo, seed hi), counter = (draw, row, offset lo, offset hi),
-u = ((word0 >> 9) + 0.5) * 2^-23 in [2^-24, 1 - 2^-24] as float32 (see csrc/include/specops/philox.h).
+u = ((word0 >> 9) + 0.5) * 2^-23 in [2^-24, 1 - 2^-24] as float32
+(see csrc/include/specops/philox.h).
 All arithmetic is on int64 tensors holding uint32 values, so it runs on any device.
 """
 

@@ -562,7 +562,8 @@ def path_acceptance(
 
     Returns (kappa, expected_len), float32 [B, P]: paths ordered like ``Tree.paths()`` (leaves in
     index order), P = the most leaves of any row (``num_paths`` may be given to skip reading it);
-    rows with fewer leaves are padded with 0.  No random draws."""
+    rows with fewer leaves are padded with 0.  No random draws.  A parent entry outside
+    [0, n) (never in a valid Tree) counts as the root, as in the kernels."""
     b, n, v = target_probs.shape
     dev = target_probs.device
     par = tree.parents.to(dev).long().expand(b, -1)
@@ -577,11 +578,14 @@ def _path_acceptance(target_probs, draft_probs, parents, draft_tokens, num_paths
     rows = torch.arange(b, device=dev)
     p_all = target_probs.float()
     x = draft_tokens.to(dev).long()
+    ids = torch.arange(n, device=dev)
     par = parents.to(dev).long().expand(b, n)
+    par = torch.where((par >= 0) & (par < ids), par, 0)  # effective parent; the root's is unused
+    par[:, 0] = -1
     s = torch.ones(b, n, dtype=torch.float64, device=dev)  # S of the path root..n
     e = torch.zeros(b, n, dtype=torch.float64, device=dev)  # sum_k S_k along root..n
     for m in range(1, n):
-        pm = par[:, m].clamp(min=0)
+        pm = par[:, m]
         px = _at(p_all[rows, pm], x[:, m]).double()
         if draft_probs is None:
             alpha = px.clamp(max=1.0)
@@ -592,10 +596,10 @@ def _path_acceptance(target_probs, draft_probs, parents, draft_tokens, num_paths
             )
         s[:, m] = s[rows, pm] * alpha
         e[:, m] = e[rows, pm] + s[:, m]
-    ids = torch.arange(n, device=dev)
     is_leaf = ~(par[:, :, None] == ids[None, None, :]).any(1)  # no node has n as parent
     rank = is_leaf.long().cumsum(-1) - 1
-    slot = torch.where(is_leaf, rank, num_paths)  # non-leaves go to a dropped column
+    # non-leaves (and leaves past the num_paths columns) go to a dropped column
+    slot = torch.where(is_leaf & (rank < num_paths), rank, num_paths)
     kappa = torch.zeros(b, num_paths + 1, dtype=torch.float64, device=dev)
     exp_len = torch.zeros(b, num_paths + 1, dtype=torch.float64, device=dev)
     kappa.scatter_(1, slot, torch.where(is_leaf, s, 0.0))
