@@ -30,6 +30,24 @@ inline RngArgs make_rng(int64_t seed_ptr, int64_t seed_value, int64_t rows_per_s
   return rng;
 }
 
+// The probability rows and token ids of a verification struct, from the fields that _rows in
+// specops/ops/_verify_kernels.py writes ("target", "target_sb", "target_s<row>", the same for
+// "draft", "tokens", "tokens_is64", "tokens_sb"); `row` names the dim-1 stride, which each
+// struct keeps in its own member (target_s1 / draft_s1).
+template <typename A>
+void read_rows(const pybind11::dict& d, const std::string& row, A& a, int64_t A::* target_s1,
+               int64_t A::* draft_s1) {
+  auto i64 = [&](const std::string& k) { return d[pybind11::str(k)].cast<int64_t>(); };
+  a.target = ptr<const float>(i64("target"));
+  a.target_sb = i64("target_sb");
+  a.*target_s1 = i64("target_s" + row);
+  a.draft = ptr<const float>(i64("draft"));
+  a.draft_sb = i64("draft_sb");
+  a.*draft_s1 = i64("draft_s" + row);
+  a.tokens = {ptr<const void>(i64("tokens")), d["tokens_is64"].cast<bool>()};
+  a.tokens_sb = i64("tokens_sb");
+}
+
 inline void check_cuda_error(const std::string& err, const char* op) {
   if (!err.empty()) throw std::runtime_error(std::string("specops.") + op + ": " + err);
 }

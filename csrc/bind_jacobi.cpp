@@ -15,14 +15,7 @@ namespace {
 JacobiArgs jacobi_args(py::dict d) {
   auto i64 = [&](const char* k) { return d[k].cast<int64_t>(); };
   JacobiArgs a;
-  a.target = ptr<const float>(i64("target"));
-  a.target_sb = i64("target_sb");
-  a.target_sl = i64("target_sl");
-  a.draft = ptr<const float>(i64("draft"));
-  a.draft_sb = i64("draft_sb");
-  a.draft_sl = i64("draft_sl");
-  a.tokens = TokenView{ptr<const void>(i64("tokens")), d["tokens_is64"].cast<bool>()};
-  a.tokens_sb = i64("tokens_sb");
+  read_rows(d, "l", a, &JacobiArgs::target_sl, &JacobiArgs::draft_sl);
   a.first_child = ptr<const int32_t>(i64("first_child"));
   a.next_sibling = ptr<const int32_t>(i64("next_sibling"));
   a.tree_sb = i64("tree_sb");

@@ -31,14 +31,7 @@ struct Dict {
 VerifyChainArgs chain_args(py::dict dict) {
   const Dict d{dict};
   VerifyChainArgs a;
-  a.target = ptr<const float>(d.i64("target"));
-  a.target_sb = d.i64("target_sb");
-  a.target_sk = d.i64("target_sk");
-  a.draft = ptr<const float>(d.i64("draft"));
-  a.draft_sb = d.i64("draft_sb");
-  a.draft_sk = d.i64("draft_sk");
-  a.tokens = TokenView{ptr<const void>(d.i64("tokens")), d.flag("tokens_is64")};
-  a.tokens_sb = d.i64("tokens_sb");
+  read_rows(dict, "k", a, &VerifyChainArgs::target_sk, &VerifyChainArgs::draft_sk);
   a.num_draft = ptr<const int64_t>(d.i64("num_draft"));
   a.batch = d.i64("batch");
   a.k = d.i64("k");
@@ -54,14 +47,7 @@ VerifyChainArgs chain_args(py::dict dict) {
 VerifyTreeArgs tree_args(py::dict dict) {
   const Dict d{dict};
   VerifyTreeArgs a;
-  a.target = ptr<const float>(d.i64("target"));
-  a.target_sb = d.i64("target_sb");
-  a.target_sn = d.i64("target_sn");
-  a.draft = ptr<const float>(d.i64("draft"));
-  a.draft_sb = d.i64("draft_sb");
-  a.draft_sn = d.i64("draft_sn");
-  a.tokens = TokenView{ptr<const void>(d.i64("tokens")), d.flag("tokens_is64")};
-  a.tokens_sb = d.i64("tokens_sb");
+  read_rows(dict, "n", a, &VerifyTreeArgs::target_sn, &VerifyTreeArgs::draft_sn);
   a.first_child = ptr<const int32_t>(d.i64("first_child"));
   a.next_sibling = ptr<const int32_t>(d.i64("next_sibling"));
   a.tree_sb = d.i64("tree_sb");
@@ -97,14 +83,7 @@ SampleWorArgs wor_args(py::dict dict) {
 PathAcceptanceArgs path_args(py::dict dict) {
   const Dict d{dict};
   PathAcceptanceArgs a;
-  a.target = ptr<const float>(d.i64("target"));
-  a.target_sb = d.i64("target_sb");
-  a.target_sn = d.i64("target_sn");
-  a.draft = ptr<const float>(d.i64("draft"));
-  a.draft_sb = d.i64("draft_sb");
-  a.draft_sn = d.i64("draft_sn");
-  a.tokens = TokenView{ptr<const void>(d.i64("tokens")), d.flag("tokens_is64")};
-  a.tokens_sb = d.i64("tokens_sb");
+  read_rows(dict, "n", a, &PathAcceptanceArgs::target_sn, &PathAcceptanceArgs::draft_sn);
   a.parents = ptr<const int32_t>(d.i64("parents"));
   a.parents_sb = d.i64("parents_sb");
   a.batch = d.i64("batch");

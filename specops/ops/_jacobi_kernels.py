@@ -14,7 +14,7 @@ import torch
 
 from specops import _build
 from specops.ops import _common as c
-from specops.ops._verify_kernels import _f32_rows, _rng
+from specops.ops._verify_kernels import _f32_rows, _rng, _rows
 
 _COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
 
@@ -67,16 +67,8 @@ def verify_jacobi(
     first = torch.empty(b, dtype=i32, device=dev)
     cands = torch.empty(b, L, k if k > 1 else 0, dtype=i32, device=dev)
     path = torch.empty(b, L if tree else 0, dtype=i32, device=dev)
-    d = dict(
-        target=target.data_ptr(),
-        target_sb=target.stride(0),
-        target_sl=target.stride(1),
-        draft=c.ptr(draft),
-        draft_sb=draft.stride(0) if draft is not None else 0,
-        draft_sl=draft.stride(1) if draft is not None else 0,
-        tokens=window.data_ptr(),
-        tokens_is64=window.dtype == torch.int64,
-        tokens_sb=window.stride(0),
+    d = _rows(target, draft, window, "l")
+    d.update(
         first_child=c.ptr(fc) if tree else 0,
         next_sibling=c.ptr(ns) if tree else 0,
         tree_sb=(L if fc.shape[0] > 1 else 0) if tree else 0,

@@ -33,6 +33,22 @@ def _rng(d: dict, seed_t, seed_i, off_t, off_i, uniforms, batch: int) -> None:
     )
 
 
+def _rows(target, draft, tokens, row: str) -> dict:
+    """Pointer/stride fields of the probability rows and token ids (``row`` names the stride of
+    dim 1 in the kernel's struct: "k" chain, "n" tree / path acceptance, "l" Jacobi)."""
+    return {
+        "target": target.data_ptr(),
+        "target_sb": target.stride(0),
+        f"target_s{row}": target.stride(1),
+        "draft": c.ptr(draft),
+        "draft_sb": draft.stride(0) if draft is not None else 0,
+        f"draft_s{row}": draft.stride(1) if draft is not None else 0,
+        "tokens": tokens.data_ptr(),
+        "tokens_is64": tokens.dtype == torch.int64,
+        "tokens_sb": tokens.stride(0),
+    }
+
+
 def verify_chain(
     be, target, tokens, draft, num_draft, seed_t, seed_i, off_t, off_i, nb, delta, greedy, uniforms
 ):
@@ -45,16 +61,8 @@ def verify_chain(
     uniforms = uniforms.contiguous() if uniforms is not None else None
     out_tokens = torch.empty(b, k1, dtype=torch.int32, device=target.device)
     out_num = torch.empty(b, dtype=torch.int32, device=target.device)
-    d = dict(
-        target=target.data_ptr(),
-        target_sb=target.stride(0),
-        target_sk=target.stride(1),
-        draft=c.ptr(draft),
-        draft_sb=draft.stride(0) if draft is not None else 0,
-        draft_sk=draft.stride(1) if draft is not None else 0,
-        tokens=tokens.data_ptr(),
-        tokens_is64=tokens.dtype == torch.int64,
-        tokens_sb=tokens.stride(0),
+    d = _rows(target, draft, tokens, "k")
+    d.update(
         num_draft=c.ptr(num_draft),
         batch=b,
         k=k1 - 1,
@@ -109,16 +117,8 @@ def verify_tree(
     out_path = torch.empty(b, width, dtype=torch.int32, device=dev)
     out_tokens = torch.empty(b, width, dtype=torch.int32, device=dev)
     out_num = torch.empty(b, dtype=torch.int32, device=dev)
-    d = dict(
-        target=target.data_ptr(),
-        target_sb=target.stride(0),
-        target_sn=target.stride(1),
-        draft=c.ptr(draft),
-        draft_sb=draft.stride(0) if draft is not None else 0,
-        draft_sn=draft.stride(1) if draft is not None else 0,
-        tokens=tokens.data_ptr(),
-        tokens_is64=tokens.dtype == torch.int64,
-        tokens_sb=tokens.stride(0),
+    d = _rows(target, draft, tokens, "n")
+    d.update(
         first_child=fc.data_ptr(),
         next_sibling=ns.data_ptr(),
         tree_sb=n if fc.shape[0] > 1 else 0,
@@ -192,16 +192,8 @@ def path_acceptance(be, target, draft, parents, num_paths, tokens):
     ws = None
     if be == "cuda" and n > _PATH_SMEM_NODES:
         ws = torch.empty(b * _path_workspace_bytes(n), dtype=torch.uint8, device=dev)
-    d = dict(
-        target=target.data_ptr(),
-        target_sb=target.stride(0),
-        target_sn=target.stride(1),
-        draft=c.ptr(draft),
-        draft_sb=draft.stride(0) if draft is not None else 0,
-        draft_sn=draft.stride(1) if draft is not None else 0,
-        tokens=tokens.data_ptr(),
-        tokens_is64=tokens.dtype == torch.int64,
-        tokens_sb=tokens.stride(0),
+    d = _rows(target, draft, tokens, "n")
+    d.update(
         parents=par.data_ptr(),
         parents_sb=n if par.shape[0] > 1 else 0,
         batch=b,
