@@ -20,7 +20,16 @@ import specops
 from specops.decode.stats import Recorder
 from specops.tree import Tree
 
-__all__ = ["TargetRunner", "DraftRunner", "Output", "Offsets", "prompt_tokens", "select_tree"]
+__all__ = [
+    "TargetRunner",
+    "DraftRunner",
+    "Output",
+    "Offsets",
+    "prompt_tokens",
+    "select_tree",
+    "start",
+    "emit_first",
+]
 
 
 class Offsets:
@@ -43,6 +52,32 @@ def prompt_tokens(model, classes) -> torch.Tensor:
     cfg = getattr(model, "cfg", None)
     base = cfg.vocab if cfg is not None else 0
     return (classes.long() + base)[:, None]
+
+
+def start(name, model, prompt, length: int, *, width, slack, cfg_scale, sampling, out_slack=None):
+    """The set-up every method shares.  ``width``: the most tokens one step emits; the cache holds
+    prompt + length + ``slack`` tokens (finished requests still ride along); the output keeps
+    ``out_slack`` (default ``width``) spare columns.  -> (recorder with its timer running,
+    offsets, target runner, output buffer, cache capacity)."""
+    b, dev = prompt.shape[0], prompt.device
+    rec = Recorder(name, b, length, width, dev)
+    rng = Offsets()
+    rec.timer.start()
+    cap = prompt.shape[1] + length + slack
+    tgt = TargetRunner(model, prompt, capacity=cap, rec=rec, cfg_scale=cfg_scale, **sampling)
+    out = Output(b, length, width if out_slack is None else out_slack, dev)
+    return rec, rng, tgt, out, cap
+
+
+def emit_first(probs, out, rec, seed: int, rng) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample the first token s_1 ~ probs [B, V] (the prefill's last row) and emit it.
+    -> (root [B] int32, ones [B] int64)."""
+    with rec.timer("specops"):
+        root = specops.sample(probs, seed=seed, offset=rng())
+    ones = torch.ones(root.shape[0], dtype=torch.long, device=root.device)
+    out.write(root[:, None], ones)
+    rec.emitted(ones, ones.bool())
+    return root, ones
 
 
 class TargetRunner:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops.decode._common import Offsets, Output, TargetRunner, prompt_tokens
-from specops.decode.stats import Recorder
+from specops.decode._common import prompt_tokens, start
 
 __all__ = ["ar"]
 
@@ -29,20 +28,11 @@ def ar(
     dev = prompt.device
     b = prompt.shape[0]
     length = length or model.cfg.grid**2
-    rec = Recorder("ar", b, length, 1, dev)
-    rng = Offsets()
-    rec.timer.start()
-    tgt = TargetRunner(
-        model,
-        prompt,
-        capacity=prompt.shape[1] + length + 1,
-        rec=rec,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        cfg_scale=cfg_scale,
-    )
-    out = Output(b, length, 0, dev)
+    sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    rec, rng, tgt, out, _ = start(
+        "ar", model, prompt, length, width=1, slack=1, cfg_scale=cfg_scale, sampling=sampling,
+        out_slack=0,
+    )  # fmt: skip
     ones = torch.ones(b, dtype=torch.bool, device=dev)
     slot0 = torch.zeros(b, 1, dtype=torch.int32, device=dev)
 

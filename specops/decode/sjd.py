@@ -18,8 +18,7 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops.decode._common import Offsets, Output, TargetRunner, prompt_tokens
-from specops.decode.stats import Recorder
+from specops.decode._common import emit_first, prompt_tokens, start
 
 __all__ = ["sjd", "shift_window"]
 
@@ -54,27 +53,20 @@ def sjd(
     seed: int = 0,
 ):
     """SJD with a window of ``window`` slots.  -> (tokens [B, length] int32, Stats)."""
-    prompt = prompt_tokens(model, classes)
-    dev = prompt.device
-    b = prompt.shape[0]
     L = window
-    length = length or model.cfg.grid**2
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
-    rec = Recorder("sjd", b, length, L, dev)
-    rng = Offsets()
-    rec.timer.start()
-    cap = prompt.shape[1] + length + 2 * L + 1  # finished requests still ride along
-    tgt = TargetRunner(model, prompt, capacity=cap, rec=rec, cfg_scale=cfg_scale, **sampling)
-    out = Output(b, length, L, dev)
+    prompt = prompt_tokens(model, classes)
+    b, dev = prompt.shape[0], prompt.device
+    length = length or model.cfg.grid**2
+    rec, rng, tgt, out, _ = start(
+        "sjd", model, prompt, length, width=L, slack=2 * L + 1, cfg_scale=cfg_scale,
+        sampling=sampling,
+    )  # fmt: skip
     rows = torch.arange(b, device=dev)
     cols = torch.arange(L, device=dev)[None, :]
 
     p0, _ = tgt.prefill()
-    with rec.timer("specops"):
-        root = specops.sample(p0, seed=seed, offset=rng())
-    ones = torch.ones(b, dtype=torch.long, device=dev)
-    out.write(root[:, None], ones)
-    rec.emitted(ones, ones.bool())
+    root, ones = emit_first(p0, out, rec, seed, rng)
     # initial window: every slot drawn from the only distribution there is, p(s_1)
     with rec.timer("specops"):
         w, q = shift_window(

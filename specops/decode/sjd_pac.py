@@ -30,8 +30,7 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops.decode._common import Offsets, Output, TargetRunner, prompt_tokens, select_tree
-from specops.decode.stats import Recorder
+from specops.decode._common import emit_first, prompt_tokens, select_tree, start
 from specops.tree import Tree
 
 __all__ = ["sjd_pac"]
@@ -75,30 +74,23 @@ def sjd_pac(
     """SJD-PAC with a window of ``window`` nodes, a ``branch``-ary proactive tree of ``depth``
     levels (counting its root); ``continuation`` / ``proactive`` switch AC / PD off for
     ablations.  -> (tokens [B, length] int32, Stats)."""
-    prompt = prompt_tokens(model, classes)
-    dev = prompt.device
-    b = prompt.shape[0]
     L, K = window, branch
     proactive = proactive and K > 1
-    length = length or model.cfg.grid**2
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
-    rec = Recorder("sjd-pac", b, length, L, dev)
-    rng = Offsets()
-    rec.timer.start()
-    cap = prompt.shape[1] + length + 2 * L + 1  # finished requests still ride along
-    tgt = TargetRunner(model, prompt, capacity=cap, rec=rec, cfg_scale=cfg_scale, **sampling)
-    out = Output(b, length, L, dev)
+    prompt = prompt_tokens(model, classes)
+    b, dev = prompt.shape[0], prompt.device
+    length = length or model.cfg.grid**2
+    rec, rng, tgt, out, _ = start(
+        "sjd-pac", model, prompt, length, width=L, slack=2 * L + 1, cfg_scale=cfg_scale,
+        sampling=sampling,
+    )  # fmt: skip
     win = _Windows(K, depth, L, dev)
     rows = torch.arange(b, device=dev)
     rows1 = rows[:, None]
     cols = torch.arange(L, device=dev)[None, :]
 
     p0, _ = tgt.prefill()
-    with rec.timer("specops"):
-        root = specops.sample(p0, seed=seed, offset=rng())
-    ones = torch.ones(b, dtype=torch.long, device=dev)
-    out.write(root[:, None], ones)
-    rec.emitted(ones, ones.bool())
+    root, _ = emit_first(p0, out, rec, seed, rng)
     # initial window: a chain drawn from p(s_1) (stale for every later slot)
     pd = torch.zeros(b, dtype=torch.bool, device=dev)
     q = p0[:, None].expand(b, L, -1).contiguous()

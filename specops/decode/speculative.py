@@ -27,8 +27,7 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops.decode._common import DraftRunner, Offsets, Output, TargetRunner, prompt_tokens
-from specops.decode.stats import Recorder
+from specops.decode._common import DraftRunner, emit_first, prompt_tokens, start
 from specops.tree import Tree, pack_bits
 
 __all__ = ["speculative", "draft_dynamic", "Drafted"]
@@ -204,23 +203,16 @@ def speculative(
         mode, width, nodes = "static", tree.max_depth() + 1, tree.num_nodes
         plan = StaticPlan(tree, dev)
     name = {"chain": "spec-chain", "dynamic": "spec-tree", "static": "spec-static"}[mode]
-    rec = Recorder(name, b, length, width, dev)
-    rng = Offsets()
-    rec.timer.start()
-    # a finished request stops committing but still rides along in the batch
-    cap = prompt.shape[1] + length + width + nodes + 1
-    tgt = TargetRunner(model, prompt, capacity=cap, rec=rec, cfg_scale=cfg_scale, **sampling)
+    rec, rng, tgt, out, cap = start(
+        name, model, prompt, length, width=width, slack=width + nodes + 1, cfg_scale=cfg_scale,
+        sampling=sampling,
+    )  # fmt: skip
     dr = DraftRunner(drafter, b, cap, rec, dev)
-    out = Output(b, length, width, dev)
     rows = torch.arange(b, device=dev)
     cols = torch.arange(width, device=dev)[None, :]
 
     probs, hidden = tgt.prefill()
-    with rec.timer("specops"):
-        root = specops.sample(probs, seed=seed, offset=rng())
-    ones = torch.ones(b, dtype=torch.long, device=dev)
-    out.write(root[:, None], ones)
-    rec.emitted(ones, ones.bool())
+    root, ones = emit_first(probs, out, rec, seed, rng)
     # the drafter's first entry: [e(s_1) || f_0] (f_0 = hidden state of the prompt's last token)
     upd_tok, upd_feat, upd_n = root[:, None], hidden[:, -1:], ones
     while not out.done():

@@ -28,9 +28,8 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops.decode._common import DraftRunner, Offsets, Output, TargetRunner, prompt_tokens
+from specops.decode._common import DraftRunner, emit_first, prompt_tokens, start
 from specops.decode.speculative import draft_dynamic
-from specops.decode.stats import Recorder
 from specops.tree import pack_bits
 
 __all__ = ["vvs"]
@@ -95,13 +94,11 @@ def vvs(
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     G, D, N = depth, depth, num_nodes
     width = D + 1
-    rec = Recorder("vvs", b, length, width + G, dev)
-    rng = Offsets()
-    rec.timer.start()
-    cap = prompt.shape[1] + length + G + N + width + 2
-    tgt = TargetRunner(model, prompt, capacity=cap, rec=rec, cfg_scale=cfg_scale, **sampling)
+    rec, rng, tgt, out, cap = start(
+        "vvs", model, prompt, length, width=width + G, slack=G + N + width + 2,
+        cfg_scale=cfg_scale, sampling=sampling,
+    )  # fmt: skip
     dr = DraftRunner(drafter, b, cap, rec, dev)
-    out = Output(b, length, width + G, dev)
     codebook = codebook.to(dev)
     rows = torch.arange(b, device=dev)
     M = G + width  # widest drafter update: gamma stale entries redone + a + 1
@@ -111,10 +108,7 @@ def vvs(
     fcache = specops.FeatureCache(b, cap, hidden.shape[-1], dtype=hidden.dtype, device=dev)
     with rec.timer("specops"):
         fcache.write(torch.arange(prompt.shape[1], device=dev).expand(b, -1), hidden, 0)
-        root = specops.sample(probs, seed=seed, offset=rng())
-    ones = torch.ones(b, dtype=torch.long, device=dev)
-    out.write(root[:, None], ones)
-    rec.emitted(ones, ones.bool())
+    root, ones = emit_first(probs, out, rec, seed, rng)
     gamma = torch.zeros(b, dtype=torch.long, device=dev)  # unverified tokens pending
     unver = torch.full((b, G), -1, dtype=torch.int32, device=dev)  # x°, left-aligned
     droot = root.clone()  # the drafting root: last emitted token
