@@ -157,3 +157,17 @@ def test_uniforms_never_reach_zero_or_one():
     assert float((torch.tensor(0x7FFFFF, dtype=torch.float32) + 0.5) * 2.0**-23) < 1.0
     u = philox_uniform(2, 0, 14, torch.arange(200000))
     assert bool((u > 0).all()) and bool((u < 1).all())
+
+
+@pytest.mark.gpu
+def test_kernels_launch_on_the_current_stream():
+    """The raw stream getter the launchers use agrees with torch.cuda.current_stream, also inside
+    a side stream (where CUDA-graph capture happens)."""
+    from specops.ops._common import stream_of
+
+    dev = torch.device("cuda")
+    assert stream_of(dev) == torch.cuda.current_stream(dev).cuda_stream
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        assert stream_of(dev) == side.cuda_stream
+        assert stream_of(torch.device("cuda", torch.cuda.current_device())) == side.cuda_stream

@@ -206,7 +206,15 @@ def ptr(t) -> int:
     return 0 if t is None else t.data_ptr()
 
 
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Inductor launches on
+
+
 def stream_of(device: torch.device) -> int:
+    """The current CUDA stream of ``device`` as an integer handle (the raw getter skips building a
+    torch.cuda.Stream object on every launch)."""
+    if _raw_stream is not None:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return _raw_stream(index)
     return torch.cuda.current_stream(device).cuda_stream
 
 
