@@ -118,6 +118,9 @@ void bind_verify(py::module_& m) {
     py::gil_scoped_release release;
     sample_wor_host(a);
   });
+  m.def("path_acceptance_ws_size", [](int64_t nodes) {  // CUDA workspace bytes per request
+    return nodes <= kPathSmemNodes ? int64_t{0} : path_workspace_bytes(nodes);
+  });
   m.def("path_acceptance_cpu", [](py::dict d) {
     PathAcceptanceArgs a = path_args(d);
     py::gil_scoped_release release;

@@ -172,13 +172,6 @@ def sample_without_replacement(be, probs, k, seed_t, seed_i, off_t, off_i, unifo
     return out.reshape(*lead, k)
 
 
-_PATH_SMEM_NODES = 1024  # = kPathSmemNodes (csrc/include/specops/path_acceptance.h)
-
-
-def _path_workspace_bytes(nodes: int) -> int:
-    return (nodes * (3 * 8 + 3 * 4) + 15) // 16 * 16
-
-
 def path_acceptance(be, target, draft, parents, num_paths, tokens):
     b, n, v = target.shape
     dev = target.device
@@ -190,8 +183,9 @@ def path_acceptance(be, target, draft, parents, num_paths, tokens):
     exp_len = torch.empty(b, num_paths, dtype=torch.float32, device=dev)
     # CUDA: trees too large for shared memory keep their per-node state in a global workspace
     ws = None
-    if be == "cuda" and n > _PATH_SMEM_NODES:
-        ws = torch.empty(b * _path_workspace_bytes(n), dtype=torch.uint8, device=dev)
+    ws_row = _build._C.path_acceptance_ws_size(n) if be == "cuda" else 0
+    if ws_row:
+        ws = torch.empty(b * ws_row, dtype=torch.uint8, device=dev)
     d = _rows(target, draft, tokens, "n")
     d.update(
         parents=par.data_ptr(),
