@@ -4,9 +4,12 @@
 #
 #   bash bench/gpu_run.sh [OUT_DIR] [STAGES]   (default: $OUT, else ./gpu_out; all stages)
 #
-# STAGES is a comma list of build,tests,bench,demo (default all), so a lease can be split into
-# calls that each fit a 10-minute limit: e.g. `build,tests` then `build,bench,demo` (the build
-# is incremental when the build folder survived).  BENCH_OPS limits the benchmark to some ops.
+# STAGES is a comma list of build,tests,bench,demo,sanitize (default build,tests,bench,demo), so
+# a lease can be split into calls that each fit a 10-minute limit: e.g. `build,tests` then
+# `build,bench,demo` (the build is incremental when the build folder survived).  BENCH_OPS
+# limits the benchmark to some ops.  `sanitize` runs the CUDA-kernel GPU tests under
+# compute-sanitizer (memcheck, then racecheck on the shared-memory kernels) with PyTorch's
+# caching allocator off, so an out-of-bounds access or a shared-memory race fails the stage.
 #
 # Needs a python3 with torch, triton, nvcc, cmake, ninja, pybind11 and scikit-build-core.
 # Peer packages (flashinfer-python, sgl-kernel, ...) are picked up from wheels in ./.whl
@@ -18,7 +21,7 @@ OUT_DIR="${1:-${OUT:-$ROOT/gpu_out}}"
 STAGES=",${2:-build,tests,bench,demo},"
 mkdir -p "$OUT_DIR"
 want() { [[ "$STAGES" == *",$1,"* ]]; }
-build_rc=skipped test_rc=skipped bench_rc=skipped demo_rc=skipped
+build_rc=skipped test_rc=skipped bench_rc=skipped demo_rc=skipped san_rc=skipped
 PY="${PY:-python3}"
 export PYTHONUNBUFFERED=1
 export SPECOPS_CUDA_ARCHS="${SPECOPS_CUDA_ARCHS:-90}"
@@ -61,9 +64,30 @@ if want demo && "$PY" -c "import specops.demo" 2>/dev/null; then
   demo_rc=$?
 fi
 
+if want sanitize; then
+  echo "== sanitize"
+  SAN_BIN="$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
+    /opt/nvidia/*/compute-sanitizer/compute-sanitizer 2>/dev/null | head -n 1)"
+  SAN=("${SAN_BIN:-compute-sanitizer}" --error-exitcode 1 --print-limit 20 --target-processes all)
+  CUDA_TESTS=(tests/test_verify_kernels.py tests/test_jacobi_kernels.py
+    tests/test_path_acceptance.py tests/test_sample_wor_kernels.py tests/test_sample.py
+    tests/test_kv.py)
+  t0=$(date +%s)
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 420 "${SAN[@]}" --tool memcheck \
+    "$PY" -m pytest -q -p no:cacheprovider -m gpu "${CUDA_TESTS[@]}" > "$OUT_DIR/sanitize.log" 2>&1
+  san_rc=$?
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 150 "${SAN[@]}" --tool racecheck \
+    "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_path_acceptance.py \
+    tests/test_jacobi_kernels.py -k "not fuzz" >> "$OUT_DIR/sanitize.log" 2>&1
+  san_rc="$san_rc/$?"
+  echo "sanitize rc(memcheck/racecheck)=$san_rc in $(( $(date +%s) - t0 )) s"
+fi
+
 echo
 echo "== summary"
 [ -f "$OUT_DIR/tests.log" ] && tail -n 3 "$OUT_DIR/tests.log" && grep -E "^(FAILED|ERROR)" "$OUT_DIR/tests.log" | head -20
 [ -f "$OUT_DIR/bench.log" ] && tail -n 60 "$OUT_DIR/bench.log"
 [ -f "$OUT_DIR/demo.log" ] && tail -n 15 "$OUT_DIR/demo.log"
-echo "build=$build_rc tests=$test_rc bench=$bench_rc demo=$demo_rc"
+[ -f "$OUT_DIR/sanitize.log" ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" \
+  "$OUT_DIR/sanitize.log" | tail -n 12
+echo "build=$build_rc tests=$test_rc bench=$bench_rc demo=$demo_rc sanitize=$san_rc"
