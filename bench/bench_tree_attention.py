@@ -9,6 +9,10 @@ reported with a line saying so):
   built outside the timed region (real engines rebuild it every step).
 - "flashinfer custom mask": FlashInfer's paged prefill with a custom mask (plan outside the
   timed region), on the same paged cache as "specops paged".
+- "specops cascade": specops' own backend="cascade" (CUDA, when flash-attn imports): the prefix
+  through flash-attn's flash_attn_with_kvcache (with its lse), the tree through the tree-only
+  Triton kernel, merged by log-sum-exp; contiguous cache (flash-attn 2.x pages are multiples of
+  256).
 - "reference": specops' PyTorch reference (skipped when its float32 copies would be huge).
 Rows "specops" (contiguous cache, random tree), "specops chain" (the same with a chain: the
 Jacobi window) and "specops paged" (page 16, shuffled block table).  GB/s = K/V bytes read once
@@ -181,6 +185,21 @@ def _peer_flashinfer(c: _Case):
     return fns, lambda: fns[0]().reshape(b, n, hq, d)
 
 
+def _peer_cascade(c: _Case):
+    from specops import _build
+
+    if not _build.has_flash_attn():
+        raise ImportError("flash-attn is not installed (pip install 'specops[flash]')")
+    ta = specops.tree_attention
+
+    def run(k, v):
+        with specops.validation(False):
+            return ta(c.q, k, v, c.L, c.tree, backend="cascade")
+
+    fns = [lambda k=k, v=v: run(k, v) for k, v in zip(c.k, c.v)]
+    return fns, fns[0]
+
+
 def _bench_case(case, device, dtype, copies) -> list[Row]:
     c = _Case(*case, device, dtype, copies)
     b, n, s, hq, hkv, d = case
@@ -214,6 +233,7 @@ def _bench_case(case, device, dtype, copies) -> list[Row]:
     peers = [("sdpa dense mask", _peer_sdpa)]
     if device == "cuda":
         peers += [("flex block mask", _peer_flex), ("flashinfer custom mask", _peer_flashinfer)]
+        peers += [("specops cascade", _peer_cascade)]
     for name, make in peers:
         try:
             fns, once = make(c)
@@ -271,7 +291,8 @@ def aot_report(arch: int = 90, smoke: bool = False) -> None:
 
     fn = ta._tree_attn_fwd
     names = fn.arg_names
-    consts = "G D BLOCK_M BLOCK_N BLOCK_D NUM_SPLITS PAGED PAGE_SIZE PREC s_qd s_kd s_vd s_mw"
+    consts = "G D BLOCK_M BLOCK_N BLOCK_D NUM_SPLITS PAGED PAGE_SIZE PREC TREE_ONLY"
+    consts += " s_qd s_kd s_vd s_mw"
     consts = consts.split()
     ptrs = "Q K V SEQLENS MASK BT OUT LSE".split()
     div16 = set(ptrs) | set("s_qb s_qn s_qh s_kp s_ks s_kh s_vp s_vs s_vh s_ob s_on s_oh".split())
@@ -312,6 +333,7 @@ def aot_report(arch: int = 90, smoke: bool = False) -> None:
                     PAGED=paged,
                     PAGE_SIZE=page,
                     PREC="tf32",
+                    TREE_ONLY=False,
                     s_qd=1,
                     s_kd=1,
                     s_vd=1,

@@ -28,6 +28,19 @@ def has_triton() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+@functools.cache
+def has_flash_attn() -> bool:
+    """flash-attn (the optional extra ``specops[flash]``) imports, with its kvcache entry point.
+    Imported, not only found: a wheel built for another torch fails at import."""
+    if importlib.util.find_spec("flash_attn") is None:
+        return False
+    try:
+        from flash_attn import flash_attn_with_kvcache  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
 def triton_interpret() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 

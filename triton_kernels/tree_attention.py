@@ -25,6 +25,11 @@ Kernel design
 - Contiguous [B, S_max, Hkv, D] and paged [P, page, Hkv, D] caches: position s of request b is
   at row s % page of page block_table[b, s // page] (clamped into [0, P)).  Positions are
   clamped to the cache capacity, so no value of cache_seqlens reads out of bounds.
+- Tree-only mode (``tree_only=True``, constexpr TREE_ONLY): the prefix loops are compiled out and
+  one split attends only to the N tree slots at L_b + j; the cascade backend
+  (specops/ops/_attention_cascade.py) takes the prefix from flash-attn and merges the two
+  states with ``merge_states_triton``: o = (e^(lse_a - m) o_a + e^(lse_b - m) o_b) / (e^(lse_a - m)
+  + e^(lse_b - m)), lse = m + log(...), m = max(lse_a, lse_b).
 - head_dim: any D <= 256, padded to a power of two (>= 16) with masked loads.
 - Tiles (``_config``): BLOCK_N = 64 keys (32 for D > 128 and for float32), BLOCK_M = the packed
   rows rounded up to a power of two, at most 128 (8 warps: two wgmma warpgroups) for D <= 128.
@@ -38,7 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["tree_attention_triton", "choose_num_splits", "MAX_HEAD_DIM"]
+__all__ = ["tree_attention_triton", "merge_states_triton", "choose_num_splits", "MAX_HEAD_DIM"]
 
 MAX_HEAD_DIM = 256
 _LOG2E = 1.4426950408889634
@@ -141,6 +146,7 @@ def _tree_attn_fwd(
     PAGED: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     PREC: tl.constexpr,
+    TREE_ONLY: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     split = tl.program_id(1)
@@ -177,35 +183,38 @@ def _tree_attn_fwd(
     offs_n = tl.arange(0, BLOCK_N)
     no_vis = tl.zeros([BLOCK_M, BLOCK_N], tl.int1)
 
-    # prefix chunk of this split: [lo, hi), chunk a multiple of BLOCK_N
-    chunk = tl.cdiv(tl.cdiv(seqlen, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    lo = split * chunk
-    hi = tl.minimum(lo + chunk, seqlen)
-    full_end = lo + tl.maximum(hi - lo, 0) // BLOCK_N * BLOCK_N
-    for start in range(lo, full_end, BLOCK_N):  # full prefix tiles: no mask
-        kpos = start + offs_n
-        k = _load_kv_tile(
-            k_base, bt_row, kpos, kpos < CAP, offs_d, s_kp, s_ks, s_kd, NUM_PAGES,
-            D, BLOCK_D, PAGED, PAGE_SIZE, False,
-        )  # fmt: skip
-        v = _load_kv_tile(
-            v_base, bt_row, kpos, kpos < CAP, offs_d, s_vp, s_vs, s_vd, NUM_PAGES,
-            D, BLOCK_D, PAGED, PAGE_SIZE, False,
-        )  # fmt: skip
-        acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, q, k, v, qk_scale, no_vis, False, PREC)
-    if full_end < hi:  # the partial last prefix tile: columns s < hi
-        kpos = full_end + offs_n
-        col_ok = kpos < hi
-        k = _load_kv_tile(
-            k_base, bt_row, kpos, col_ok, offs_d, s_kp, s_ks, s_kd, NUM_PAGES,
-            D, BLOCK_D, PAGED, PAGE_SIZE, True,
-        )  # fmt: skip
-        v = _load_kv_tile(
-            v_base, bt_row, kpos, col_ok, offs_d, s_vp, s_vs, s_vd, NUM_PAGES,
-            D, BLOCK_D, PAGED, PAGE_SIZE, True,
-        )  # fmt: skip
-        vis = tl.broadcast_to(col_ok[None, :], (BLOCK_M, BLOCK_N))
-        acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, q, k, v, qk_scale, vis, True, PREC)
+    if not TREE_ONLY:  # tree-only mode (the cascade's tree part) skips the prefix
+        # prefix chunk of this split: [lo, hi), chunk a multiple of BLOCK_N
+        chunk = tl.cdiv(tl.cdiv(seqlen, NUM_SPLITS), BLOCK_N) * BLOCK_N
+        lo = split * chunk
+        hi = tl.minimum(lo + chunk, seqlen)
+        full_end = lo + tl.maximum(hi - lo, 0) // BLOCK_N * BLOCK_N
+        for start in range(lo, full_end, BLOCK_N):  # full prefix tiles: no mask
+            kpos = start + offs_n
+            k = _load_kv_tile(
+                k_base, bt_row, kpos, kpos < CAP, offs_d, s_kp, s_ks, s_kd, NUM_PAGES,
+                D, BLOCK_D, PAGED, PAGE_SIZE, False,
+            )  # fmt: skip
+            v = _load_kv_tile(
+                v_base, bt_row, kpos, kpos < CAP, offs_d, s_vp, s_vs, s_vd, NUM_PAGES,
+                D, BLOCK_D, PAGED, PAGE_SIZE, False,
+            )  # fmt: skip
+            acc, l_i, m_i = _online_softmax_step(
+                acc, l_i, m_i, q, k, v, qk_scale, no_vis, False, PREC
+            )
+        if full_end < hi:  # the partial last prefix tile: columns s < hi
+            kpos = full_end + offs_n
+            col_ok = kpos < hi
+            k = _load_kv_tile(
+                k_base, bt_row, kpos, col_ok, offs_d, s_kp, s_ks, s_kd, NUM_PAGES,
+                D, BLOCK_D, PAGED, PAGE_SIZE, True,
+            )  # fmt: skip
+            v = _load_kv_tile(
+                v_base, bt_row, kpos, col_ok, offs_d, s_vp, s_vs, s_vd, NUM_PAGES,
+                D, BLOCK_D, PAGED, PAGE_SIZE, True,
+            )  # fmt: skip
+            vis = tl.broadcast_to(col_ok[None, :], (BLOCK_M, BLOCK_N))
+            acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, q, k, v, qk_scale, vis, True, PREC)
 
     if split == NUM_SPLITS - 1:
         # tree slots j at positions seqlen + j: visible iff bit j of mask row n (and in range)
@@ -291,6 +300,71 @@ def _merge_splits(
     tl.store(LSE + rows64, lse, mask=row_ok)
 
 
+@triton.jit
+def _merge_two_states(
+    OA,
+    LA,
+    OB,
+    LB,
+    OUT,
+    LSE,
+    R,
+    N,
+    H,
+    s_oab,
+    s_oan,
+    s_oah,
+    s_lab,
+    s_lan,
+    s_lah,
+    s_obb,
+    s_obn,
+    s_obh,
+    s_lbb,
+    s_lbn,
+    s_lbh,
+    s_ob,
+    s_on,
+    s_oh,
+    s_lb,
+    s_ln,
+    s_lh,
+    D: tl.constexpr,
+    ROWS: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    # two softmax states of the same rows (b, n, h): m = max(lse_a, lse_b),
+    # w_x = e^(lse_x - m), o = (w_a o_a + w_b o_b) / (w_a + w_b), lse = m + log(w_a + w_b).
+    # An lse of +inf or NaN (flash-attn's value for a row with no key) counts as -inf: no keys.
+    rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+    row_ok = rows < R
+    b = rows // (N * H)
+    n = (rows // H) % N
+    h = rows % H
+    offs_d = tl.arange(0, BLOCK_D)
+    ok2 = row_ok[:, None] & (offs_d[None, :] < D)
+    la = tl.load(LA + b * s_lab + n * s_lan + h * s_lah, mask=row_ok, other=float("-inf"))
+    lb = tl.load(LB + b * s_lbb + n * s_lbn + h * s_lbh, mask=row_ok, other=float("-inf"))
+    la = tl.where(la < float("inf"), la, float("-inf")).to(tl.float32)
+    lb = tl.where(lb < float("inf"), lb, float("-inf")).to(tl.float32)
+    m = tl.maximum(la, lb)
+    m_use = tl.where(m == float("-inf"), 0.0, m)
+    wa = tl.exp(la - m_use)
+    wb = tl.exp(lb - m_use)
+    oa = tl.load(OA + (b * s_oab + n * s_oan + h * s_oah)[:, None] + offs_d[None, :], mask=ok2)
+    ob = tl.load(OB + (b * s_obb + n * s_obn + h * s_obh)[:, None] + offs_d[None, :], mask=ok2)
+    # an empty state's o may hold anything: it enters only where its weight is > 0
+    acc = tl.where(wa[:, None] > 0.0, wa[:, None] * oa.to(tl.float32), 0.0)
+    acc += tl.where(wb[:, None] > 0.0, wb[:, None] * ob.to(tl.float32), 0.0)
+    l_i = wa + wb
+    has = l_i > 0.0
+    o = acc / tl.where(has, l_i, 1.0)[:, None]
+    lse = tl.where(has, m_use + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
+    o_ptrs = OUT + (b * s_ob + n * s_on + h * s_oh)[:, None] + offs_d[None, :]
+    tl.store(o_ptrs, o.to(OUT.dtype.element_ty), mask=ok2)
+    tl.store(LSE + b * s_lb + n * s_ln + h * s_lh, lse, mask=row_ok)
+
+
 _SM_COUNT: dict = {}
 
 
@@ -358,9 +432,12 @@ def tree_attention_triton(
     lse: torch.Tensor,
     *,
     num_splits: int | None = None,
+    tree_only: bool = False,
 ) -> None:
-    """Fill ``out`` [B, N, Hq, D] (q's dtype, contiguous) and ``lse`` [B, N, Hq] float32
-    (contiguous).  Inputs are checked by specops.ops.attention."""
+    """Fill ``out`` [B, N, Hq, D] (q's dtype or float32, contiguous) and ``lse`` [B, N, Hq]
+    float32 (contiguous).  Inputs are checked by specops.ops.attention.  ``tree_only``: attend
+    only to the N tree slots at L_b + j (with the ancestor mask), not to the prefix [0, L_b)
+    (one split; the cascade backend merges this with a prefix computed elsewhere)."""
     b, n, hq, d = q.shape
     hkv = k_cache.shape[2]
     g = hq // hkv
@@ -377,7 +454,9 @@ def tree_attention_triton(
         return
     block_m, block_n, block_d, num_warps, num_stages = _config(n, g, d, q.dtype)
     m_blocks = triton.cdiv(n * g, block_m)
-    if num_splits is None:
+    if tree_only:
+        num_splits = 1
+    elif num_splits is None:
         num_splits = choose_num_splits(
             b, hkv, hq, n, m_blocks, cap, block_n, q.element_size(), q.device
         )
@@ -406,7 +485,7 @@ def tree_attention_triton(
         *l_strides,
         n, hkv, cap, num_pages,
         G=g, D=d, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-        NUM_SPLITS=num_splits, PAGED=paged, PAGE_SIZE=page, PREC=prec,
+        NUM_SPLITS=num_splits, PAGED=paged, PAGE_SIZE=page, PREC=prec, TREE_ONLY=tree_only,
         num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
     if num_splits > 1:
@@ -416,3 +495,33 @@ def tree_attention_triton(
             o_t, l_t, out, lse, rows, o_t.stride(0), l_t.stride(0),
             D=d, NUM_SPLITS=num_splits, ROWS=merge_rows, BLOCK_D=block_d, num_warps=4,
         )  # fmt: skip
+
+
+def merge_states_triton(
+    out_a: torch.Tensor,
+    lse_a: torch.Tensor,
+    out_b: torch.Tensor,
+    lse_b: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+) -> None:
+    """Merge two attention states of the same rows into ``out`` / ``lse`` (one launch).
+
+    out_* [B, N, H, D] (any float dtype, last dim contiguous, other strides free), lse_*
+    [B, N, H] (any strides: flash-attn's [B, H, N] lse passes as ``lse.transpose(1, 2)``),
+    out [B, N, H, D] (last dim contiguous), lse [B, N, H] float32.  An lse of +inf or NaN
+    counts as a state with no keys (flash-attn writes +inf there)."""
+    b, n, h, d = out.shape
+    rows = b * n * h
+    if rows == 0:
+        return
+    for t in (out_a, out_b, out):
+        assert t.stride(-1) == 1 or t.shape[-1] == 1, "last dim must be contiguous"
+    merge_rows = 16
+    _merge_two_states[(triton.cdiv(rows, merge_rows),)](
+        out_a, lse_a, out_b, lse_b, out, lse, rows, n, h,
+        *out_a.stride()[:3], *lse_a.stride(),
+        *out_b.stride()[:3], *lse_b.stride(),
+        *out.stride()[:3], *lse.stride(),
+        D=d, ROWS=merge_rows, BLOCK_D=max(16, triton.next_power_of_2(d)), num_warps=4,
+    )  # fmt: skip

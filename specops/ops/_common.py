@@ -21,7 +21,7 @@ from specops import _build
 
 LIB = torch.library.Library("specops", "DEF")  # noqa: TOR901 (define/impl: cheap dispatch)
 
-BACKENDS = ("auto", "cuda", "triton", "cpu", "reference")
+BACKENDS = ("auto", "cuda", "triton", "cpu", "reference", "cascade")
 _INT_DTYPES = (torch.int32, torch.int64)
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -67,16 +67,26 @@ def available_backends(device: torch.device, have: tuple[str, ...]) -> list[str]
             out.append(b)
         elif b == "reference":
             out.append(b)
+        elif (
+            b == "cascade"
+            and device.type == "cuda"
+            and _build.has_triton()
+            and _build.has_flash_attn()
+        ):
+            out.append(b)
     return out
 
 
 def pick_backend(op: str, backend: str, device: torch.device, have: tuple[str, ...]) -> str:
     """Resolve ``backend`` for an op whose implementations are ``have`` (fastest first).
 
-    "auto" takes the fastest usable one, but never the Triton interpreter on CPU.  An explicit
+    "auto" takes the fastest usable one, but never the Triton interpreter on CPU and never
+    "cascade" (a peer built on the optional flash-attn: asked for by name only).  An explicit
     backend that is not usable raises: nothing silently runs something else."""
     if backend not in BACKENDS:
         raise ValueError(f"specops.{op}: backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        have = tuple(b for b in have if b != "cascade")  # not even probed (importing flash-attn)
     usable = available_backends(device, have)
     if backend == "auto":
         for b in usable:
@@ -89,6 +99,8 @@ def pick_backend(op: str, backend: str, device: torch.device, have: tuple[str, .
             "cuda": "needs CUDA tensors and a build with nvcc",
             "triton": "needs triton and CUDA tensors (or TRITON_INTERPRET=1 on CPU)",
             "cpu": "needs CPU tensors and the compiled specops._C",
+            "cascade": "needs CUDA tensors, triton and an importable flash-attn: "
+            "pip install 'specops[flash]'",
         }.get(backend, "")
         if backend not in have:
             why = f"this op has backends {have}"

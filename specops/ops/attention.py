@@ -3,6 +3,9 @@
 Semantics in specops/reference/attention.py; the Triton kernel in
 triton_kernels/tree_attention.py.  Backends: "triton" (CUDA, or the interpreter on CPU when
 asked for explicitly) and "reference"; "auto" picks triton on CUDA and the reference on CPU.
+tree_attention also has "cascade" (CUDA with the optional flash-attn, ``specops[flash]``; by name
+only, never "auto"): the prefix through flash-attn, the tree through the Triton kernel, merged
+by log-sum-exp (specops/ops/_attention_cascade.py).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import math
 import torch
 
 from specops import reference
+from specops.ops import _attention_cascade as cascade
 from specops.ops import _common as c
 from specops.tree import Tree
 
@@ -131,7 +135,14 @@ def tree_attention(
     prefix and the tree slots whose bit is set in its mask row (itself and its ancestors).
     Hq % Hkv == 0 (GQA: head h reads KV head h // (Hq / Hkv)).  ``sm_scale`` defaults to
     1/sqrt(D).  Returns out [B, N, Hq, D] in q's dtype, and lse [B, N, Hq] float32 (natural log)
-    when ``return_lse``."""
+    when ``return_lse``.
+
+    ``backend``: "auto" (triton on CUDA, the reference on CPU), "triton" (CUDA, or the Triton
+    interpreter on CPU), "reference" (plain PyTorch, any device/dtype), or "cascade" (CUDA with
+    flash-attn installed, ``pip install 'specops[flash]'``; never chosen by "auto"): the prefix
+    through ``flash_attn_with_kvcache``, the tree slots through the Triton kernel, merged by
+    log-sum-exp.  cascade takes float16/bfloat16, D <= 256 and, for paged caches, a page size
+    divisible by 256 (flash-attn 2.x)."""
     op = "tree_attention"
     c.check_tensor(op, "q", q, ndim=4, dtypes=_ATTN_DTYPES)
     dev = q.device
@@ -148,6 +159,8 @@ def tree_attention(
             f"specops.{op}: the triton backend takes head_dim <= {_TRITON_MAX_HEAD_DIM} and "
             f"float16/bfloat16/float32, got D = {d}, {q.dtype}"
         )
+    if backend == "cascade" and (why := cascade.unsupported(q, k_cache, v_cache, block_table)):
+        raise ValueError(f"specops.{op}: {why}")
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(d)
     _check_capacity(op, cache_seqlens, n, cap, block_table, k_cache.shape[0], k_cache.shape[1])
@@ -160,7 +173,13 @@ def tree_attention(
 def _attn_impl(q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_scale, backend):
     d = q.shape[-1]
     have = _BACKENDS if d <= _TRITON_MAX_HEAD_DIM and q.dtype != torch.float64 else ("reference",)
+    if backend == "cascade" and not cascade.unsupported(q, k_cache, v_cache, block_table):
+        have = have + ("cascade",)
     be = c.pick_backend("tree_attention", backend, q.device, have)
+    if be == "cascade":
+        return cascade.tree_attention_cascade(
+            q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_scale
+        )
     b, n, hq, _ = q.shape
     if be == "reference":
         out, lse = reference.tree_attention(
