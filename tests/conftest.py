@@ -1,6 +1,8 @@
 """Test-suite setup: Triton runs in its interpreter without a GPU, value checks are on."""
 
+import operator
 import os
+import types
 
 import pytest
 
@@ -15,6 +17,46 @@ except ImportError:  # pragma: no cover
     _HAS_GPU = False
 if not _HAS_GPU:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def _fix_interpreter_index():
+    """Triton 3.6's interpreter converts a scalar (a 1-element array there) to a Python int with
+    int(array), which NumPy >= 2.4 rejects (triton-lang/triton#9171): every range() over a runtime
+    bound fails.  Squeeze first, as later Tritons do; a no-op where the probe already works."""
+    try:
+        import numpy as np
+        from triton.runtime import interpreter as interp
+    except ImportError:
+        return
+    orig = getattr(interp, "_patch_lang_tensor", None)
+    scope_cls = getattr(interp, "_LangPatchScope", None)
+    if orig is None or scope_cls is None:
+        return
+
+    class Probe:
+        handle = types.SimpleNamespace(data=np.ones(1, np.int32))
+
+    scope = scope_cls()
+    try:
+        orig(Probe, scope)
+        operator.index(Probe())
+        return
+    except TypeError:
+        pass
+    except Exception:  # pragma: no cover - an interpreter this probe does not understand
+        return
+    finally:
+        scope.restore()
+
+    def patched(tensor, scope):
+        orig(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    interp._patch_lang_tensor = patched
+
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    _fix_interpreter_index()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -44,3 +44,26 @@ def chi2_pvalue(counts, expected_probs, min_expected=5.0) -> float:
     if len(pooled_e) < 2:
         return 1.0
     return float(stats.chisquare(pooled_c, pooled_e).pvalue)
+
+
+def aot_compile(script: str, *args: str, timeout: int = 300) -> str:
+    """Run ``script`` (Python source that compiles Triton kernels ahead of time, e.g. for sm_90
+    with ``triton.compile(src, target=GPUTarget("cuda", 90, 32))``, and prints "compiled") in a
+    fresh interpreter outside the Triton interpreter; no GPU needed.  Skips without triton or
+    without ptxas; fails with the compiler's error otherwise.  Returns stdout."""
+    import os
+    import subprocess
+    import sys
+
+    import pytest
+
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    res = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        env=env, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    if "compiled" not in res.stdout and ("ptxas" in res.stderr and "not found" in res.stderr):
+        pytest.skip("no ptxas for ahead-of-time compilation")
+    assert res.returncode == 0 and "compiled" in res.stdout, res.stderr[-3000:]
+    return res.stdout

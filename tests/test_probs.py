@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from helpers import aot_compile
 
 import specops
 
@@ -196,3 +197,33 @@ def test_gpu_large_vocab_bf16():
         p = torch.tensor([1.0, 0.9, 0.95, 0.5], device="cuda")
         kw = dict(temperature=t, top_k=k, top_p=p, cfg_scale=4.0, uncond_logits=u)
         assert_same(*both(c, **kw))
+
+
+_AOT = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from specops.triton_kernels.probs import _probs_kernel as k
+
+# (logits dtype, CFG, per-request parameter tensors, top-k)
+for dt, cfg, ptr, topk in (("bf16", True, True, True), ("fp32", False, False, False)):
+    sig = {n: "i32" for n in k.arg_names}
+    sig.update(cond="*" + dt, uncond="*" + dt, out="*fp32")
+    sig.update(t_val="fp32", p_val="fp32", s_val="fp32")
+    sig.update({n: "*fp32" if ptr else "*" + dt for n in ("t_ptr", "p_ptr", "s_ptr")})
+    sig.update(k_ptr="*i32" if ptr else "*" + dt)
+    consts = dict(CFG=cfg, TOPK=topk, TOPP=True, T_PTR=ptr, K_PTR=ptr and topk, P_PTR=ptr,
+                  S_PTR=ptr and cfg, BLOCK=4096, PBLOCK=1024, NPIV=8)
+    sig.update({n: "constexpr" for n in consts})
+    src = ASTSource(k, signature=sig, constexprs=consts)
+    triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                   options=dict(num_warps=8, enable_fp_fusion=False))
+print("compiled")
+"""
+
+
+def test_triton_kernel_lowers_for_sm90():
+    """Ahead-of-time compile for sm_90 (no GPU needed, out of the interpreter): catches lowering
+    errors the interpreter does not see."""
+    aot_compile(_AOT)

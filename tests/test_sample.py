@@ -1,6 +1,6 @@
 import pytest
 import torch
-from helpers import chi2_pvalue, random_probs
+from helpers import aot_compile, chi2_pvalue, random_probs
 
 import specops
 from specops import _build
@@ -171,3 +171,29 @@ def test_kernels_launch_on_the_current_stream():
     with torch.cuda.stream(side):
         assert stream_of(dev) == side.cuda_stream
         assert stream_of(torch.device("cuda", torch.cuda.current_device())) == side.cuda_stream
+
+
+_AOT = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from specops.triton_kernels.sample import _sample_kernel as k
+
+# (seed tensor, offset tensor, uniforms given)
+for seed_t, off_t, unif in ((True, True, False), (False, False, False), (False, False, True)):
+    sig = {n: "i32" for n in k.arg_names}
+    sig.update(probs="*fp32", seed_ptr="*i64", offset_ptr="*i64", uniforms="*fp32", out="*i32")
+    sig.update(seed_value="i64", offset_value="i64")
+    consts = dict(HAS_SEED_PTR=seed_t, HAS_OFFSET_PTR=off_t, HAS_UNIFORMS=unif, BLOCK=4096)
+    sig.update({n: "constexpr" for n in consts})
+    src = ASTSource(k, signature=sig, constexprs=consts)
+    triton.compile(src, target=GPUTarget("cuda", 90, 32))
+print("compiled")
+"""
+
+
+def test_triton_kernel_lowers_for_sm90():
+    """Ahead-of-time compile for sm_90 (no GPU needed, out of the interpreter): catches lowering
+    errors the interpreter does not see."""
+    aot_compile(_AOT)

@@ -13,6 +13,7 @@ import types
 
 import pytest
 import torch
+from helpers import aot_compile
 from test_reference_attention import dense_attention, logical_cache, make_cache, make_tree
 
 import specops
@@ -370,6 +371,46 @@ def test_kernel_lowers_for_sm90_without_spills():
     assert res.returncode == 0 and len(lines) == 2, res.stdout + res.stderr[-3000:]
     assert all("STACK:0 " in ln for ln in lines), res.stdout
     assert "wgmma" in lines[0], res.stdout  # the packed 128-row tile runs on wgmma
+
+
+_AOT = """
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from specops.triton_kernels import append_kv as a, tree_attention as ta
+
+
+def compile_(fn, types, consts, **options):
+    sig = {n: "i32" for n in fn.arg_names}
+    sig.update(types)
+    sig.update({n: "constexpr" for n in consts})
+    src = ASTSource(fn, signature=sig, constexprs=consts)
+    triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+for paged in (False, True):
+    ty = dict(KC="*bf16", VC="*bf16", K="*bf16", V="*bf16", SEQLENS="*i32", BT="*i32")
+    consts = dict(HKV=8, D=128, BLOCK_H=8, BLOCK_D=128, PAGED=paged, PAGE_SIZE=16 if paged else 1)
+    compile_(a._append_kv, ty, consts, num_warps=4)
+ty = dict(O_PART="*fp32", LSE_PART="*fp32", OUT="*bf16", LSE="*fp32")
+compile_(ta._merge_splits, ty, dict(D=128, NUM_SPLITS=4, ROWS=16, BLOCK_D=128), num_warps=4)
+ty = dict(OA="*bf16", LA="*fp32", OB="*bf16", LB="*fp32", OUT="*bf16", LSE="*fp32")
+compile_(ta._merge_two_states, ty, dict(D=128, ROWS=16, BLOCK_D=128), num_warps=4)
+ty = dict(Q="*bf16", K="*bf16", V="*bf16", SEQLENS="*i32", MASK="*i32", BT="*i32", OUT="*bf16")
+ty.update(LSE="*fp32", qk_scale="fp32")
+bm, bn, bd, warps, stages = ta._config(16, 4, 128, torch.bfloat16)
+consts = dict(G=4, D=128, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, NUM_SPLITS=1, PAGED=False,
+              PAGE_SIZE=1, PREC="tf32", TREE_ONLY=True)
+compile_(ta._tree_attn_fwd, ty, consts, num_warps=warps, num_stages=stages)
+print("compiled")
+"""
+
+
+def test_other_kernels_lower_for_sm90():
+    """append_kv, both merges and the tree-only forward, compiled ahead of time for sm_90."""
+    aot_compile(_AOT)
 
 
 # cascade backend: prefix (flash-attn) + tree-only Triton + log-sum-exp merge ------------------

@@ -45,13 +45,14 @@ _U32_MAX = tl.constexpr(0xFFFFFFFF)
 def _key(x):
     """Order-preserving uint32 key of a float32 (no NaN; -0.0 already folded into +0.0)."""
     u = x.to(tl.uint32, bitcast=True)
-    return tl.where((u >> 31) != 0, ~u, u | 0x80000000)
+    # u ^ 0xFFFFFFFF is ~u: Triton 3.6's interpreter cannot build ~ of an unsigned int
+    return tl.where((u >> 31) != 0, u ^ _U32_MAX, u | 0x80000000)
 
 
 @triton.jit
 def _unkey(k):
     """Inverse of _key."""
-    u = tl.where((k >> 31) != 0, k & 0x7FFFFFFF, ~k)
+    u = tl.where((k >> 31) != 0, k & 0x7FFFFFFF, k ^ _U32_MAX)
     return u.to(tl.float32, bitcast=True)
 
 
