@@ -146,3 +146,43 @@ def test_public_op_picks_the_twin_and_checks():
         assert torch.equal(g, r) and torch.equal(c, r)
     with pytest.raises(RuntimeError, match="backend 'cuda' is not available for cpu tensors"):
         specops.path_acceptance(p, q, tree, x, backend="cuda")
+
+
+@pytest.mark.parametrize("be", BACKENDS)
+def test_opcheck_compiled_backends(be):
+    dev = "cuda" if be == "cuda" else "cpu"
+    gen = _gen(9)
+    b, n, v = 3, 13, 111
+    tree = Tree.from_parents(random_parents(b, n, gen))
+    p = random_probs(b, n, v, generator=gen)
+    q = _mixed(p, gen)
+    x = torch.randint(0, v, (b, n), generator=gen)
+    for draft in (q, None):
+        torch.library.opcheck(
+            torch.ops.specops.path_acceptance.default,
+            (p.to(dev), None if draft is None else draft.to(dev), tree.parents.to(dev),
+             rv._num_leaves(tree), x.to(dev), be),
+            test_utils=("test_schema", "test_faketensor"),
+        )  # fmt: skip
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replay():
+    """Captured once, replayed on new inputs written in place: the same results as eager."""
+    gen = _gen(13)
+    b, n, v = 4, 40, 32000
+    tree = Tree.kary_chain(3, 3, n).to("cuda")
+    p = random_probs(b, n, v, generator=gen).cuda()
+    q = _mixed(p.cpu(), gen).cuda()
+    x = torch.randint(0, v, (b, n), generator=gen).cuda()
+    with specops.validation(False):
+        specops.path_acceptance(p, q, tree, x, backend="cuda")  # warm-up outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            kappa, exp_len = specops.path_acceptance(p, q, tree, x, backend="cuda")
+        for _ in range(3):
+            p.copy_(random_probs(b, n, v, generator=gen).cuda())
+            x.copy_(torch.randint(0, v, (b, n), generator=gen).cuda())
+            graph.replay()
+            want = specops.path_acceptance(p, q, tree, x, backend="cuda")
+            assert torch.equal(kappa, want[0]) and torch.equal(exp_len, want[1])
