@@ -3,8 +3,9 @@
 CPU (the issue's CI-sized targets): verify_chain cpu vs reference at B=16, K=8, V=32000, and
 verify_jacobi at B=2, L=64, V=65536 (chain window, and the whole SJD-PAC step on
 Tree.kary_chain(3, 3, 64) with 3 candidates) once it has a cpu backend; verify_tree and
-sample_without_replacement and path_acceptance alongside.  GPU: verify_chain vs FlashInfer
-``chain_speculative_sampling`` at B in {1, 8, 64, 256}, K in {4, 8}, V in {32000, 128256};
+sample_without_replacement and path_acceptance alongside.  GPU: verify_chain (cuda, triton) vs
+FlashInfer ``chain_speculative_sampling`` at B in {1, 8, 64, 256}, K in {4, 8}, V in {32000,
+128256};
 verify_tree with deterministic drafts vs sgl-kernel ``tree_speculative_sampling_target_only``.
 Peers that are not installed are skipped with a note.
 
@@ -23,7 +24,8 @@ import specops
 from bench.harness import Row, time_cpu, time_fn, with_ratios
 from specops.ops._common import available_backends
 
-FAST = ("cuda", "cpu")
+FAST = ("cuda", "triton", "cpu")
+CHAIN_BACKENDS = ("cuda", "triton", "cpu", "reference")  # verify_chain's (specops/ops/verify.py)
 
 
 def _probs(shape, gen, device, sharp=2.0):
@@ -42,7 +44,9 @@ def _draw(q, gen):
 
 
 def _backends(device, op_have=("cuda", "cpu", "reference")):
-    return available_backends(torch.device(device), op_have)
+    """The op's backends usable on ``device``; never the Triton interpreter on the CPU."""
+    usable = available_backends(torch.device(device), op_have)
+    return [b for b in usable if not (b == "triton" and device == "cpu")]
 
 
 def _time(fns, device, be):
@@ -98,7 +102,7 @@ def bench_chain(device, quick) -> list[Row]:
             ins = [_chain_inputs(b, k, v, device, gen, det) for _ in range(_copies(nbytes, device))]
             shape = f"B={b} K={k} V={v}" + (" det" if det else "")
             with specops.validation(False):
-                for be in _backends(device):
+                for be in _backends(device, CHAIN_BACKENDS):
                     if be == "reference" and device == "cuda" and b * k * v > 64 * 8 * 32000:
                         continue  # the eager reference at the largest shapes only adds minutes
                     fns = [

@@ -5,7 +5,9 @@ its ``torch.ops.specops.*`` op (torch.library define/impl, with a fake kernel fo
 torch.compile).  The semantics, including which Philox (row, draw) every random decision uses,
 are documented in ``specops/reference/verify.py``; every backend follows them token for token.
 Backends: verify_chain, verify_tree, verify_jacobi and path_acceptance have "cuda" (CUDA
-kernels), "cpu" (their C++ twins) and "reference"."""
+kernels), "cpu" (their C++ twins) and "reference"; verify_chain also has "triton"
+(``triton_kernels/verify.py``: GPUs without the CUDA build, e.g. ROCm; "auto" takes it on a GPU
+when the CUDA kernels are not built, never the interpreter on the CPU)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from specops.tree import Tree
 __all__ = ["Relaxation", "verify_chain", "verify_tree", "verify_jacobi", "path_acceptance"]
 
 _PATH_BACKENDS = ("cuda", "cpu", "reference")
-_CHAIN_BACKENDS = ("cuda", "cpu", "reference")  # C++ CPU twin / CUDA: _verify_kernels
+# C++ CPU twin / CUDA: _verify_kernels; Triton: triton_kernels/verify.py
+_CHAIN_BACKENDS = ("cuda", "triton", "cpu", "reference")
 _TREE_BACKENDS = ("cuda", "cpu", "reference")
 
 
@@ -134,7 +137,10 @@ def verify_chain(
     Philox draws (draw i = test of draft i, draw K = the final sample).
 
     Returns ``ChainResult(tokens [B, K+1] int32, num_accepted [B] int32)``: accepted drafts, then
-    one corrected/bonus token, -1 after.  Exact semantics: ``specops.reference.verify_chain``."""
+    one corrected/bonus token, -1 after.  Exact semantics: ``specops.reference.verify_chain``.
+    Backends: "cuda", "triton" (any GPU Triton supports; the interpreter on the CPU with
+    TRITON_INTERPRET=1), "cpu" (C++ twin), "reference"; all token-identical to the reference
+    except on exact rounding ties of the float64 sums."""
     op = "verify_chain"
     b, k1, v = _check_target(op, target_probs)
     dev = target_probs.device
@@ -195,6 +201,13 @@ def _chain_impl(
     backend,
 ):
     be = c.pick_backend("verify_chain", backend, target.device, _CHAIN_BACKENDS)
+    if be == "triton":
+        from specops.triton_kernels.verify import verify_chain_triton
+
+        return verify_chain_triton(
+            target, tokens, draft, num_draft, seed_t, seed_i, off_t, off_i, nb, delta, greedy,
+            uniforms,
+        )  # fmt: skip
     if be != "reference":
         return _kernels.verify_chain(
             be, target, tokens, draft, num_draft, seed_t, seed_i, off_t, off_i, nb, delta,

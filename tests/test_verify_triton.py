@@ -1,0 +1,336 @@
+"""verify_chain's Triton backend ("triton", triton_kernels/verify.py) against the reference, token
+for token, on fresh random inputs; its statistical losslessness; its sm_90 lowering.
+
+Without a GPU the kernel runs in the Triton interpreter on CPU tensors (~10-30 ms per program:
+the batches here are sized for it); with one, the same tests run on CUDA tensors.  The reference
+always runs on the CPU.  Identity is exact except on exact rounding ties of the float64 sums
+(summation order differs at the 1e-16 level), which random inputs never hit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import aot_compile, random_probs
+from test_reference_verify import PASS, Markov, _draw, joint_pvalue
+from test_verify_kernels import make_chain
+
+import specops
+from specops import Relaxation
+from specops.ops import verify as ops_verify
+from specops.reference import verify as rv
+
+pytest.importorskip("triton")
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _to(obj, dev):
+    if isinstance(obj, torch.Tensor):
+        return obj.to(dev)
+    if isinstance(obj, Relaxation):
+        return Relaxation(obj.neighbors.to(dev), obj.delta)
+    return obj
+
+
+def run(p, x, q, **kw):
+    """The triton backend on DEV == the reference on the CPU; returns the reference result."""
+    got = specops.verify_chain(
+        _to(p, DEV), _to(x, DEV), _to(q, DEV), backend="triton",
+        **{k: _to(v, DEV) for k, v in kw.items()},
+    )  # fmt: skip
+    want = specops.verify_chain(p, x, q, backend="reference", **kw)
+    assert got.tokens.dtype == torch.int32 and got.num_accepted.dtype == torch.int32
+    assert got.tokens.shape == want.tokens.shape
+    assert torch.equal(got.tokens.cpu(), want.tokens), (got.tokens, want.tokens)
+    assert torch.equal(got.num_accepted.cpu(), want.num_accepted)
+    return want
+
+
+SMALL_KINDS = ["mixed", "one_hot", "near_one_hot", "zero_q", "all_rejected"]
+# (B, K, V, scenario kinds): every kind at several shapes, sized for the interpreter
+CASES = [
+    (1, 1, 7, SMALL_KINDS),
+    (3, 4, 111, SMALL_KINDS),
+    (17, 8, 111, ["mixed", "zero_q"]),
+    (17, 1, 7, ["one_hot", "all_rejected"]),
+    (17, 4, 32000, ["near_one_hot"]),
+    (3, 64, 7, ["mixed", "near_one_hot"]),
+    (3, 8, 32000, ["mixed", "all_rejected"]),
+    (1, 3, 65536, ["mixed", "all_rejected"]),
+]
+
+
+@pytest.mark.parametrize("b,k,v,kinds", CASES)
+def test_chain_matches_reference(b, k, v, kinds):
+    gen = _gen(b * 1000 + k * 10 + v)
+    big = v >= 32000
+    seeds = torch.randint(0, 2**62, (b,), generator=gen)
+    for kind in kinds:
+        p, x, q = make_chain(b, k, v, gen, kind)
+        nd = torch.randint(0, k + 1, (b,), generator=gen)
+        xpad = torch.where(torch.rand(b, k, generator=gen) < 0.1, -1, x)
+        for i, dp in enumerate((q, None)):
+            s = int(torch.randint(0, 2**31, (1,), generator=gen))
+            if big:  # one sampled call per draft kind at the large vocabularies, and greedy
+                kw = dict(seed=s) if i == 0 else dict(num_draft=nd, seed=seeds, offset=2**33)
+                run(p, x if i == 0 else xpad, dp, **kw)
+                if i == 0:
+                    run(p, xpad, dp, greedy=True, num_draft=nd)
+                continue
+            run(p, x, dp, seed=s)
+            run(p, xpad, dp, num_draft=nd, seed=seeds, offset=torch.tensor(2**33 + 5))
+            run(p, x, dp, greedy=True, num_draft=nd)
+
+
+def test_chain_acceptance_mix_is_exercised():
+    # the scenarios reach accepted prefixes of every kind: none, some, all (bonus)
+    gen = _gen(5)
+    p, x, q = make_chain(40, 6, 50, gen, "mixed")
+    r = run(p, x, q, seed=3)
+    a = r.num_accepted
+    assert (a == 0).any() and (a > 2).any() and (a < 6).any() and (a == 6).any()
+
+
+def test_chain_relax():
+    gen = _gen(6)
+    for b, k, v in [(3, 8, 111), (5, 4, 7), (1, 2, 4099)]:
+        p, x, q = make_chain(b, k, v, gen, "mixed")
+        nb = torch.randint(-1, v, (v, 5), generator=gen).int()
+        nb[:, 0] = torch.arange(v)  # x itself is skipped
+        for delta in (0.0, 0.05, 2.0):
+            for dp in (q, None):
+                run(p, x, dp, relax=Relaxation(nb, delta), seed=int(delta * 100) % 97)
+        run(p, x, q, relax=Relaxation(nb.long(), 0.2), seed=1)
+    # a relaxation that flips decisions: with delta >= 1 every neighbour's mass is pooled
+    p, x, q = make_chain(8, 4, 7, gen, "all_rejected")
+    nb = torch.arange(7).roll(1)[:, None].expand(7, 3).contiguous()
+    r = run(p, x, q, relax=Relaxation(nb, 1.0), seed=2)
+    assert (r.num_accepted > 0).any()
+
+
+def test_chain_explicit_uniforms_and_known_answer():
+    gen = _gen(7)
+    b, k, v = 17, 6, 111
+    p, x, q = make_chain(b, k, v, gen, "mixed")
+    u = torch.rand(b, k + 1, generator=gen)
+    for dp in (q, None):
+        run(p, x, dp, uniforms=u)
+    pp = torch.tensor([[[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]]], device=DEV)
+    qq = torch.tensor([[[0.2, 0.5, 0.3]]], device=DEV)
+    xx = torch.tensor([[1]], device=DEV)
+
+    def f(q, u):
+        u = torch.tensor([u], device=DEV)
+        return specops.verify_chain(pp, xx, q, uniforms=u, backend="triton").tokens.tolist()
+
+    assert f(qq, [0.59, 0.95]) == [[1, 2]]  # 0.59 * 0.5 < 0.3: accepted; bonus at 0.95 -> 2
+    assert f(qq, [0.61, 0.95]) == [[0, -1]]  # rejected: residual (0.3, 0, 0) -> 0
+    assert f(None, [0.31, 0.8]) == [[2, -1]]  # rejected: residual (0.5, 0, 0.2)/0.7 at 0.8 -> 2
+
+
+def test_chain_seed_tensor_shapes_and_int32_ids():
+    gen = _gen(8)
+    b, k, v = 3, 4, 111
+    p, x, q = make_chain(b, k, v, gen, "mixed")
+    run(p, x.int(), q, seed=torch.tensor(123), offset=torch.tensor([9]))
+    run(p, x.int(), q, seed=torch.tensor([123]), offset=4)
+    run(p, x, q, seed=torch.tensor([1, 2, 3]), num_draft=torch.tensor([4, 0, 2]).int())
+    run(p, x, None, seed=-5, offset=2**40)
+    run(p, x.int(), None, seed=-(2**63), offset=2**63 - 1, num_draft=torch.tensor([4, 1, 3]))
+    run(p, x.int(), None, greedy=True, num_draft=torch.tensor([4, 1, 3]))
+    # request b reads stream row b under seed[b], whatever the other requests' seeds
+    seeds = torch.tensor([11, 12, 13])
+    a = run(p, x, q, seed=seeds, offset=3)
+    c = run(p, x, q, seed=torch.tensor([99, 12, 98]), offset=3)
+    assert torch.equal(a.tokens[1], c.tokens[1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_chain_half_inputs(dtype):
+    gen = _gen(9)
+    b, k, v = 3, 5, 32000
+    p, x, q = make_chain(b, k, v, gen, "mixed")
+    p, q = p.to(dtype), q.to(dtype)
+    run(p, x, q, seed=4)
+    run(p, x.int(), None, seed=5)
+    run(p, x, q, greedy=True)
+    # a float32 target with a half draft (dtypes may differ)
+    run(p.float(), x, q, seed=6)
+
+
+def test_chain_strided_inputs():
+    gen = _gen(10)
+    b, k, v = 5, 3, 111
+    p, x, q = make_chain(b, k + 2, v, gen, "mixed")
+    # non-contiguous views (the last dim stays contiguous for p; draft ids strided)
+    run(p[:, 2:], x[:, 1:-1], q[:, 1:-1], seed=3)
+    run(p[:, 2:], x.t().contiguous().t()[:, :k], q[:, :k], seed=4)
+    run(p[::2, 2:], x[::2, :k], q[::2, :k], num_draft=torch.tensor([3, 1, 2]), seed=5)
+    # a probability row with a non-unit last stride is made contiguous by the launcher
+    run(p.transpose(1, 2).contiguous().transpose(1, 2)[:, 2:], x[:, :k], None, seed=6)
+
+
+def test_chain_fast_mode_out_of_range_ids():
+    gen = _gen(11)
+    b, k, v = 6, 4, 111
+    p, x, q = make_chain(b, k, v, gen, "mixed")
+    x = x.clone()
+    x[:, 1] = torch.tensor([v, v + 1000, -2, 2**31 - 1, -(2**31), 2**40])
+    nb = torch.randint(-3, v + 3, (v, 3), generator=gen).int()
+    with specops.validation(False):
+        for dp in (q, None):
+            r = run(p, x, dp, seed=2)
+            assert (r.num_accepted <= 1).all()
+            run(p, x, dp, seed=3, relax=Relaxation(nb, 0.5))
+            run(p, x, dp, greedy=True)
+        # int64 neighbours are read as int64: ids past int32 are out of range, not wrapped
+        nb64 = nb.long()
+        nb64[:, 1] = 2**32 + torch.arange(v)
+        run(p, x, q, seed=4, relax=Relaxation(nb64, 2.0))
+        # rows without mass: token 0 (the documented fallback)
+        r = run(torch.zeros(2, k + 1, v), x[:2], None, seed=1)
+        assert (r.tokens[:, 0] == 0).all()
+
+
+def test_chain_empty():
+    gen = _gen(12)
+    p, x, q = make_chain(4, 0, 111, gen, "mixed")
+    run(p, x, q, seed=1)
+    run(p, x, None, seed=1)
+    run(p, x, None, greedy=True)
+    r = specops.verify_chain(
+        torch.rand(0, 3, 5, device=DEV),
+        torch.zeros(0, 2, dtype=torch.long, device=DEV),
+        None,
+        backend="triton",
+    )
+    assert r.tokens.shape == (0, 3) and r.num_accepted.shape == (0,)
+
+
+def test_backend_listing_and_auto_choice():
+    from specops import _build
+    from specops.ops._common import pick_backend
+
+    have = ops_verify._CHAIN_BACKENDS
+    assert "triton" in have
+    got = pick_backend("verify_chain", "auto", torch.device(DEV), have)
+    if DEV == "cpu":
+        assert got != "triton"  # auto never picks the interpreter
+    else:
+        assert got == ("cuda" if _build.has_cuda_kernels() else "triton")
+
+
+def test_opcheck_triton_backend():
+    gen = _gen(14)
+    p, x, q = make_chain(3, 4, 111, gen, "mixed")
+    nb = torch.randint(-1, 111, (111, 2), generator=gen).int()
+    p, x, q, nb = p.to(DEV), x.to(DEV), q.to(DEV), nb.to(DEV)
+    torch.library.opcheck(
+        torch.ops.specops.verify_chain.default,
+        (p, x, q, None, None, 1, None, 0, nb, 0.1, False, None, "triton"),
+        test_utils=("test_schema", "test_faketensor"),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# statistical losslessness of the kernel's own output (identity with the reference is tested
+# above; this checks the law directly).  Drafts are far from the target (every draft row is its
+# target row reversed), so a kernel that mishandles q or the residual is visibly biased; the
+# negative controls run the same statistic, on the same inputs and draws, through deliberately
+# broken reference variants and must fail it.
+# --------------------------------------------------------------------------------------------
+STAT_B = 600
+
+
+def _stat_inputs(gen, b):
+    m = Markov(4, 3, gen)
+    m.p0 = random_probs(4, generator=gen, sharpness=3.0, zero_frac=0.15)
+    m.T = [None] + [
+        random_probs(4, 4, generator=gen, sharpness=3.0, zero_frac=0.15) for _ in range(3)
+    ]
+    m.q0 = m.p0.flip(-1)
+    m.Q = [None] + [t.flip(-1) for t in m.T[1:]]
+    prev = torch.zeros(b, dtype=torch.long)
+    xs, tp, dp = [], [], []
+    for i in range(2):
+        q = m.draft_row(i, prev)
+        xs.append(_draw(q, gen)[:, 0])
+        tp.append(m.target_row(i, prev))
+        dp.append(q)
+        prev = xs[-1]
+    tp.append(m.target_row(2, prev))
+    nd = torch.randint(0, 3, (b,), generator=gen)  # ragged: 0, 1 or 2 drafts
+    return m, torch.stack(tp, 1), torch.stack(xs, 1), torch.stack(dp, 1), nd
+
+
+def _stat_pvalue(backend, dev):
+    gen = _gen(4)
+    m, tp, x, dp, nd = _stat_inputs(gen, STAT_B)
+    r = specops.verify_chain(
+        tp.to(dev), x.to(dev), dp.to(dev), num_draft=nd.to(dev), seed=31, offset=2,
+        backend=backend,
+    )  # fmt: skip
+    seqs = m.complete(r.tokens.cpu(), r.num_accepted.cpu().long() + 1, 3, gen)
+    return joint_pvalue(seqs, m)
+
+
+def test_chain_is_lossless():
+    # joint law of the first three tokens (missing ones completed from the true conditionals)
+    assert _stat_pvalue("triton", DEV) > PASS
+
+
+@pytest.mark.parametrize("broken", ["residual_without_q", "accept_without_q"])
+def test_lossless_statistic_has_power(monkeypatch, broken):
+    if broken == "residual_without_q":  # on rejection sample from p, not norm(max(p - q, 0))
+        monkeypatch.setattr(rv, "_residual", lambda p, q: p)
+    else:  # accept iff u < p(x), as if the drafts were deterministic
+        acc = rv._accept
+        monkeypatch.setattr(rv, "_accept", lambda u, p, q, x, relax: acc(u, p, None, x, relax))
+    assert _stat_pvalue("reference", "cpu") < PASS
+
+
+# --------------------------------------------------------------------------------------------
+# ahead-of-time lowering
+# --------------------------------------------------------------------------------------------
+_AOT = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from specops.triton_kernels.verify import _verify_chain_kernel as k
+
+ptrs = dict(target="*fp32", draft="*fp32", tokens="*i64", num_draft="*i64", neighbors="*i32",
+            seed_ptr="*i64", offset_ptr="*i64", uniforms="*fp32", out_tokens="*i32",
+            out_num_accepted="*i32")
+# (draft probs, num_draft, relax, greedy, seed tensor, offset tensor, uniforms, dtype, ids)
+cases = [
+    (True, True, False, False, True, True, False, "fp32", "i64"),
+    (False, False, False, False, False, False, False, "bf16", "i32"),
+    (True, False, True, False, False, False, True, "fp16", "i64"),
+    (False, True, False, True, False, False, False, "fp32", "i32"),
+]
+for has_q, has_nd, relax, greedy, seed_t, off_t, unif, dt, ids in cases:
+    sig = {n: "i32" for n in k.arg_names}
+    sig.update(ptrs)
+    sig.update(target="*" + dt, draft="*" + dt, tokens="*" + ids, seed_value="i64",
+               offset_value="i64", delta_bits="i64")
+    consts = dict(HAS_Q=has_q, HAS_NUM_DRAFT=has_nd, HAS_RELAX=relax, GREEDY=greedy,
+                  HAS_SEED_PTR=seed_t, HAS_OFFSET_PTR=off_t, HAS_UNIFORMS=unif,
+                  BLOCK_K=16, BLOCK_NB=8, BLOCK=4096)
+    sig.update({n: "constexpr" for n in consts})
+    src = ASTSource(k, signature=sig, constexprs=consts)
+    triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                   options=dict(num_warps=8, enable_fp_fusion=False))
+print("compiled")
+"""
+
+
+def test_triton_kernel_lowers_for_sm90():
+    """Ahead-of-time compile for sm_90 (no GPU needed, out of the interpreter): catches lowering
+    errors the interpreter does not see (scalar branches, the greedy while loop, float64
+    scans, the bitcast of delta)."""
+    aot_compile(_AOT)

@@ -1,0 +1,313 @@
+"""Triton chain verification (speculative sampling): one program per request.
+
+Token for token the semantics of ``specops/reference/verify.py`` ``verify_chain`` (and of the
+C++/CUDA cores ``chain_*`` in csrc/include/specops/verify.h), with the same Philox draws:
+
+  n_b     = the drafts before num_draft[b] and before the first -1 id
+  accept  x_i  iff  u_i * q_i(x_i) < p_i(x_i) + pool_i(x_i)      (float32; u_i = draw i of row b)
+          q_i = one-hot of x_i without draft probabilities (q_i(x_i) = 1); ids outside [0, V)
+          have p = q = 0 (always rejected); pool = 0 unless LANTERN relaxation is on
+  a       = the accepted prefix length among the n_b valid drafts
+  t       = on a rejection (a < n_b): a draw from norm(r), r = max(p_a - q_a, 0) (float32),
+            norm(r)_i = float32(float64(r_i) / sum float64(r)), or from max(p_a, 0) when r has
+            no mass; all accepted: a draw from max(p_a, 0) (the bonus row, a = n_b)
+            Draws are inverse CDF with u = draw K of row b: min{i : c_i > u * c_{V-1}, w_i > 0}
+            with float64 running sums c (tile cumsum + carry), else the last id of positive
+            mass, else 0 (``reference.inverse_cdf``).
+  greedy  accept x_i iff x_i == argmax p_i (first maximal id, raw rows); t = argmax p_a.
+  output  tokens[b] = x_0 .. x_{a-1}, t, -1 ...; num_accepted[b] = a.
+
+All acceptance tests of a request are independent of each other, so they run as one vector over
+the K drafts (the reference computes them all too); only greedy verification walks the drafts
+one argmax at a time.  Probabilities are read in their own dtype and converted to float32.
+"""
+
+import struct
+
+import torch
+import triton
+import triton.language as tl
+from specops.triton_kernels.philox import philox_uniform
+
+
+@triton.jit
+def _weights(p_row, q_row, x, s, idx, vocab, MODE: tl.constexpr, HAS_Q: tl.constexpr):
+    """One tile of a weight row (float32, 0 past the vocabulary).  MODE 0: w_i = max(p_i, 0);
+    MODE 1: the residual w_i = r_i = max(p_i - q_i, 0); MODE 2: the normalised residual
+    w_i = float32(float64(r_i) / s).  q = one-hot of x without draft probabilities (x may be out
+    of range: then q = 0)."""
+    m = idx < vocab
+    p = tl.load(p_row + idx, mask=m, other=0.0).to(tl.float32)
+    if MODE == 0:
+        w = tl.maximum(p, 0.0)
+    else:
+        if HAS_Q:
+            q = tl.load(q_row + idx, mask=m, other=0.0).to(tl.float32)
+        else:
+            q = tl.where(idx == x, 1.0, 0.0)
+        w = tl.maximum(p - q, 0.0)  # float32 residual, as the reference's clamp_min(p - q, 0)
+        if MODE == 2:
+            w = (w.to(tl.float64) / s).to(tl.float32)  # division in float64, rounded per entry
+    return tl.where(m, w, 0.0)
+
+
+@triton.jit
+def _total(p_row, q_row, x, s, vocab, MODE: tl.constexpr, HAS_Q: tl.constexpr, BLOCK: tl.constexpr):
+    """sum_i float64(w_i) over the vocabulary."""
+    cols = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], dtype=tl.float64)
+    for base in range(0, vocab, BLOCK):
+        acc += _weights(p_row, q_row, x, s, base + cols, vocab, MODE, HAS_Q).to(tl.float64)
+    return tl.sum(acc, axis=0)
+
+
+@triton.jit
+def _inverse_cdf(
+    p_row, q_row, x, s, u, vocab, MODE: tl.constexpr, HAS_Q: tl.constexpr, BLOCK: tl.constexpr
+):
+    """min{i : w_0 + ... + w_i > u * sum(w), w_i > 0} (float64 sums), else the last id with
+    w_i > 0, else 0: reference.inverse_cdf of the weight row."""
+    cols = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], dtype=tl.float64)
+    for base in range(0, vocab, BLOCK):
+        acc += _weights(p_row, q_row, x, s, base + cols, vocab, MODE, HAS_Q).to(tl.float64)
+    total = tl.sum(acc, axis=0)
+    target = u.to(tl.float64) * total
+    running = total * 0.0  # the carry: sum of the tiles before this one
+    found = vocab + 0 * x
+    last = 0 * x
+    for base in range(0, vocab, BLOCK):
+        idx = base + cols
+        w = _weights(p_row, q_row, x, s, idx, vocab, MODE, HAS_Q).to(tl.float64)
+        inclusive = tl.cumsum(w, axis=0) + running
+        hit = (inclusive > target) & (w > 0.0)
+        found = tl.minimum(found, tl.min(tl.where(hit, idx, vocab), axis=0).to(found.dtype))
+        last = tl.maximum(last, tl.max(tl.where(w > 0.0, idx, 0), axis=0).to(last.dtype))
+        running += tl.sum(w, axis=0)
+    return tl.where(found < vocab, found, last)
+
+
+@triton.jit
+def _argmax(p_row, vocab, BLOCK: tl.constexpr):
+    """First maximal id of the raw row (torch.argmax): per tile the first maximum, and a later
+    tile replaces the running best only when strictly larger."""
+    cols = tl.arange(0, BLOCK)
+    best = tl.max(tl.full([BLOCK], float("-inf"), tl.float32), axis=0)
+    best_i = tl.sum(tl.zeros([BLOCK], tl.int64), axis=0)
+    for base in range(0, vocab, BLOCK):
+        idx = base + cols
+        v = tl.load(p_row + idx, mask=idx < vocab, other=float("-inf")).to(tl.float32)
+        m = tl.max(v, axis=0)
+        i = tl.min(tl.where(v == m, idx, vocab), axis=0).to(tl.int64)  # first maximum of the tile
+        better = m > best
+        best_i = tl.where(better, i, best_i)
+        best = tl.where(better, m, best)
+    return best_i
+
+
+@triton.jit
+def _verify_chain_kernel(
+    target,
+    target_sb,
+    target_sk,
+    draft,
+    draft_sb,
+    draft_sk,
+    tokens,
+    tokens_sb,
+    tokens_sk,
+    num_draft,
+    K,
+    vocab,
+    neighbors,
+    neighbors_k,
+    delta_bits,
+    seed_ptr,
+    seed_value,
+    rows_per_seed,
+    offset_ptr,
+    offset_value,
+    uniforms,
+    out_tokens,
+    out_num_accepted,
+    HAS_Q: tl.constexpr,
+    HAS_NUM_DRAFT: tl.constexpr,
+    HAS_RELAX: tl.constexpr,
+    GREEDY: tl.constexpr,
+    HAS_SEED_PTR: tl.constexpr,
+    HAS_OFFSET_PTR: tl.constexpr,
+    HAS_UNIFORMS: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_NB: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    b = tl.program_id(0).to(tl.int64)
+    ks = tl.arange(0, BLOCK_K)  # draft slots (BLOCK_K >= K + 1: the output row too)
+    in_k = ks < K
+    x = tl.load(tokens + b * tokens_sb + ks * tokens_sk, mask=in_k, other=-1).to(tl.int64)
+
+    # n_b: drafts before num_draft[b] and before the first -1.
+    limit = K + 0 * b
+    if HAS_NUM_DRAFT:
+        nd = tl.load(num_draft + b).to(tl.int64)
+        limit = tl.minimum(tl.maximum(nd, 0), limit)
+    n_valid = tl.min(tl.where((ks >= limit) | (x == -1), ks, K), axis=0).to(tl.int64)
+
+    p_b = target + b * target_sb
+    if GREEDY:
+        # accept x_i iff x_i == argmax p_i: walk the drafts until the first mismatch; the
+        # argmax of the row where the walk stops is the emitted token.
+        acc = 0 * b
+        t = _argmax(p_b, vocab, BLOCK)
+        x0 = tl.load(tokens + b * tokens_sb, mask=n_valid > 0, other=-1).to(tl.int64)
+        go = (n_valid > 0) & (x0 == t)
+        while go:
+            acc += 1
+            t = _argmax(p_b + acc * target_sk, vocab, BLOCK)
+            more = acc < n_valid
+            xa = tl.load(tokens + b * tokens_sb + acc * tokens_sk, mask=more, other=-1)
+            go = more & (xa.to(tl.int64) == t)
+    else:
+        # uniforms of row b, all in one vector (BLOCK_K > K): draw i < K tests draft i, draw K
+        # is the final token's
+        if HAS_UNIFORMS:
+            u = tl.load(uniforms + b * (K + 1) + ks, mask=ks < K + 1, other=0.5)
+        else:
+            if HAS_SEED_PTR:
+                seed = tl.load(seed_ptr + b // rows_per_seed)
+            else:
+                seed = seed_value + 0 * b
+            if HAS_OFFSET_PTR:
+                offset = tl.load(offset_ptr)
+            else:
+                offset = offset_value + 0 * b
+            u = philox_uniform(seed, offset, b + 0 * ks, ks)
+        u_final = tl.sum(tl.where(ks == K, u, 0.0), axis=0)
+
+        # acceptance tests of all drafts at once: u_i * q_i(x_i) < p_i(x_i) + pool_i(x_i)
+        ok = in_k & (x >= 0) & (x < vocab)  # only in-range ids are ever used as an index
+        xc = tl.where(ok, x, 0)
+        px = tl.load(p_b + ks * target_sk + xc, mask=ok, other=0.0).to(tl.float32)
+        if HAS_Q:
+            q_b = draft + b * draft_sb
+            qx = tl.load(q_b + ks * draft_sk + xc, mask=ok, other=0.0).to(tl.float32)
+        else:
+            qx = tl.full([BLOCK_K], 1.0, tl.float32)
+        if HAS_RELAX:
+            # LANTERN: pool(x) = sum of p(n_j) over the leading neighbours n_1..n_j of x whose
+            # cumulative mass c_j (float64) stays <= delta; -1, out-of-range ids and x itself
+            # contribute 0.  Rounded to float32, then added in float32.
+            js = tl.arange(0, BLOCK_NB)
+            nmask = ok[:, None] & (js[None, :] < neighbors_k)
+            nb = tl.load(neighbors + xc[:, None] * neighbors_k + js[None, :], mask=nmask, other=-1)
+            nb = nb.to(tl.int64)
+            nvalid = nmask & (nb >= 0) & (nb < vocab) & (nb != x[:, None])
+            pn_ptr = p_b + ks[:, None] * target_sk + tl.where(nvalid, nb, 0)
+            pn = tl.load(pn_ptr, mask=nvalid, other=0.0).to(tl.float32).to(tl.float64)
+            cum = tl.cumsum(pn, axis=1)
+            delta = (delta_bits + 0 * b).to(tl.float64, bitcast=True)
+            pool = tl.sum(tl.where(cum <= delta, pn, 0.0), axis=1).to(tl.float32)
+            accept = u * qx < px + pool
+        else:
+            accept = u * qx < px
+        # a = the first rejected valid draft, or n_b when all are accepted
+        first_rej = tl.min(tl.where(in_k & ~accept, ks, K), axis=0).to(tl.int64)
+        acc = tl.minimum(first_rej, n_valid)
+
+        # the final token from row a
+        pa = p_b + acc * target_sk
+        rejected = acc < n_valid
+        xa = tl.load(tokens + b * tokens_sb + acc * tokens_sk, mask=rejected, other=-1)
+        xa = xa.to(tl.int64)
+        if HAS_Q:
+            qa = draft + b * draft_sb + acc * draft_sk  # only read when draft a was rejected
+        else:
+            qa = pa  # unused
+        s = u_final.to(tl.float64) * 0.0
+        if rejected:
+            s = _total(pa, qa, xa, s, vocab, 1, HAS_Q, BLOCK)  # mass of r = max(p_a - q_a, 0)
+        if s > 0.0:  # t ~ norm(r)
+            t = _inverse_cdf(pa, qa, xa, s, u_final, vocab, 2, HAS_Q, BLOCK)
+        else:  # the bonus, or a residual without mass: t ~ max(p_a, 0)
+            t = _inverse_cdf(pa, qa, xa, s, u_final, vocab, 0, HAS_Q, BLOCK)
+        t = t.to(tl.int64)
+
+    # tokens: x_0 .. x_{a-1}, t, then -1
+    row = tl.where(ks < acc, x, tl.where(ks == acc, t, -1))
+    tl.store(out_tokens + b * (K + 1) + ks, row.to(tl.int32), mask=ks < K + 1)
+    tl.store(out_num_accepted + b, acc.to(tl.int32))
+
+
+def _i64(v: int) -> int:
+    """A Python int as the signed 64-bit value with the same low 64 bits (seeds may be given
+    modulo 2^64)."""
+    return (int(v) + 2**63) % 2**64 - 2**63
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """Probability rows as read by the kernel: any float dtype, contiguous last dim."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def verify_chain_triton(
+    target, tokens, draft, num_draft, seed_t, seed_i, off_t, off_i, nb, delta, greedy, uniforms
+):
+    """Launch ``_verify_chain_kernel`` on validated arguments (specops/ops/verify.py) ->
+    (tokens [B, K+1] int32, num_accepted [B] int32)."""
+    b, k1, v = target.shape
+    k = k1 - 1
+    dev = target.device
+    target = _rows(target)
+    draft = _rows(draft) if draft is not None else None
+    num_draft = num_draft.contiguous() if num_draft is not None else None
+    nb = nb.contiguous() if nb is not None else None  # int32 or int64, read in place
+    uniforms = uniforms.contiguous() if uniforms is not None else None
+    out_tokens = torch.empty(b, k1, dtype=torch.int32, device=dev)
+    out_num = torch.empty(b, dtype=torch.int32, device=dev)
+    if b == 0:
+        return out_tokens, out_num
+    rows_per_seed = 1 if seed_t is not None and seed_t.numel() == b else b
+    dummy = out_tokens  # never read when the matching HAS_* flag is off
+    block = min(4096, triton.next_power_of_2(v))
+    nbk = nb.shape[1] if nb is not None else 0
+    _verify_chain_kernel[(b,)](
+        target,
+        target.stride(0),
+        target.stride(1),
+        draft if draft is not None else dummy,
+        draft.stride(0) if draft is not None else 0,
+        draft.stride(1) if draft is not None else 0,
+        tokens,
+        tokens.stride(0),
+        tokens.stride(1),
+        num_draft if num_draft is not None else dummy,
+        k,
+        v,
+        nb if nb is not None else dummy,
+        nbk,
+        struct.unpack("<q", struct.pack("<d", float(delta)))[0],
+        seed_t if seed_t is not None else dummy,
+        _i64(seed_i),
+        rows_per_seed,
+        off_t if off_t is not None else dummy,
+        _i64(off_i),
+        uniforms if uniforms is not None else dummy,
+        out_tokens,
+        out_num,
+        HAS_Q=draft is not None,
+        HAS_NUM_DRAFT=num_draft is not None,
+        HAS_RELAX=nb is not None,
+        GREEDY=bool(greedy),
+        HAS_SEED_PTR=seed_t is not None,
+        HAS_OFFSET_PTR=off_t is not None,
+        HAS_UNIFORMS=uniforms is not None,
+        BLOCK_K=triton.next_power_of_2(k1),
+        BLOCK_NB=triton.next_power_of_2(max(nbk, 1)),
+        BLOCK=block,
+        num_warps=8 if block >= 2048 else 4,
+        enable_fp_fusion=False,
+    )
+    return out_tokens, out_num
+
+
+__all__ = ["verify_chain_triton"]
