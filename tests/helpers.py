@@ -7,6 +7,24 @@ import torch
 from scipy import stats
 
 
+def gen(seed: int) -> torch.Generator:
+    """A CPU generator: test inputs are drawn on the CPU, then moved where the backend runs."""
+    return torch.Generator().manual_seed(seed)
+
+
+def to_device(obj, dev):
+    """Tensors, Relaxations and Trees moved to ``dev``; anything else as it is."""
+    from specops import Relaxation, Tree
+
+    if isinstance(obj, torch.Tensor):
+        return obj.to(dev)
+    if isinstance(obj, Relaxation):
+        return Relaxation(obj.neighbors.to(dev), obj.delta)
+    if isinstance(obj, Tree):
+        return obj.to(dev)
+    return obj
+
+
 def random_probs(*shape, generator=None, sharpness=1.0, zero_frac=0.0, device="cpu"):
     """Random distributions over the last dim; ``sharpness`` > 1 concentrates the mass and
     ``zero_frac`` zeroes that fraction of entries (never a whole row)."""

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import gen as _gen
 from helpers import random_probs
+from helpers import to_device as _to
 from test_reference_verify import (
     PASS,
     _line,
@@ -40,22 +42,8 @@ def _one_torch_thread():
     torch.set_num_threads(n)
 
 
-def _gen(seed):
-    return torch.Generator().manual_seed(seed)
-
-
 def _dev(be):
     return "cuda" if be == "cuda" else "cpu"
-
-
-def _to(obj, dev):
-    if isinstance(obj, torch.Tensor):
-        return obj.to(dev)
-    if isinstance(obj, Relaxation):
-        return Relaxation(obj.neighbors.to(dev), obj.delta)
-    if isinstance(obj, Tree):
-        return obj.to(dev)
-    return obj
 
 
 def _mix(p, gen, w=0.7):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import gen as _gen
 from helpers import random_probs
 from test_reference_verify import random_parents
 
@@ -20,10 +21,6 @@ from specops import Tree
 from specops.reference import verify as rv
 
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
-
-
-def _gen(seed):
-    return torch.Generator().manual_seed(seed)
 
 
 def _check(be, target, draft, parents, tokens, num_paths):

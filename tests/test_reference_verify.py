@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import chi2_pvalue, random_probs
+from helpers import gen as _gen
 
 from specops import Tree
 from specops.reference import verify as rv
@@ -20,8 +21,6 @@ PASS = 1e-3
 # --------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------
-def _gen(seed):
-    return torch.Generator().manual_seed(seed)
 
 
 def _draw(rows: torch.Tensor, gen, n=1, replacement=True) -> torch.Tensor:

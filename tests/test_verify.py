@@ -8,6 +8,7 @@ import os
 
 import pytest
 import torch
+from helpers import gen as _gen
 from helpers import random_probs
 
 import specops
@@ -15,10 +16,6 @@ from specops import Relaxation, Tree
 from specops.reference import verify as rv
 
 TREE_PARENTS = [-1, 0, 0, 0, 1, 1, 2, 4]
-
-
-def _gen(s):
-    return torch.Generator().manual_seed(s)
 
 
 def chain_case(b=6, k=4, v=10, device="cpu", seed=0):

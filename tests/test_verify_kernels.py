@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import gen as _gen
 from helpers import random_probs
+from helpers import to_device as _to
 from test_reference_verify import (
     PASS,
     TREE_PARENTS,
@@ -35,20 +37,6 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
-
-
-def _gen(seed):
-    return torch.Generator().manual_seed(seed)
-
-
-def _to(obj, dev):
-    if isinstance(obj, torch.Tensor):
-        return obj.to(dev)
-    if isinstance(obj, Relaxation):
-        return Relaxation(obj.neighbors.to(dev), obj.delta)
-    if isinstance(obj, Tree):
-        return obj.to(dev)
-    return obj
 
 
 def _dev(be):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import aot_compile, random_probs
+from helpers import gen as _gen
+from helpers import to_device as _to
 from test_reference_verify import PASS, Markov, _draw, joint_pvalue
 from test_verify_kernels import make_chain
 
@@ -22,18 +24,6 @@ from specops.reference import verify as rv
 pytest.importorskip("triton")
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _gen(seed):
-    return torch.Generator().manual_seed(seed)
-
-
-def _to(obj, dev):
-    if isinstance(obj, torch.Tensor):
-        return obj.to(dev)
-    if isinstance(obj, Relaxation):
-        return Relaxation(obj.neighbors.to(dev), obj.delta)
-    return obj
 
 
 def run(p, x, q, **kw):
