@@ -1,10 +1,12 @@
-"""verify_chain's Triton backend ("triton", triton_kernels/verify.py) against the reference, token
-for token, on fresh random inputs; its statistical losslessness; its sm_90 lowering.
+"""verify_chain's fast backends against the reference, token for token, on fresh random inputs:
+the C++ CPU twin ("cpu"), the Triton kernel ("triton", triton_kernels/verify.py) and the CUDA
+kernel ("cuda", GPU only); the Triton kernel's statistical losslessness and sm_90 lowering (the
+CPU twin's statistical tests are in test_verify_kernels.py).
 
-Without a GPU the kernel runs in the Triton interpreter on CPU tensors (~10-30 ms per program:
-the batches here are sized for it); with one, the same tests run on CUDA tensors.  The reference
-always runs on the CPU.  Identity is exact except on exact rounding ties of the float64 sums
-(summation order differs at the 1e-16 level), which random inputs never hit."""
+Without a GPU the Triton kernel runs in the interpreter on CPU tensors (~10-30 ms per program:
+the batches here are sized for it); with one, on CUDA tensors.  The reference always runs on the
+CPU.  Identity is exact except on exact rounding ties of the float64 sums (summation order
+differs at the 1e-16 level), which random inputs never hit."""
 
 from __future__ import annotations
 
@@ -21,16 +23,32 @@ from specops import Relaxation
 from specops.ops import verify as ops_verify
 from specops.reference import verify as rv
 
-pytest.importorskip("triton")
+try:
+    import triton  # noqa: F401
 
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
+    _HAS_TRITON = True
+except ImportError:  # pragma: no cover
+    _HAS_TRITON = False
+needs_triton = pytest.mark.skipif(not _HAS_TRITON, reason="needs triton")
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # where the triton backend runs
+BACKENDS = [
+    "cpu",
+    pytest.param("triton", marks=needs_triton),
+    pytest.param("cuda", marks=pytest.mark.gpu),
+]
 
 
-def run(p, x, q, **kw):
-    """The triton backend on DEV == the reference on the CPU; returns the reference result."""
+def _dev(be):
+    return {"cpu": "cpu", "cuda": "cuda"}.get(be, DEV)
+
+
+def run(be, p, x, q, **kw):
+    """Backend ``be`` on its device == the reference on the CPU; returns the reference result."""
+    dev = _dev(be)
     got = specops.verify_chain(
-        _to(p, DEV), _to(x, DEV), _to(q, DEV), backend="triton",
-        **{k: _to(v, DEV) for k, v in kw.items()},
+        _to(p, dev), _to(x, dev), _to(q, dev), backend=be,
+        **{k: _to(v, dev) for k, v in kw.items()},
     )  # fmt: skip
     want = specops.verify_chain(p, x, q, backend="reference", **kw)
     assert got.tokens.dtype == torch.int32 and got.num_accepted.dtype == torch.int32
@@ -54,8 +72,9 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("be", BACKENDS)
 @pytest.mark.parametrize("b,k,v,kinds", CASES)
-def test_chain_matches_reference(b, k, v, kinds):
+def test_chain_matches_reference(be, b, k, v, kinds):
     gen = _gen(b * 1000 + k * 10 + v)
     big = v >= 32000
     seeds = torch.randint(0, 2**62, (b,), generator=gen)
@@ -67,25 +86,27 @@ def test_chain_matches_reference(b, k, v, kinds):
             s = int(torch.randint(0, 2**31, (1,), generator=gen))
             if big:  # one sampled call per draft kind at the large vocabularies, and greedy
                 kw = dict(seed=s) if i == 0 else dict(num_draft=nd, seed=seeds, offset=2**33)
-                run(p, x if i == 0 else xpad, dp, **kw)
+                run(be, p, x if i == 0 else xpad, dp, **kw)
                 if i == 0:
-                    run(p, xpad, dp, greedy=True, num_draft=nd)
+                    run(be, p, xpad, dp, greedy=True, num_draft=nd)
                 continue
-            run(p, x, dp, seed=s)
-            run(p, xpad, dp, num_draft=nd, seed=seeds, offset=torch.tensor(2**33 + 5))
-            run(p, x, dp, greedy=True, num_draft=nd)
+            run(be, p, x, dp, seed=s)
+            run(be, p, xpad, dp, num_draft=nd, seed=seeds, offset=torch.tensor(2**33 + 5))
+            run(be, p, x, dp, greedy=True, num_draft=nd)
 
 
-def test_chain_acceptance_mix_is_exercised():
+@pytest.mark.parametrize("be", BACKENDS)
+def test_chain_acceptance_mix_is_exercised(be):
     # the scenarios reach accepted prefixes of every kind: none, some, all (bonus)
     gen = _gen(5)
     p, x, q = make_chain(40, 6, 50, gen, "mixed")
-    r = run(p, x, q, seed=3)
+    r = run(be, p, x, q, seed=3)
     a = r.num_accepted
     assert (a == 0).any() and (a > 2).any() and (a < 6).any() and (a == 6).any()
 
 
-def test_chain_relax():
+@pytest.mark.parametrize("be", BACKENDS)
+def test_chain_relax(be):
     gen = _gen(6)
     for b, k, v in [(3, 8, 111), (5, 4, 7), (1, 2, 4099)]:
         p, x, q = make_chain(b, k, v, gen, "mixed")
@@ -93,78 +114,83 @@ def test_chain_relax():
         nb[:, 0] = torch.arange(v)  # x itself is skipped
         for delta in (0.0, 0.05, 2.0):
             for dp in (q, None):
-                run(p, x, dp, relax=Relaxation(nb, delta), seed=int(delta * 100) % 97)
-        run(p, x, q, relax=Relaxation(nb.long(), 0.2), seed=1)
+                run(be, p, x, dp, relax=Relaxation(nb, delta), seed=int(delta * 100) % 97)
+        run(be, p, x, q, relax=Relaxation(nb.long(), 0.2), seed=1)
     # a relaxation that flips decisions: with delta >= 1 every neighbour's mass is pooled
     p, x, q = make_chain(8, 4, 7, gen, "all_rejected")
     nb = torch.arange(7).roll(1)[:, None].expand(7, 3).contiguous()
-    r = run(p, x, q, relax=Relaxation(nb, 1.0), seed=2)
+    r = run(be, p, x, q, relax=Relaxation(nb, 1.0), seed=2)
     assert (r.num_accepted > 0).any()
 
 
-def test_chain_explicit_uniforms_and_known_answer():
+@pytest.mark.parametrize("be", BACKENDS)
+def test_chain_explicit_uniforms_and_known_answer(be):
     gen = _gen(7)
     b, k, v = 17, 6, 111
     p, x, q = make_chain(b, k, v, gen, "mixed")
     u = torch.rand(b, k + 1, generator=gen)
     for dp in (q, None):
-        run(p, x, dp, uniforms=u)
-    pp = torch.tensor([[[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]]], device=DEV)
-    qq = torch.tensor([[[0.2, 0.5, 0.3]]], device=DEV)
-    xx = torch.tensor([[1]], device=DEV)
+        run(be, p, x, dp, uniforms=u)
+    pp = torch.tensor([[[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]]], device=_dev(be))
+    qq = torch.tensor([[[0.2, 0.5, 0.3]]], device=_dev(be))
+    xx = torch.tensor([[1]], device=_dev(be))
 
     def f(q, u):
-        u = torch.tensor([u], device=DEV)
-        return specops.verify_chain(pp, xx, q, uniforms=u, backend="triton").tokens.tolist()
+        u = torch.tensor([u], device=_dev(be))
+        return specops.verify_chain(pp, xx, q, uniforms=u, backend=be).tokens.tolist()
 
     assert f(qq, [0.59, 0.95]) == [[1, 2]]  # 0.59 * 0.5 < 0.3: accepted; bonus at 0.95 -> 2
     assert f(qq, [0.61, 0.95]) == [[0, -1]]  # rejected: residual (0.3, 0, 0) -> 0
     assert f(None, [0.31, 0.8]) == [[2, -1]]  # rejected: residual (0.5, 0, 0.2)/0.7 at 0.8 -> 2
 
 
-def test_chain_seed_tensor_shapes_and_int32_ids():
+@pytest.mark.parametrize("be", BACKENDS)
+def test_chain_seed_tensor_shapes_and_int32_ids(be):
     gen = _gen(8)
     b, k, v = 3, 4, 111
     p, x, q = make_chain(b, k, v, gen, "mixed")
-    run(p, x.int(), q, seed=torch.tensor(123), offset=torch.tensor([9]))
-    run(p, x.int(), q, seed=torch.tensor([123]), offset=4)
-    run(p, x, q, seed=torch.tensor([1, 2, 3]), num_draft=torch.tensor([4, 0, 2]).int())
-    run(p, x, None, seed=-5, offset=2**40)
-    run(p, x.int(), None, seed=-(2**63), offset=2**63 - 1, num_draft=torch.tensor([4, 1, 3]))
-    run(p, x.int(), None, greedy=True, num_draft=torch.tensor([4, 1, 3]))
+    run(be, p, x.int(), q, seed=torch.tensor(123), offset=torch.tensor([9]))
+    run(be, p, x.int(), q, seed=torch.tensor([123]), offset=4)
+    run(be, p, x, q, seed=torch.tensor([1, 2, 3]), num_draft=torch.tensor([4, 0, 2]).int())
+    run(be, p, x, None, seed=-5, offset=2**40)
+    run(be, p, x.int(), None, seed=-(2**63), offset=2**63 - 1, num_draft=torch.tensor([4, 1, 3]))
+    run(be, p, x.int(), None, greedy=True, num_draft=torch.tensor([4, 1, 3]))
     # request b reads stream row b under seed[b], whatever the other requests' seeds
     seeds = torch.tensor([11, 12, 13])
-    a = run(p, x, q, seed=seeds, offset=3)
-    c = run(p, x, q, seed=torch.tensor([99, 12, 98]), offset=3)
+    a = run(be, p, x, q, seed=seeds, offset=3)
+    c = run(be, p, x, q, seed=torch.tensor([99, 12, 98]), offset=3)
     assert torch.equal(a.tokens[1], c.tokens[1])
 
 
+@pytest.mark.parametrize("be", BACKENDS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_chain_half_inputs(dtype):
+def test_chain_half_inputs(be, dtype):
     gen = _gen(9)
     b, k, v = 3, 5, 32000
     p, x, q = make_chain(b, k, v, gen, "mixed")
     p, q = p.to(dtype), q.to(dtype)
-    run(p, x, q, seed=4)
-    run(p, x.int(), None, seed=5)
-    run(p, x, q, greedy=True)
+    run(be, p, x, q, seed=4)
+    run(be, p, x.int(), None, seed=5)
+    run(be, p, x, q, greedy=True)
     # a float32 target with a half draft (dtypes may differ)
-    run(p.float(), x, q, seed=6)
+    run(be, p.float(), x, q, seed=6)
 
 
-def test_chain_strided_inputs():
+@pytest.mark.parametrize("be", BACKENDS)
+def test_chain_strided_inputs(be):
     gen = _gen(10)
     b, k, v = 5, 3, 111
     p, x, q = make_chain(b, k + 2, v, gen, "mixed")
     # non-contiguous views (the last dim stays contiguous for p; draft ids strided)
-    run(p[:, 2:], x[:, 1:-1], q[:, 1:-1], seed=3)
-    run(p[:, 2:], x.t().contiguous().t()[:, :k], q[:, :k], seed=4)
-    run(p[::2, 2:], x[::2, :k], q[::2, :k], num_draft=torch.tensor([3, 1, 2]), seed=5)
+    run(be, p[:, 2:], x[:, 1:-1], q[:, 1:-1], seed=3)
+    run(be, p[:, 2:], x.t().contiguous().t()[:, :k], q[:, :k], seed=4)
+    run(be, p[::2, 2:], x[::2, :k], q[::2, :k], num_draft=torch.tensor([3, 1, 2]), seed=5)
     # a probability row with a non-unit last stride is made contiguous by the launcher
-    run(p.transpose(1, 2).contiguous().transpose(1, 2)[:, 2:], x[:, :k], None, seed=6)
+    run(be, p.transpose(1, 2).contiguous().transpose(1, 2)[:, 2:], x[:, :k], None, seed=6)
 
 
-def test_chain_fast_mode_out_of_range_ids():
+@pytest.mark.parametrize("be", BACKENDS)
+def test_chain_fast_mode_out_of_range_ids(be):
     gen = _gen(11)
     b, k, v = 6, 4, 111
     p, x, q = make_chain(b, k, v, gen, "mixed")
@@ -173,34 +199,51 @@ def test_chain_fast_mode_out_of_range_ids():
     nb = torch.randint(-3, v + 3, (v, 3), generator=gen).int()
     with specops.validation(False):
         for dp in (q, None):
-            r = run(p, x, dp, seed=2)
+            r = run(be, p, x, dp, seed=2)
             assert (r.num_accepted <= 1).all()
-            run(p, x, dp, seed=3, relax=Relaxation(nb, 0.5))
-            run(p, x, dp, greedy=True)
+            run(be, p, x, dp, seed=3, relax=Relaxation(nb, 0.5))
+            run(be, p, x, dp, greedy=True)
         # int64 neighbours are read as int64: ids past int32 are out of range, not wrapped
         nb64 = nb.long()
-        nb64[:, 1] = 2**32 + torch.arange(v)
-        run(p, x, q, seed=4, relax=Relaxation(nb64, 2.0))
+        nb64[:, 1] = 2**32 + (torch.arange(v) + 1) % v  # would wrap to a real neighbour
+        run(be, p, x, q, seed=4, relax=Relaxation(nb64, 2.0))
         # rows without mass: token 0 (the documented fallback)
-        r = run(torch.zeros(2, k + 1, v), x[:2], None, seed=1)
+        r = run(be, torch.zeros(2, k + 1, v), x[:2], None, seed=1)
         assert (r.tokens[:, 0] == 0).all()
 
 
-def test_chain_empty():
+@pytest.mark.parametrize("be", BACKENDS)
+def test_chain_int64_neighbours_past_int32_stay_out_of_range(be):
+    """A LANTERN neighbour id 2^32 + 1 is outside the vocabulary (pool 0), not neighbour 1: with
+    p(x) = 0 the draft must be rejected; read as neighbour 1 it would be accepted (pool 0.5)."""
+    v = 7
+    p = torch.zeros(1, 2, v)
+    p[0, :, 1:3] = 0.5
+    x = torch.zeros(1, 1, dtype=torch.long)  # p(x) = 0
+    nb = torch.full((v, 1), 2**32 + 1, dtype=torch.long)
+    u = torch.tensor([[0.1, 0.3]])
+    with specops.validation(False):
+        r = run(be, p, x, None, relax=Relaxation(nb, 1.0), uniforms=u)
+    assert r.num_accepted.tolist() == [0]
+
+
+@pytest.mark.parametrize("be", BACKENDS)
+def test_chain_empty(be):
     gen = _gen(12)
     p, x, q = make_chain(4, 0, 111, gen, "mixed")
-    run(p, x, q, seed=1)
-    run(p, x, None, seed=1)
-    run(p, x, None, greedy=True)
+    run(be, p, x, q, seed=1)
+    run(be, p, x, None, seed=1)
+    run(be, p, x, None, greedy=True)
     r = specops.verify_chain(
-        torch.rand(0, 3, 5, device=DEV),
-        torch.zeros(0, 2, dtype=torch.long, device=DEV),
+        torch.rand(0, 3, 5, device=_dev(be)),
+        torch.zeros(0, 2, dtype=torch.long, device=_dev(be)),
         None,
-        backend="triton",
+        backend=be,
     )
     assert r.tokens.shape == (0, 3) and r.num_accepted.shape == (0,)
 
 
+@needs_triton
 def test_backend_listing_and_auto_choice():
     from specops import _build
     from specops.ops._common import pick_backend
@@ -214,6 +257,7 @@ def test_backend_listing_and_auto_choice():
         assert got == ("cuda" if _build.has_cuda_kernels() else "triton")
 
 
+@needs_triton
 def test_opcheck_triton_backend():
     gen = _gen(14)
     p, x, q = make_chain(3, 4, 111, gen, "mixed")
@@ -268,6 +312,7 @@ def _stat_pvalue(backend, dev):
     return joint_pvalue(seqs, m)
 
 
+@needs_triton
 def test_chain_is_lossless():
     # joint law of the first three tokens (missing ones completed from the true conditionals)
     assert _stat_pvalue("triton", DEV) > PASS
@@ -319,6 +364,7 @@ print("compiled")
 """
 
 
+@needs_triton
 def test_triton_kernel_lowers_for_sm90():
     """Ahead-of-time compile for sm_90 (no GPU needed, out of the interpreter): catches lowering
     errors the interpreter does not see (scalar branches, the greedy while loop, float64
