@@ -161,6 +161,34 @@ def test_paged_bad_block_table_no_out_of_bounds(backend):
     assert outs[1][1].tolist() == [3, 3]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_int64_ids_past_int32_stay_invalid(backend):
+    """int64 slots and page ids past the int32 range are invalid (the reference's semantics), not
+    wrapped into valid ones by the int32 conversion the kernels need."""
+    g = torch.Generator().manual_seed(6)
+    big = 2**32
+    cs = torch.tensor([1, 2], dtype=torch.int32)
+    flat_slots = torch.tensor([[0, big + 2, -1], [big + 1, 3, -1]])  # wrapped: [0, 2], [1, 3]
+    contiguous = torch.randn(1, 2, 2, 8, HKV, D, generator=g)
+    paged = torch.randn(1, 2, 6, 2, HKV, D, generator=g)
+    bt = torch.tensor([[0, big + 1, 2, 3], [4, 5, 1, 2]])  # wrapped: page 1 is valid
+    paged_slots = torch.tensor([[0, 1, -1], [big + 1, 3, -1]])  # request 0's 2nd source: page 1
+    for caches, table, slots in ((contiguous, None, flat_slots), (paged, bt, paged_slots)):
+        want, want_cs = caches.clone(), cs.clone()
+        specops.reference.commit_kv(want, want_cs, slots, block_table=table)
+        dev = _device(backend)
+        got, got_cs = caches.clone().to(dev), cs.clone().to(dev)
+        with specops.validation(False):
+            specops.commit_kv(
+                got, got_cs, slots.to(dev),
+                block_table=None if table is None else table.to(dev), backend=backend,
+            )  # fmt: skip
+        assert torch.equal(got.cpu(), want) and torch.equal(got_cs.cpu(), want_cs)
+        assert want_cs.tolist() == [2, 2]  # one entry for request 0, none for request 1
+    with pytest.raises(ValueError, match="accepted_slots"):  # validation sees the real ids
+        specops.commit_kv(contiguous.clone(), cs.clone(), torch.tensor([[0, big], [0, 1]]))
+
+
 def test_bad_inputs_raise():
     caches = torch.zeros(2, 2, 2, 8, HKV, D)
     cs = torch.tensor([2, 3], dtype=torch.int32)

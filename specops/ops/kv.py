@@ -81,7 +81,6 @@ def commit_kv(caches, cache_seqlens, accepted_slots, *, block_table=None, backen
                 f"specops.commit_kv: block_table must have shape [{batch}, pages], got "
                 f"{tuple(block_table.shape)}"
             )
-        block_table = block_table.to(torch.int32).contiguous()
         capacity = block_table.shape[1] * slab_shape[1]
     else:
         if lead != batch:
@@ -90,9 +89,9 @@ def commit_kv(caches, cache_seqlens, accepted_slots, *, block_table=None, backen
                 f"{batch} entries (paged caches need block_table)"
             )
         capacity = slab_shape[1]
-    slots = accepted_slots.to(torch.int32).contiguous()
-    if c.validating():
-        _check_values(cache_seqlens, slots, capacity, block_table, lead)
+    if c.validating():  # on the ids as given (before the int32 conversion)
+        _check_values(cache_seqlens, accepted_slots, capacity, block_table, lead)
+    slots, block_table = _int32(accepted_slots), _int32(block_table)
     if tensors is None:
         torch.ops.specops.commit_kv(caches, cache_seqlens, slots, block_table, backend)
     else:
@@ -319,9 +318,13 @@ def _launch_triton(t, offsets, layers, shape, strides, cs, slots, block_table):
 
 
 def _int32(t):
-    """The kernels read int32 contiguous index tensors (commit_kv converts; direct op calls)."""
+    """The kernels read int32 contiguous index tensors (commit_kv converts; direct op calls).
+    int64 ids are clamped into [-1, 2^31 - 1] first: an id past the int32 range must stay
+    invalid (a slot past the capacity, a page past the pool), not wrap into a valid one."""
     if t is None or (t.dtype == torch.int32 and t.is_contiguous()):
         return t
+    if t.dtype == torch.int64:
+        t = t.clamp(-1, 2**31 - 1)
     return t.to(torch.int32).contiguous()
 
 
