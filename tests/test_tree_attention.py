@@ -150,6 +150,12 @@ def test_out_of_range_values_stay_in_bounds():
         ref = specops.tree_attention(q, k, v, L_big, tree, block_table=bad_bt, backend="reference")
     assert torch.isfinite(got).all()
     torch.testing.assert_close(got, ref, atol=2e-6, rtol=1e-5)
+    # int64 seqlens past the int32 range clamp to the capacity too (no wrap to 2**32 -> 0)
+    L_64 = torch.tensor([2**32, 3], dtype=torch.int64, device=DEV)
+    with specops.validation(False):
+        got = specops.tree_attention(q, k, v, L_64, tree, block_table=bt, backend="triton")
+        want = specops.tree_attention(q, k, v, L_big, tree, block_table=bt, backend="triton")
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 
 # append_kv ---------------------------------------------------------------------------------

@@ -165,8 +165,8 @@ def _tree_attn_fwd(
     q_ptrs = Q + b64 * s_qb + row_n[:, None] * s_qn + head[:, None] * s_qh + offs_d[None, :] * s_qd
     q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
 
-    seqlen = tl.load(SEQLENS + b).to(tl.int32)
-    seqlen = tl.minimum(tl.maximum(seqlen, 0), CAP)
+    seqlen = tl.load(SEQLENS + b)  # clamped in its own dtype: an int64 never wraps into range
+    seqlen = tl.minimum(tl.maximum(seqlen, 0), CAP).to(tl.int32)
 
     if PAGED:
         k_base = K + h.to(tl.int64) * s_kh
