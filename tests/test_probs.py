@@ -108,6 +108,11 @@ def test_triton_per_request_params_strides_and_out():
     one = torch.tensor([3], device=DEV)  # [1] tensors broadcast to every request
     assert_same(*both(logits.contiguous(), top_k=one))
     assert_same(*both(torch.randn(33, device=DEV), top_k=torch.tensor(5, device=DEV)))
+    # an int64 top_k past the int32 range keeps everything (it must not wrap to 5)
+    big = torch.tensor([2**32 + 5, 4], device=DEV)
+    got = specops.probs_from_logits(logits, top_k=big, backend="triton")
+    assert ((got[0] > 0).sum(-1) == 90).all() and ((got[1] > 0).sum(-1) == 4).all()
+    assert_same(got.cpu(), specops.probs_from_logits(logits.cpu(), top_k=big.cpu()))
 
 
 def test_triton_block_sizes_do_not_change_the_result():
