@@ -33,7 +33,7 @@ def _as_parents(parents) -> torch.Tensor:
         )
     if parents.shape[1] < 1:
         raise ValueError("Tree: parents must hold at least the root (N >= 1)")
-    return parents.to(torch.int32)
+    return parents
 
 
 def _validate_parents(parents: torch.Tensor) -> None:
@@ -70,8 +70,10 @@ class Tree:
     def __init__(self, parents: torch.Tensor, *, validate: bool = True):
         parents = _as_parents(parents)
         if validate:
-            _validate_parents(parents)
-        self.parents = parents
+            _validate_parents(parents)  # on the ids as given, before the int32 conversion
+        if parents.dtype == torch.int64:  # unvalidated: past int32 stays invalid, never wraps
+            parents = parents.clamp(-(2**31), 2**31 - 1)
+        self.parents = parents.to(torch.int32)
         self._derive()
         # Static sizes the verify ops need (the longest root-to-leaf path and the most leaves of
         # any row).  Known without a device read when the tree was validated on the host, lives

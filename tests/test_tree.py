@@ -81,6 +81,8 @@ def test_pack_unpack_roundtrip():
         ([-1, 0, 2], "out of range"),
         ([-1, 5, 0], "out of range"),
         ([-1, -2, 0], "out of range"),
+        ([-1, 2**32, 1], "out of range"),  # int64: would wrap to parent 0 as int32
+        ([2**32 - 1, 0], "must be -1"),  # would wrap to -1
     ],
 )
 def test_invalid_parents(parents, match):
