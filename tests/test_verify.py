@@ -286,7 +286,8 @@ def test_compile_smoke():
         c = specops.verify_chain(p, x, q, seed=1)
         tr = specops.verify_tree(pt, t, tok, qt, seed=2)
         j = specops.verify_jacobi(pt, tok, qt, tree=kc, num_candidates=2, seed=3)
-        return c.tokens, tr.tokens, j.next_window, j.candidates
+        kappa, exp_len = specops.path_acceptance(pt, qt, t, tok)
+        return c.tokens, tr.tokens, j.next_window, j.candidates, kappa, exp_len
 
     with specops.validation(False):
         got = torch.compile(step, backend="aot_eager", fullgraph=True)(p, x, q, pt, tok, qt)
