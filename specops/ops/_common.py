@@ -232,6 +232,17 @@ def offset_for_reference(offset_t, offset_i: int, device) -> torch.Tensor:
     )
 
 
+def int32_ids(t):
+    """Index tensors as the kernels read them: int32, contiguous (None stays None).  int64 ids are
+    clamped into [-1, 2^31 - 1] first, so an id past the int32 range stays invalid (out of the
+    vocabulary, past the capacity, not a page) instead of wrapping into a valid one."""
+    if t is None:
+        return None
+    if t.dtype == torch.int64:
+        t = t.clamp(-1, 2**31 - 1)
+    return t.to(torch.int32).contiguous()
+
+
 def ptr(t) -> int:
     return 0 if t is None else t.data_ptr()
 

@@ -14,7 +14,7 @@ import torch
 
 from specops import _build
 from specops.ops import _common as c
-from specops.ops._verify_kernels import _f32_rows, _neighbors, _rng, _rows
+from specops.ops._verify_kernels import _f32_rows, _rng, _rows
 
 _COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
 
@@ -59,7 +59,7 @@ def verify_jacobi(
     if tree:
         fc = fc.to(torch.int32).contiguous()
         ns = ns.to(torch.int32).contiguous()
-    nb = _neighbors(nb, v)
+    nb = c.int32_ids(nb)  # LANTERN neighbour ids
     uniforms = uniforms.contiguous() if uniforms is not None else None
     i32 = torch.int32
     num = torch.empty(b, dtype=i32, device=dev)

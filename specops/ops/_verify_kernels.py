@@ -18,16 +18,6 @@ def _f32_rows(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _neighbors(nb, vocab: int):
-    """LANTERN neighbour ids as int32 for the kernels.  int64 ids are clamped into [-1, V] first:
-    an id past the int32 range must stay out of range (ignored), not wrap into the vocabulary."""
-    if nb is None:
-        return None
-    if nb.dtype == torch.int64:
-        nb = nb.clamp(-1, vocab)
-    return nb.to(torch.int32).contiguous()
-
-
 def _ids(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
@@ -67,7 +57,7 @@ def verify_chain(
     draft = _f32_rows(draft) if draft is not None else None
     tokens = _ids(tokens)
     num_draft = num_draft.to(torch.int64).contiguous() if num_draft is not None else None
-    nb = _neighbors(nb, v)
+    nb = c.int32_ids(nb)  # LANTERN neighbour ids
     uniforms = uniforms.contiguous() if uniforms is not None else None
     out_tokens = torch.empty(b, k1, dtype=torch.int32, device=target.device)
     out_num = torch.empty(b, dtype=torch.int32, device=target.device)
@@ -118,7 +108,7 @@ def verify_tree(
     tokens = _ids(tokens)
     fc = first_child.to(torch.int32).contiguous()
     ns = next_sibling.to(torch.int32).contiguous()
-    nb = _neighbors(nb, v)
+    nb = c.int32_ids(nb)  # LANTERN neighbour ids
     uniforms = uniforms.contiguous() if uniforms is not None else None
     # Workspaces: the current node's residual target row (and renormalised draft row without
     # replacement) after a rejected child; rewritten in place, never read before written.

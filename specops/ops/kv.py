@@ -91,7 +91,7 @@ def commit_kv(caches, cache_seqlens, accepted_slots, *, block_table=None, backen
         capacity = slab_shape[1]
     if c.validating():  # on the ids as given (before the int32 conversion)
         _check_values(cache_seqlens, accepted_slots, capacity, block_table, lead)
-    slots, block_table = _int32(accepted_slots), _int32(block_table)
+    slots, block_table = c.int32_ids(accepted_slots), c.int32_ids(block_table)
     if tensors is None:
         torch.ops.specops.commit_kv(caches, cache_seqlens, slots, block_table, backend)
     else:
@@ -317,20 +317,9 @@ def _launch_triton(t, offsets, layers, shape, strides, cs, slots, block_table):
     )
 
 
-def _int32(t):
-    """The kernels read int32 contiguous index tensors (commit_kv converts; direct op calls).
-    int64 ids are clamped into [-1, 2^31 - 1] first: an id past the int32 range must stay
-    invalid (a slot past the capacity, a page past the pool), not wrap into a valid one."""
-    if t is None or (t.dtype == torch.int32 and t.is_contiguous()):
-        return t
-    if t.dtype == torch.int64:
-        t = t.clamp(-1, 2**31 - 1)
-    return t.to(torch.int32).contiguous()
-
-
 def _impl(caches, cache_seqlens, slots, block_table, backend):
     be = c.pick_backend(_OP, backend, caches.device, _BACKENDS)
-    slots, block_table = _int32(slots), _int32(block_table)
+    slots, block_table = c.int32_ids(slots), c.int32_ids(block_table)
     if be == "reference":
         reference.commit_kv(caches, cache_seqlens, slots, block_table=block_table)
         return
@@ -358,7 +347,7 @@ def _impl(caches, cache_seqlens, slots, block_table, backend):
 
 def _impl_list(caches, cache_seqlens, slots, block_table, backend):
     be = c.pick_backend(_OP, backend, caches[0].device, _BACKENDS)
-    slots, block_table = _int32(slots), _int32(block_table)
+    slots, block_table = c.int32_ids(slots), c.int32_ids(block_table)
     if be == "reference":
         pairs = [(caches[i], caches[i + 1]) for i in range(0, len(caches), 2)]
         reference.commit_kv(pairs, cache_seqlens, slots, block_table=block_table)

@@ -102,8 +102,8 @@ def _param(name, value, batch, dev, dtypes, want):
                 f"specops.{_OP}: {name} must have shape [], [1] or [{batch}] (one per request), "
                 f"got {list(value.shape)}"
             )
-        if value.dtype == torch.int64 and want == torch.int32:
-            value = value.clamp(-1, 2**31 - 1)  # past int32: still "keep everything", no wrap
+        if want == torch.int32:  # top_k: past int32 still "keep everything", never wraps
+            value = c.int32_ids(value)
         return value.reshape(-1).to(want).expand(batch).contiguous(), 0
     integer = want == torch.int32
     if isinstance(value, bool) or not isinstance(value, (int, float) if not integer else int):
