@@ -159,8 +159,6 @@ def tree_attention(
             f"specops.{op}: the triton backend takes head_dim <= {_TRITON_MAX_HEAD_DIM} and "
             f"float16/bfloat16/float32, got D = {d}, {q.dtype}"
         )
-    if backend == "cascade" and (why := cascade.unsupported(q, k_cache, v_cache, block_table)):
-        raise ValueError(f"specops.{op}: {why}")
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(d)
     _check_capacity(op, cache_seqlens, n, cap, block_table, k_cache.shape[0], k_cache.shape[1])
@@ -173,7 +171,9 @@ def tree_attention(
 def _attn_impl(q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_scale, backend):
     d = q.shape[-1]
     have = _BACKENDS if d <= _TRITON_MAX_HEAD_DIM and q.dtype != torch.float64 else ("reference",)
-    if backend == "cascade" and not cascade.unsupported(q, k_cache, v_cache, block_table):
+    if backend == "cascade":  # checked here, so direct torch.ops calls get the same error
+        if why := cascade.unsupported(q, k_cache, v_cache, block_table):
+            raise ValueError(f"specops.tree_attention: {why}")
         have = have + ("cascade",)
     be = c.pick_backend("tree_attention", backend, q.device, have)
     if be == "cascade":
