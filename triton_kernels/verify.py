@@ -68,10 +68,7 @@ def _inverse_cdf(
     """min{i : w_0 + ... + w_i > u * sum(w), w_i > 0} (float64 sums), else the last id with
     w_i > 0, else 0: reference.inverse_cdf of the weight row."""
     cols = tl.arange(0, BLOCK)
-    acc = tl.zeros([BLOCK], dtype=tl.float64)
-    for base in range(0, vocab, BLOCK):
-        acc += _weights(p_row, q_row, x, s, base + cols, vocab, MODE, HAS_Q).to(tl.float64)
-    total = tl.sum(acc, axis=0)
+    total = _total(p_row, q_row, x, s, vocab, MODE, HAS_Q, BLOCK)
     target = u.to(tl.float64) * total
     running = total * 0.0  # the carry: sum of the tiles before this one
     found = vocab + 0 * x
