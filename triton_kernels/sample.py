@@ -5,6 +5,7 @@ import torch
 import triton
 import triton.language as tl
 from specops.triton_kernels.philox import philox_uniform
+from specops.triton_kernels.verify import _inverse_cdf
 
 
 @triton.jit
@@ -26,14 +27,6 @@ def _sample_kernel(
 ):
     row = tl.program_id(0).to(tl.int64)
     p_row = probs + row * row_stride
-    cols = tl.arange(0, BLOCK)
-
-    total = tl.zeros([BLOCK], dtype=tl.float64)
-    for base in range(0, vocab, BLOCK):
-        idx = base + cols
-        total += tl.maximum(tl.load(p_row + idx, mask=idx < vocab, other=0.0), 0.0).to(tl.float64)
-    total_sum = tl.sum(total, axis=0)
-
     if HAS_UNIFORMS:
         u = tl.load(uniforms + row)
     else:
@@ -49,21 +42,10 @@ def _sample_kernel(
             philox_uniform(seed, offset, row + tl.zeros([1], tl.int64), tl.zeros([1], tl.int32)),
             axis=0,
         )
-    target = u.to(tl.float64) * total_sum
-
-    # first i with cumsum > target, among positive entries; else the last positive entry
-    running = total_sum * 0.0
-    found = vocab + 0 * row
-    last = 0 * row
-    for base in range(0, vocab, BLOCK):
-        idx = base + cols
-        p = tl.maximum(tl.load(p_row + idx, mask=idx < vocab, other=0.0), 0.0).to(tl.float64)
-        inclusive = tl.cumsum(p, axis=0) + running
-        hit = (inclusive > target) & (p > 0.0)
-        found = tl.minimum(found, tl.min(tl.where(hit, idx, vocab), axis=0))
-        last = tl.maximum(last, tl.max(tl.where(p > 0.0, idx, 0), axis=0))
-        running += tl.sum(p, axis=0)
-    tok = tl.where(found < vocab, found, last)
+    # first i with cumsum of max(p, 0) > u * total, among positive entries; else the last
+    # positive entry (the inverse CDF verify_chain draws its final token with, weight mode 0)
+    none = -1 + 0 * row  # no draft token: mode 0 reads neither q nor x
+    tok = _inverse_cdf(p_row, p_row, none, u.to(tl.float64) * 0.0, u, vocab, 0, False, BLOCK)
     tl.store(out + row, tok.to(tl.int32))
 
 
