@@ -1,9 +1,8 @@
 """features: the Triton kernels equal the reference (copies: exactly; path_similarity: 1e-5)."""
 
-import os
-
 import pytest
 import torch
+from helpers import aot_compile
 from test_reference_features import brute_path_similarity
 
 import specops
@@ -310,14 +309,4 @@ print("compiled")
 def test_triton_kernels_lower_for_sm90(dt):
     """Ahead-of-time compile for sm_90 (no GPU needed, out of the interpreter): catches lowering
     errors the interpreter does not see."""
-    import subprocess
-    import sys
-
-    pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    res = subprocess.run(
-        [sys.executable, "-c", _AOT, dt], env=env, capture_output=True, text=True, timeout=300
-    )
-    if "compiled" not in res.stdout and ("ptxas" in res.stderr and "not found" in res.stderr):
-        pytest.skip("no ptxas for ahead-of-time compilation")
-    assert res.returncode == 0 and "compiled" in res.stdout, res.stderr[-3000:]
+    aot_compile(_AOT, dt)

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from helpers import aot_compile
 
 import specops
 from specops import _build, reference
@@ -315,15 +316,4 @@ print("compiled")
 
 def test_triton_kernel_lowers_for_sm90():
     """Ahead-of-time compile for sm_90 (no GPU needed, out of the interpreter)."""
-    import os
-    import subprocess
-    import sys
-
-    pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    res = subprocess.run(
-        [sys.executable, "-c", _AOT], env=env, capture_output=True, text=True, timeout=300
-    )
-    if "compiled" not in res.stdout and ("ptxas" in res.stderr and "not found" in res.stderr):
-        pytest.skip("no ptxas for ahead-of-time compilation")
-    assert res.returncode == 0 and "compiled" in res.stdout, res.stderr[-3000:]
+    aot_compile(_AOT)
