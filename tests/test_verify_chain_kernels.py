@@ -14,9 +14,8 @@ import pytest
 import torch
 from helpers import aot_compile, random_probs
 from helpers import gen as _gen
-from helpers import to_device as _to
 from test_reference_verify import PASS, Markov, _draw, joint_pvalue
-from test_verify_kernels import make_chain
+from test_verify_kernels import _dev, make_chain, run_chain
 
 import specops
 from specops import Relaxation
@@ -31,31 +30,12 @@ except ImportError:  # pragma: no cover
     _HAS_TRITON = False
 needs_triton = pytest.mark.skipif(not _HAS_TRITON, reason="needs triton")
 
-DEV = "cuda" if torch.cuda.is_available() else "cpu"  # where the triton backend runs
+DEV = _dev("triton")  # where the triton backend runs
 BACKENDS = [
     "cpu",
     pytest.param("triton", marks=needs_triton),
     pytest.param("cuda", marks=pytest.mark.gpu),
 ]
-
-
-def _dev(be):
-    return {"cpu": "cpu", "cuda": "cuda"}.get(be, DEV)
-
-
-def run(be, p, x, q, **kw):
-    """Backend ``be`` on its device == the reference on the CPU; returns the reference result."""
-    dev = _dev(be)
-    got = specops.verify_chain(
-        _to(p, dev), _to(x, dev), _to(q, dev), backend=be,
-        **{k: _to(v, dev) for k, v in kw.items()},
-    )  # fmt: skip
-    want = specops.verify_chain(p, x, q, backend="reference", **kw)
-    assert got.tokens.dtype == torch.int32 and got.num_accepted.dtype == torch.int32
-    assert got.tokens.shape == want.tokens.shape
-    assert torch.equal(got.tokens.cpu(), want.tokens), (got.tokens, want.tokens)
-    assert torch.equal(got.num_accepted.cpu(), want.num_accepted)
-    return want
 
 
 SMALL_KINDS = ["mixed", "one_hot", "near_one_hot", "zero_q", "all_rejected"]
@@ -86,13 +66,13 @@ def test_chain_matches_reference(be, b, k, v, kinds):
             s = int(torch.randint(0, 2**31, (1,), generator=gen))
             if big:  # one sampled call per draft kind at the large vocabularies, and greedy
                 kw = dict(seed=s) if i == 0 else dict(num_draft=nd, seed=seeds, offset=2**33)
-                run(be, p, x if i == 0 else xpad, dp, **kw)
+                run_chain(be, p, x if i == 0 else xpad, dp, **kw)
                 if i == 0:
-                    run(be, p, xpad, dp, greedy=True, num_draft=nd)
+                    run_chain(be, p, xpad, dp, greedy=True, num_draft=nd)
                 continue
-            run(be, p, x, dp, seed=s)
-            run(be, p, xpad, dp, num_draft=nd, seed=seeds, offset=torch.tensor(2**33 + 5))
-            run(be, p, x, dp, greedy=True, num_draft=nd)
+            run_chain(be, p, x, dp, seed=s)
+            run_chain(be, p, xpad, dp, num_draft=nd, seed=seeds, offset=torch.tensor(2**33 + 5))
+            run_chain(be, p, x, dp, greedy=True, num_draft=nd)
 
 
 @pytest.mark.parametrize("be", BACKENDS)
@@ -100,7 +80,7 @@ def test_chain_acceptance_mix_is_exercised(be):
     # the scenarios reach accepted prefixes of every kind: none, some, all (bonus)
     gen = _gen(5)
     p, x, q = make_chain(40, 6, 50, gen, "mixed")
-    r = run(be, p, x, q, seed=3)
+    r = run_chain(be, p, x, q, seed=3)
     a = r.num_accepted
     assert (a == 0).any() and (a > 2).any() and (a < 6).any() and (a == 6).any()
 
@@ -114,12 +94,12 @@ def test_chain_relax(be):
         nb[:, 0] = torch.arange(v)  # x itself is skipped
         for delta in (0.0, 0.05, 2.0):
             for dp in (q, None):
-                run(be, p, x, dp, relax=Relaxation(nb, delta), seed=int(delta * 100) % 97)
-        run(be, p, x, q, relax=Relaxation(nb.long(), 0.2), seed=1)
+                run_chain(be, p, x, dp, relax=Relaxation(nb, delta), seed=int(delta * 100) % 97)
+        run_chain(be, p, x, q, relax=Relaxation(nb.long(), 0.2), seed=1)
     # a relaxation that flips decisions: with delta >= 1 every neighbour's mass is pooled
     p, x, q = make_chain(8, 4, 7, gen, "all_rejected")
     nb = torch.arange(7).roll(1)[:, None].expand(7, 3).contiguous()
-    r = run(be, p, x, q, relax=Relaxation(nb, 1.0), seed=2)
+    r = run_chain(be, p, x, q, relax=Relaxation(nb, 1.0), seed=2)
     assert (r.num_accepted > 0).any()
 
 
@@ -130,7 +110,7 @@ def test_chain_explicit_uniforms_and_known_answer(be):
     p, x, q = make_chain(b, k, v, gen, "mixed")
     u = torch.rand(b, k + 1, generator=gen)
     for dp in (q, None):
-        run(be, p, x, dp, uniforms=u)
+        run_chain(be, p, x, dp, uniforms=u)
     pp = torch.tensor([[[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]]], device=_dev(be))
     qq = torch.tensor([[[0.2, 0.5, 0.3]]], device=_dev(be))
     xx = torch.tensor([[1]], device=_dev(be))
@@ -149,16 +129,18 @@ def test_chain_seed_tensor_shapes_and_int32_ids(be):
     gen = _gen(8)
     b, k, v = 3, 4, 111
     p, x, q = make_chain(b, k, v, gen, "mixed")
-    run(be, p, x.int(), q, seed=torch.tensor(123), offset=torch.tensor([9]))
-    run(be, p, x.int(), q, seed=torch.tensor([123]), offset=4)
-    run(be, p, x, q, seed=torch.tensor([1, 2, 3]), num_draft=torch.tensor([4, 0, 2]).int())
-    run(be, p, x, None, seed=-5, offset=2**40)
-    run(be, p, x.int(), None, seed=-(2**63), offset=2**63 - 1, num_draft=torch.tensor([4, 1, 3]))
-    run(be, p, x.int(), None, greedy=True, num_draft=torch.tensor([4, 1, 3]))
+    run_chain(be, p, x.int(), q, seed=torch.tensor(123), offset=torch.tensor([9]))
+    run_chain(be, p, x.int(), q, seed=torch.tensor([123]), offset=4)
+    run_chain(be, p, x, q, seed=torch.tensor([1, 2, 3]), num_draft=torch.tensor([4, 0, 2]).int())
+    run_chain(be, p, x, None, seed=-5, offset=2**40)
+    run_chain(
+        be, p, x.int(), None, seed=-(2**63), offset=2**63 - 1, num_draft=torch.tensor([4, 1, 3])
+    )
+    run_chain(be, p, x.int(), None, greedy=True, num_draft=torch.tensor([4, 1, 3]))
     # request b reads stream row b under seed[b], whatever the other requests' seeds
     seeds = torch.tensor([11, 12, 13])
-    a = run(be, p, x, q, seed=seeds, offset=3)
-    c = run(be, p, x, q, seed=torch.tensor([99, 12, 98]), offset=3)
+    a = run_chain(be, p, x, q, seed=seeds, offset=3)
+    c = run_chain(be, p, x, q, seed=torch.tensor([99, 12, 98]), offset=3)
     assert torch.equal(a.tokens[1], c.tokens[1])
 
 
@@ -169,11 +151,11 @@ def test_chain_half_inputs(be, dtype):
     b, k, v = 3, 5, 32000
     p, x, q = make_chain(b, k, v, gen, "mixed")
     p, q = p.to(dtype), q.to(dtype)
-    run(be, p, x, q, seed=4)
-    run(be, p, x.int(), None, seed=5)
-    run(be, p, x, q, greedy=True)
+    run_chain(be, p, x, q, seed=4)
+    run_chain(be, p, x.int(), None, seed=5)
+    run_chain(be, p, x, q, greedy=True)
     # a float32 target with a half draft (dtypes may differ)
-    run(be, p.float(), x, q, seed=6)
+    run_chain(be, p.float(), x, q, seed=6)
 
 
 @pytest.mark.parametrize("be", BACKENDS)
@@ -182,11 +164,11 @@ def test_chain_strided_inputs(be):
     b, k, v = 5, 3, 111
     p, x, q = make_chain(b, k + 2, v, gen, "mixed")
     # non-contiguous views (the last dim stays contiguous for p; draft ids strided)
-    run(be, p[:, 2:], x[:, 1:-1], q[:, 1:-1], seed=3)
-    run(be, p[:, 2:], x.t().contiguous().t()[:, :k], q[:, :k], seed=4)
-    run(be, p[::2, 2:], x[::2, :k], q[::2, :k], num_draft=torch.tensor([3, 1, 2]), seed=5)
+    run_chain(be, p[:, 2:], x[:, 1:-1], q[:, 1:-1], seed=3)
+    run_chain(be, p[:, 2:], x.t().contiguous().t()[:, :k], q[:, :k], seed=4)
+    run_chain(be, p[::2, 2:], x[::2, :k], q[::2, :k], num_draft=torch.tensor([3, 1, 2]), seed=5)
     # a probability row with a non-unit last stride is made contiguous by the launcher
-    run(be, p.transpose(1, 2).contiguous().transpose(1, 2)[:, 2:], x[:, :k], None, seed=6)
+    run_chain(be, p.transpose(1, 2).contiguous().transpose(1, 2)[:, 2:], x[:, :k], None, seed=6)
 
 
 @pytest.mark.parametrize("be", BACKENDS)
@@ -199,16 +181,16 @@ def test_chain_fast_mode_out_of_range_ids(be):
     nb = torch.randint(-3, v + 3, (v, 3), generator=gen).int()
     with specops.validation(False):
         for dp in (q, None):
-            r = run(be, p, x, dp, seed=2)
+            r = run_chain(be, p, x, dp, seed=2)
             assert (r.num_accepted <= 1).all()
-            run(be, p, x, dp, seed=3, relax=Relaxation(nb, 0.5))
-            run(be, p, x, dp, greedy=True)
+            run_chain(be, p, x, dp, seed=3, relax=Relaxation(nb, 0.5))
+            run_chain(be, p, x, dp, greedy=True)
         # int64 neighbours are read as int64: ids past int32 are out of range, not wrapped
         nb64 = nb.long()
         nb64[:, 1] = 2**32 + (torch.arange(v) + 1) % v  # would wrap to a real neighbour
-        run(be, p, x, q, seed=4, relax=Relaxation(nb64, 2.0))
+        run_chain(be, p, x, q, seed=4, relax=Relaxation(nb64, 2.0))
         # rows without mass: token 0 (the documented fallback)
-        r = run(be, torch.zeros(2, k + 1, v), x[:2], None, seed=1)
+        r = run_chain(be, torch.zeros(2, k + 1, v), x[:2], None, seed=1)
         assert (r.tokens[:, 0] == 0).all()
 
 
@@ -223,7 +205,7 @@ def test_chain_int64_neighbours_past_int32_stay_out_of_range(be):
     nb = torch.full((v, 1), 2**32 + 1, dtype=torch.long)
     u = torch.tensor([[0.1, 0.3]])
     with specops.validation(False):
-        r = run(be, p, x, None, relax=Relaxation(nb, 1.0), uniforms=u)
+        r = run_chain(be, p, x, None, relax=Relaxation(nb, 1.0), uniforms=u)
     assert r.num_accepted.tolist() == [0]
 
 
@@ -231,9 +213,9 @@ def test_chain_int64_neighbours_past_int32_stay_out_of_range(be):
 def test_chain_empty(be):
     gen = _gen(12)
     p, x, q = make_chain(4, 0, 111, gen, "mixed")
-    run(be, p, x, q, seed=1)
-    run(be, p, x, None, seed=1)
-    run(be, p, x, None, greedy=True)
+    run_chain(be, p, x, q, seed=1)
+    run_chain(be, p, x, None, seed=1)
+    run_chain(be, p, x, None, greedy=True)
     r = specops.verify_chain(
         torch.rand(0, 3, 5, device=_dev(be)),
         torch.zeros(0, 2, dtype=torch.long, device=_dev(be)),

@@ -40,7 +40,10 @@ def _one_torch_thread():
 
 
 def _dev(be):
-    return "cuda" if be == "cuda" else "cpu"
+    """Where backend ``be`` runs: cuda on the GPU, triton on the GPU when there is one (else in
+    the interpreter on the CPU), cpu and reference on the CPU."""
+    gpu = be == "cuda" or (be == "triton" and torch.cuda.is_available())
+    return "cuda" if gpu else "cpu"
 
 
 def _mix(p, gen, w=0.6):
@@ -89,6 +92,7 @@ def run_chain(be, p, x, q, **kw):
     )
     want = specops.verify_chain(p, x, q, backend="reference", **kw)
     assert got.tokens.dtype == torch.int32 and got.num_accepted.dtype == torch.int32
+    assert got.tokens.shape == want.tokens.shape
     assert torch.equal(got.tokens.cpu(), want.tokens), (got.tokens, want.tokens)
     assert torch.equal(got.num_accepted.cpu(), want.num_accepted)
     return want
