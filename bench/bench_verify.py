@@ -23,9 +23,9 @@ import torch
 import specops
 from bench.harness import Row, time_cpu, time_fn, with_ratios
 from specops.ops._common import available_backends
+from specops.ops.verify import _CHAIN_BACKENDS, _PATH_BACKENDS
 
 FAST = ("cuda", "triton", "cpu")
-CHAIN_BACKENDS = ("cuda", "triton", "cpu", "reference")  # verify_chain's (specops/ops/verify.py)
 
 
 def _probs(shape, gen, device, sharp=2.0):
@@ -102,7 +102,7 @@ def bench_chain(device, quick) -> list[Row]:
             ins = [_chain_inputs(b, k, v, device, gen, det) for _ in range(_copies(nbytes, device))]
             shape = f"B={b} K={k} V={v}" + (" det" if det else "")
             with specops.validation(False):
-                for be in _backends(device, CHAIN_BACKENDS):
+                for be in _backends(device, _CHAIN_BACKENDS):
                     if be == "reference" and device == "cuda" and b * k * v > 64 * 8 * 32000:
                         continue  # the eager reference at the largest shapes only adds minutes
                     fns = [
@@ -313,7 +313,7 @@ def bench_path_acceptance(device, quick) -> list[Row]:
         i = _tree_inputs(b, tree, v, device, gen)  # (p, tokens, q)
         shape = f"B={b} N={tree.num_nodes} V={v} leaves={int(tree.is_leaf.sum(-1).max())}"
         with specops.validation(False):
-            for be in _backends(device):
+            for be in _backends(device, _PATH_BACKENDS):
                 fn = lambda be=be, t=tree, i=i: specops.path_acceptance(  # noqa: E731
                     i[0], i[2], t, i[1], backend=be
                 )
