@@ -1,5 +1,7 @@
 // Shared helpers of the binding files.  Each op family registers its functions from its own
 // csrc/bind_<family>.cpp (bind_<family>(m)), so families never edit each other's files.
+// Tensors arrive as TensorArg (pointer + dtype + sizes + strides + device, tensor_arg.h); each
+// binding checks what its kernel reads (ArgCheck) and passes strides where the kernel walks them.
 #pragma once
 #include <pybind11/pybind11.h>
 
@@ -8,6 +10,8 @@
 #include <vector>
 
 #include "specops/common.h"
+#include "specops/verify.h"
+#include "tensor_arg.h"
 
 namespace specops {
 
@@ -16,40 +20,110 @@ inline T* ptr(int64_t address) {
   return reinterpret_cast<T*>(static_cast<intptr_t>(address));
 }
 
-inline RngArgs make_rng(int64_t seed_ptr, int64_t seed_value, int64_t rows_per_seed,
-                        int64_t offset_ptr, int64_t offset_value, int64_t uniforms_ptr,
-                        int64_t draws_per_row) {
+// Token / index ids: int32 or int64 of the given rank (and sizes), last dim contiguous.
+inline const TensorArg& need_ids(const ArgCheck& c, const TensorArg& t, const char* name, int ndim,
+                                 std::initializer_list<int64_t> sizes = {}) {
+  c.need(t, name, t.dtype == DType::i64 ? DType::i64 : DType::i32, ndim, sizes);
+  return c.inner_contiguous(t, name);
+}
+
+// The random stream of `rows` rows of `draws` draws each.  seed: None or int64 [S] with S = 1
+// (shared) or S dividing rows (rows r * S / rows .. belong to seed r / (rows / S)), read with
+// its stride; offset: None or one int64; uniforms: None or float32 [rows, draws], read with its
+// strides.
+inline RngArgs make_rng(const ArgCheck& c, const TensorArg& seed, int64_t seed_value,
+                        const TensorArg& offset, int64_t offset_value, const TensorArg& uniforms,
+                        int64_t rows, int64_t draws) {
   RngArgs rng;
-  rng.seed_ptr = ptr<const int64_t>(seed_ptr);
+  rng.seed_ptr = c.maybe(seed, "seed", DType::i64, 1).as<const int64_t>();
   rng.seed_value = seed_value;
-  rng.rows_per_seed = rows_per_seed > 0 ? rows_per_seed : 1;
-  rng.offset_ptr = ptr<const int64_t>(offset_ptr);
+  rng.seed_stride = 0;
+  rng.rows_per_seed = rows > 0 ? rows : 1;
+  if (seed.defined()) {
+    const int64_t n = seed.size[0];
+    if (n < 1 || (n > 1 && rows % n != 0))
+      c.fail("seed", "must have 1 entry or one per request (" + std::to_string(n) +
+                         " does not divide the " + std::to_string(rows) + " rows)");
+    if (n > 1) {
+      rng.seed_stride = seed.stride[0];
+      rng.rows_per_seed = rows / n;
+    }
+  }
+  if (offset.defined()) {
+    c.need(offset, "offset", DType::i64, offset.ndim);
+    if (offset.numel() != 1) c.fail("offset", "must have exactly one element");
+  }
+  rng.offset_ptr = offset.as<const int64_t>();
   rng.offset_value = offset_value;
-  rng.uniforms = ptr<const float>(uniforms_ptr);
-  rng.draws_per_row = draws_per_row;
+  c.maybe(uniforms, "uniforms", DType::f32, 2, {rows, draws});
+  rng.uniforms = uniforms.as<const float>();
+  rng.uniforms_s0 = uniforms.defined() ? stride_of(uniforms, 0) : 0;
+  rng.uniforms_s1 = uniforms.defined() ? stride_of(uniforms, 1) : 0;
+  rng.draws_per_row = draws;
   return rng;
 }
 
-// The probability rows and token ids of a verification struct, from the fields that _rows in
-// specops/ops/_verify_kernels.py writes ("target", "target_sb", "target_s<row>", the same for
-// "draft", "tokens", "tokens_is64", "tokens_sb"); `row` names the dim-1 stride, which each
-// struct keeps in its own member (target_s1 / draft_s1).
+// The probability rows and token ids of a verification struct: target float32 [B, R, V], draft
+// None or float32 [B, Rd, V], tokens int32/int64 [B, Rt], each last dim contiguous; `target_s1` /
+// `draft_s1` name the struct's member for the stride of dim 1.  Sets target/draft/tokens,
+// batch and vocab.
 template <typename A>
-void read_rows(const pybind11::dict& d, const std::string& row, A& a, int64_t A::* target_s1,
-               int64_t A::* draft_s1) {
-  auto i64 = [&](const std::string& k) { return d[pybind11::str(k)].cast<int64_t>(); };
-  a.target = ptr<const float>(i64("target"));
-  a.target_sb = i64("target_sb");
-  a.*target_s1 = i64("target_s" + row);
-  a.draft = ptr<const float>(i64("draft"));
-  a.draft_sb = i64("draft_sb");
-  a.*draft_s1 = i64("draft_s" + row);
-  a.tokens = {ptr<const void>(i64("tokens")), d["tokens_is64"].cast<bool>()};
-  a.tokens_sb = i64("tokens_sb");
+void set_rows(const ArgCheck& c, A& a, int64_t A::* target_s1, int64_t A::* draft_s1,
+              const TensorArg& target, const TensorArg& draft, const TensorArg& tokens,
+              int64_t draft_rows, int64_t token_rows) {
+  c.inner_contiguous(c.need(target, "target_probs", DType::f32, 3), "target_probs");
+  const int64_t b = target.size[0], v = target.size[2];
+  c.inner_contiguous(c.maybe(draft, "draft_probs", DType::f32, 3, {b, draft_rows, v}),
+                     "draft_probs");
+  need_ids(c, tokens, "draft_tokens", 2, {b, token_rows});
+  a.target = target.as<const float>();
+  a.target_sb = target.stride[0];
+  a.*target_s1 = target.stride[1];
+  a.draft = draft.as<const float>();
+  a.draft_sb = draft.defined() ? draft.stride[0] : 0;
+  a.*draft_s1 = draft.defined() ? draft.stride[1] : 0;
+  a.tokens = {tokens.data, tokens.dtype == DType::i64};
+  a.tokens_sb = tokens.stride[0];
+  a.batch = b;
+  a.vocab = v;
+}
+
+// A tree array (first_child, next_sibling, parents): int32 [1 or B, N], rows contiguous;
+// returns the row stride the kernels use (0: one tree shared by the batch).
+inline int64_t tree_array(const ArgCheck& c, const TensorArg& t, const char* name, int64_t b,
+                          int64_t n) {
+  c.inner_contiguous(c.need(t, name, DType::i32, 2, {-1, n}), name);
+  if (t.size[0] != 1 && t.size[0] != b)
+    c.fail(name, "must have 1 or " + std::to_string(b) + " rows");
+  return t.size[0] == 1 ? 0 : t.stride[0];
+}
+
+// LANTERN relaxation: neighbours None or int32 [V, k] contiguous (ids are clamped by the caller).
+inline RelaxArgs relax_args(const ArgCheck& c, const TensorArg& nb, double delta, int64_t v) {
+  c.contiguous(c.maybe(nb, "relax.neighbors", DType::i32, 2, {v, -1}), "relax.neighbors");
+  return RelaxArgs{nb.as<const int32_t>(), nb.defined() ? nb.size[1] : 0, delta};
 }
 
 inline void check_cuda_error(const std::string& err, const char* op) {
   if (!err.empty()) throw std::runtime_error(std::string("specops.") + op + ": " + err);
+}
+
+// A binding from an argument builder `make(cuda, p...)`: the CPU twin `run` (GIL released while
+// it runs), or the CUDA launcher `launch` (returns the CUDA error text) with a trailing stream.
+template <typename Args, typename... P>
+auto host(Args (*make)(bool, P...), void (*run)(const Args&)) {
+  return [make, run](P... p) {
+    Args a = make(false, p...);
+    pybind11::gil_scoped_release release;
+    run(a);
+  };
+}
+
+template <typename Args, typename... P>
+auto cuda(Args (*make)(bool, P...), std::string (*launch)(const Args&, void*), const char* op) {
+  return [make, launch, op](P... p, int64_t stream) {
+    check_cuda_error(launch(make(true, p...), ptr<void>(stream)), op);
+  };
 }
 
 // Names of the kernels compiled into the module, for specops.build_info().

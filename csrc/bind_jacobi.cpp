@@ -1,5 +1,5 @@
-// Bindings of verify_jacobi.  Arguments are validated by specops/ops/verify.py and made
-// kernel-ready by specops/ops/_jacobi_kernels.py.
+// Bindings of verify_jacobi.  Tensors arrive as TensorArg (csrc/tensor_arg.h); user-facing
+// checks live in specops/ops/verify.py, the normalisation in specops/ops/_jacobi_kernels.py.
 #include "bind.h"
 #include "specops/jacobi.h"
 #ifdef SPECOPS_WITH_CUDA
@@ -7,37 +7,55 @@
 #endif
 
 namespace py = pybind11;
+using T = const specops::TensorArg&;
 
 namespace specops {
 
 namespace {
 
-JacobiArgs jacobi_args(py::dict d) {
-  auto i64 = [&](const char* k) { return d[k].cast<int64_t>(); };
+JacobiArgs jacobi_args(bool cuda, T target, T draft, T window, T first_child, T next_sibling,
+                       bool cont, int64_t num_candidates, T neighbors, double delta, T seed,
+                       int64_t seed_value, T offset, int64_t offset_value, T uniforms, T out_num,
+                       T out_next_window, T out_first_reject, T out_candidates, T out_path,
+                       T workspace, T counters, bool emulate_cuda) {
+  const ArgCheck c{"verify_jacobi", cuda};
   JacobiArgs a;
-  read_rows(d, "l", a, &JacobiArgs::target_sl, &JacobiArgs::draft_sl);
-  a.first_child = ptr<const int32_t>(i64("first_child"));
-  a.next_sibling = ptr<const int32_t>(i64("next_sibling"));
-  a.tree_sb = i64("tree_sb");
-  a.batch = i64("batch");
-  a.len = i64("len");
-  a.vocab = i64("vocab");
-  a.cont = d["cont"].cast<bool>();
-  a.num_candidates = i64("num_candidates");
-  a.relax = RelaxArgs{ptr<const int32_t>(i64("neighbors")), i64("neighbors_k"),
-                      d["delta"].cast<double>()};
-  a.rng = make_rng(i64("seed_ptr"), i64("seed_value"), i64("rows_per_seed"), i64("offset_ptr"),
-                   i64("offset_value"), i64("uniforms"), 0);
-  a.rng.draws_per_row = jacobi_draws(a);
-  a.out_num_accepted = ptr<int32_t>(i64("out_num_accepted"));
-  a.out_next_window = ptr<int32_t>(i64("out_next_window"));
-  a.out_first_reject = ptr<int32_t>(i64("out_first_reject"));
-  a.out_candidates = ptr<int32_t>(i64("out_candidates"));
-  a.out_path = ptr<int32_t>(i64("out_path"));
-  a.workspace = ptr<int32_t>(i64("workspace"));
-  a.ws_stride = i64("ws_stride");
-  a.counters = ptr<int32_t>(i64("counters"));
-  a.emulate_cuda = d.contains("emulate_cuda") && d["emulate_cuda"].cast<bool>();
+  const int64_t L = target.defined() ? target.size[1] : 0;
+  set_rows(c, a, &JacobiArgs::target_sl, &JacobiArgs::draft_sl, target, draft, window, L, L);
+  a.len = L;
+  const int64_t b = a.batch;
+  const bool tree = first_child.defined();
+  a.tree_sb = tree ? tree_array(c, first_child, "first_child", b, L) : 0;
+  if (tree && (tree_array(c, next_sibling, "next_sibling", b, L) != a.tree_sb ||
+               next_sibling.size[0] != first_child.size[0]))
+    c.fail("next_sibling", "must have the layout of first_child");
+  a.first_child = first_child.as<const int32_t>();
+  a.next_sibling = tree ? next_sibling.as<const int32_t>() : nullptr;
+  a.cont = cont;
+  if (num_candidates < 1) c.fail("num_candidates", "must be >= 1");
+  a.num_candidates = num_candidates;
+  a.relax = relax_args(c, neighbors, delta, a.vocab);
+  a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, b, jacobi_draws(a));
+  auto out = [&](T t, const char* name, std::initializer_list<int64_t> sizes) {
+    c.contiguous(c.need(t, name, DType::i32, static_cast<int>(sizes.size()), sizes), name);
+    return t.as<int32_t>();
+  };
+  a.out_num_accepted = out(out_num, "out_num_accepted", {b});
+  a.out_next_window = out(out_next_window, "out_next_window", {b, L});
+  a.out_first_reject = out(out_first_reject, "out_first_reject", {b});
+  a.out_candidates =
+      num_candidates > 1 ? out(out_candidates, "out_candidates", {b, L, num_candidates}) : nullptr;
+  a.out_path = tree ? out(out_path, "out_path", {b, L}) : nullptr;
+  a.ws_stride = jacobi_ws_size(L, num_candidates);
+  const bool cuda_tree = cuda && tree;
+  a.workspace = cuda_tree ? out(workspace, "workspace", {b, a.ws_stride}) : nullptr;
+  a.counters = nullptr;
+  if (cuda_tree) {
+    c.contiguous(c.need(counters, "counters", DType::i32, 1), "counters");
+    if (counters.size[0] < b) c.fail("counters", "must have at least one entry per request");
+    a.counters = counters.as<int32_t>();
+  }
+  a.emulate_cuda = emulate_cuda;
   return a;
 }
 
@@ -46,16 +64,10 @@ JacobiArgs jacobi_args(py::dict d) {
 void bind_jacobi(py::module_& m) {
   host_kernel_names().push_back("verify_jacobi");
   m.def("jacobi_ws_size", [](int64_t len, int64_t k) { return jacobi_ws_size(len, k); });
-  m.def("verify_jacobi_cpu", [](py::dict d) {
-    JacobiArgs a = jacobi_args(d);
-    py::gil_scoped_release release;
-    verify_jacobi_host(a);
-  });
+  m.def("verify_jacobi_cpu", host(jacobi_args, verify_jacobi_host));
 #ifdef SPECOPS_WITH_CUDA
   cuda_kernel_names().push_back("verify_jacobi");
-  m.def("verify_jacobi_cuda", [](py::dict d, int64_t stream) {
-    check_cuda_error(launch_verify_jacobi_cuda(jacobi_args(d), ptr<void>(stream)), "verify_jacobi");
-  });
+  m.def("verify_jacobi_cuda", cuda(jacobi_args, launch_verify_jacobi_cuda, "verify_jacobi"));
 #endif
 }
 

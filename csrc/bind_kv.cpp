@@ -1,5 +1,11 @@
-// Bindings of the kv kernels: commit_kv (CPU twin and CUDA).  Arguments are validated by
-// specops/ops/kv.py; strides and sizes of the cache are in bytes.
+// Binding of commit_kv (CPU twin and CUDA).  The cache arrives as a TensorArg: the stacked tensor
+// [layers, 2, B or P, S or page, Hkv, D], or (list of per-layer tensors) the first slab
+// [B or P, S or page, Hkv, D] plus `bases`, int64 [2 * layers] of every slab's address (all
+// slabs share the first one's shape, dtype and strides: checked by specops/ops/kv.py).  The
+// geometry the kernels use (byte strides, row size, capacity) is derived here from the sizes
+// and strides.
+#include <numeric>
+
 #include "bind.h"
 #include "specops/kv.h"
 #ifdef SPECOPS_WITH_CUDA
@@ -7,71 +13,121 @@
 #endif
 
 namespace py = pybind11;
+using T = const specops::TensorArg&;
 
 namespace specops {
 
 namespace {
 
-CommitKVArgs make_commit_args(int64_t base, int64_t bases, int64_t stride_layer, int64_t stride_kv,
-                              int64_t layers, int64_t stride_page, int64_t stride_pos,
-                              int64_t row_bytes, int64_t capacity, int64_t page_size,
-                              int64_t block_table, int64_t bt_stride, int64_t num_pages,
-                              int64_t seqlens, int64_t slots, int64_t slots_stride, int64_t batch,
-                              int64_t max_moves) {
+struct CommitBinding {
   CommitKVArgs a;
-  a.base = ptr<char>(base);
-  a.bases = ptr<const int64_t>(bases);
-  a.stride_layer = stride_layer;
-  a.stride_kv = stride_kv;
-  a.layers = layers;
-  a.stride_page = stride_page;
-  a.stride_pos = stride_pos;
-  a.row_bytes = row_bytes;
-  a.capacity = capacity;
-  a.page_size = page_size;
-  a.block_table = ptr<const int32_t>(block_table);
-  a.bt_stride = bt_stride;
-  a.num_pages = num_pages;
-  a.seqlens = ptr<int32_t>(seqlens);
-  a.slots = ptr<const int32_t>(slots);
-  a.slots_stride = slots_stride;
-  a.batch = batch;
-  a.max_moves = max_moves;
-  return a;
+  int64_t align;  // gcd of the byte geometry and the slab addresses (CUDA vector width)
+};
+
+int64_t element_size(const ArgCheck& c, T t) {
+  switch (t.dtype) {
+    case DType::f32:
+      return 4;
+    case DType::f16:
+    case DType::bf16:
+      return 2;
+    default:
+      c.fail("caches",
+             std::string("must be float32, float16 or bfloat16, got ") + dtype_name(t.dtype));
+  }
 }
+
+CommitBinding commit_args(bool cuda, T caches, T bases, int64_t bases_align, T seqlens, T slots,
+                          T block_table) {
+  const ArgCheck c{"commit_kv", cuda};
+  CommitBinding r;
+  CommitKVArgs& a = r.a;
+  const bool list = bases.defined();
+  if (!caches.defined()) c.fail("caches", "is required");
+  c.need(caches, "caches", caches.dtype, list ? 4 : 6);
+  const int64_t es = element_size(c, caches);
+  const int o = list ? 0 : 2;  // first slab dim
+  if (!list && caches.size[1] != 2) c.fail("caches", "must have dim 1 of size 2 (K, V)");
+  const int64_t hkv = caches.size[o + 2], d = caches.size[o + 3];
+  if ((d > 1 && caches.stride[o + 3] != 1) || (hkv > 1 && caches.stride[o + 2] != d))
+    c.fail("caches", "must have contiguous [Hkv, D] rows");
+  if (list) {
+    c.contiguous(c.need(bases, "bases", DType::i64, 1), "bases");
+    if (bases.size[0] % 2 != 0) c.fail("bases", "must hold 2 addresses per layer");
+    a.layers = bases.size[0] / 2;
+    a.base = nullptr;
+    a.bases = bases.as<const int64_t>();
+    a.stride_layer = a.stride_kv = 0;
+  } else {
+    a.layers = caches.size[0];
+    a.base = caches.as<char>();
+    a.bases = nullptr;
+    a.stride_layer = caches.stride[0] * es;
+    a.stride_kv = caches.stride[1] * es;
+  }
+  a.stride_page = caches.stride[o] * es;
+  a.stride_pos = caches.stride[o + 1] * es;
+  a.row_bytes = hkv * d * es;
+  c.contiguous(c.need(seqlens, "cache_seqlens", DType::i32, 1), "cache_seqlens");
+  a.batch = seqlens.size[0];
+  a.seqlens = seqlens.as<int32_t>();
+  c.inner_contiguous(c.need(slots, "accepted_slots", DType::i32, 2, {a.batch}), "accepted_slots");
+  a.slots = slots.as<const int32_t>();
+  a.slots_stride = slots.stride[0];
+  a.max_moves = slots.size[1];
+  a.num_pages = caches.size[o];
+  if (block_table.defined()) {
+    c.inner_contiguous(c.need(block_table, "block_table", DType::i32, 2, {a.batch}), "block_table");
+    a.page_size = caches.size[o + 1];
+    a.capacity = block_table.size[1] * a.page_size;
+    a.block_table = block_table.as<const int32_t>();
+    a.bt_stride = block_table.stride[0];
+  } else {
+    if (caches.size[o] != a.batch)
+      c.fail("caches", "must have batch dim " + std::to_string(a.batch) +
+                           " (from cache_seqlens); paged caches need block_table");
+    a.page_size = 0;
+    a.capacity = caches.size[o + 1];
+    a.block_table = nullptr;
+    a.bt_stride = 0;
+  }
+  int64_t g = list ? bases_align : reinterpret_cast<intptr_t>(a.base);
+  for (int64_t x : {a.row_bytes, a.stride_layer, a.stride_kv, a.stride_page, a.stride_pos})
+    g = std::gcd(g, x);
+  r.align = g;
+  return r;
+}
+
+void run_host(const CommitBinding& r) { commit_kv_host(r.a); }
+
+#ifdef SPECOPS_WITH_CUDA
+// Vector width: the largest of 16, 8, 4, 2, 1 bytes dividing the geometry and the addresses.
+int vec_bytes(int64_t align) {
+  for (int w : {16, 8, 4, 2})
+    if (align % w == 0) return w;
+  return 1;
+}
+
+void commit_cuda(T caches, T bases, int64_t bases_align, T seqlens, T slots, T block_table,
+                 T counters, int64_t stream) {
+  CommitBinding r = commit_args(true, caches, bases, bases_align, seqlens, slots, block_table);
+  const ArgCheck c{"commit_kv", true};
+  c.contiguous(c.need(counters, "counters", DType::i32, 1), "counters");
+  if (counters.size[0] < r.a.batch) c.fail("counters", "must have one entry per request");
+  check_cuda_error(
+      launch_commit_kv_cuda(r.a, vec_bytes(r.align), counters.as<int32_t>(), ptr<void>(stream)),
+      "commit_kv");
+}
+#endif
 
 }  // namespace
 
 void bind_kv(py::module_& m) {
   host_kernel_names().push_back("commit_kv");
-  m.def("commit_kv_cpu",
-        [](int64_t base, int64_t bases, int64_t stride_layer, int64_t stride_kv, int64_t layers,
-           int64_t stride_page, int64_t stride_pos, int64_t row_bytes, int64_t capacity,
-           int64_t page_size, int64_t block_table, int64_t bt_stride, int64_t num_pages,
-           int64_t seqlens, int64_t slots, int64_t slots_stride, int64_t batch, int64_t max_moves) {
-          CommitKVArgs a =
-              make_commit_args(base, bases, stride_layer, stride_kv, layers, stride_page,
-                               stride_pos, row_bytes, capacity, page_size, block_table, bt_stride,
-                               num_pages, seqlens, slots, slots_stride, batch, max_moves);
-          py::gil_scoped_release release;
-          commit_kv_host(a);
-        });
+  m.def("commit_kv_cpu", host(commit_args, run_host));
 #ifdef SPECOPS_WITH_CUDA
   cuda_kernel_names().push_back("commit_kv");
-  m.def("commit_kv_cuda",
-        [](int64_t base, int64_t bases, int64_t stride_layer, int64_t stride_kv, int64_t layers,
-           int64_t stride_page, int64_t stride_pos, int64_t row_bytes, int64_t capacity,
-           int64_t page_size, int64_t block_table, int64_t bt_stride, int64_t num_pages,
-           int64_t seqlens, int64_t slots, int64_t slots_stride, int64_t batch, int64_t max_moves,
-           int64_t vec_bytes, int64_t counters, int64_t stream) {
-          CommitKVArgs a =
-              make_commit_args(base, bases, stride_layer, stride_kv, layers, stride_page,
-                               stride_pos, row_bytes, capacity, page_size, block_table, bt_stride,
-                               num_pages, seqlens, slots, slots_stride, batch, max_moves);
-          check_cuda_error(launch_commit_kv_cuda(a, static_cast<int>(vec_bytes),
-                                                 ptr<int32_t>(counters), ptr<void>(stream)),
-                           "commit_kv");
-        });
+  m.def("commit_kv_cuda", &commit_cuda);
 #endif
 }
 

@@ -1,3 +1,5 @@
+// Binding of sample: probs float32 [rows, V] (last dim contiguous), the random stream, out int32
+// [rows] contiguous.  specops/ops/sample.py flattens the leading dims and normalises.
 #include "bind.h"
 #include "specops/sample.h"
 #ifdef SPECOPS_WITH_CUDA
@@ -5,31 +7,51 @@
 #endif
 
 namespace py = pybind11;
+using T = const specops::TensorArg&;
 
 namespace specops {
 
+namespace {
+
+struct SampleArgs {
+  const float* probs;
+  int64_t rows, vocab, row_stride;
+  RngArgs rng;
+  int32_t* out;
+};
+
+SampleArgs sample_args(bool cuda, T probs, T seed, int64_t seed_value, T offset,
+                       int64_t offset_value, T uniforms, T out) {
+  const ArgCheck c{"sample", cuda};
+  c.inner_contiguous(c.need(probs, "probs", DType::f32, 2), "probs");
+  SampleArgs a;
+  a.probs = probs.as<const float>();
+  a.rows = probs.size[0];
+  a.vocab = probs.size[1];
+  a.row_stride = probs.stride[0];
+  a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, a.rows, 1);
+  a.out = c.contiguous(c.need(out, "out", DType::i32, 1, {a.rows}), "out").as<int32_t>();
+  return a;
+}
+
+void run_host(const SampleArgs& a) {
+  sample_host(a.probs, a.rows, a.vocab, a.row_stride, a.rng, a.out);
+}
+
+#ifdef SPECOPS_WITH_CUDA
+std::string run_cuda(const SampleArgs& a, void* stream) {
+  return launch_sample_cuda(a.probs, a.rows, a.vocab, a.row_stride, a.rng, a.out, stream);
+}
+#endif
+
+}  // namespace
+
 void bind_sample(py::module_& m) {
   host_kernel_names().push_back("sample");
-  m.def("sample_cpu", [](int64_t probs, int64_t rows, int64_t vocab, int64_t row_stride,
-                         int64_t seed_ptr, int64_t seed_value, int64_t rows_per_seed,
-                         int64_t offset_ptr, int64_t offset_value, int64_t uniforms, int64_t out) {
-    RngArgs rng =
-        make_rng(seed_ptr, seed_value, rows_per_seed, offset_ptr, offset_value, uniforms, 1);
-    py::gil_scoped_release release;
-    sample_host(ptr<const float>(probs), rows, vocab, row_stride, rng, ptr<int32_t>(out));
-  });
+  m.def("sample_cpu", host(sample_args, run_host));
 #ifdef SPECOPS_WITH_CUDA
   cuda_kernel_names().push_back("sample");
-  m.def("sample_cuda", [](int64_t probs, int64_t rows, int64_t vocab, int64_t row_stride,
-                          int64_t seed_ptr, int64_t seed_value, int64_t rows_per_seed,
-                          int64_t offset_ptr, int64_t offset_value, int64_t uniforms, int64_t out,
-                          int64_t stream) {
-    RngArgs rng =
-        make_rng(seed_ptr, seed_value, rows_per_seed, offset_ptr, offset_value, uniforms, 1);
-    check_cuda_error(launch_sample_cuda(ptr<const float>(probs), rows, vocab, row_stride, rng,
-                                        ptr<int32_t>(out), ptr<void>(stream)),
-                     "sample");
-  });
+  m.def("sample_cuda", cuda(sample_args, run_cuda, "sample"));
 #endif
 }
 

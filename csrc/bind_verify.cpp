@@ -1,6 +1,7 @@
-// Bindings of the verification kernels (and sampling without replacement).  Arguments arrive as
-// a dict of integers (data pointers, sizes, strides), validated by specops/ops/verify.py and
-// specops/ops/sample.py.
+// Bindings of the verification kernels (and sampling without replacement).  Each takes its
+// tensors as TensorArg (csrc/tensor_arg.h) and checks what the kernel reads; the user-facing
+// checks and the normalisation (float32 rows, int32 trees) live in specops/ops/verify.py and
+// specops/ops/_verify_kernels.py.
 #include "bind.h"
 #include "specops/path_acceptance.h"
 #include "specops/verify.h"
@@ -9,90 +10,115 @@
 #endif
 
 namespace py = pybind11;
+using T = const specops::TensorArg&;
 
 namespace specops {
 
 namespace {
 
-struct Dict {
-  py::dict d;
-  int64_t i64(const char* k) const { return d[k].cast<int64_t>(); }
-  bool flag(const char* k) const { return d[k].cast<bool>(); }
-  RngArgs rng(int64_t draws_per_row) const {
-    return make_rng(i64("seed_ptr"), i64("seed_value"), i64("rows_per_seed"), i64("offset_ptr"),
-                    i64("offset_value"), i64("uniforms"), draws_per_row);
-  }
-  RelaxArgs relax() const {
-    return RelaxArgs{ptr<const int32_t>(i64("neighbors")), i64("neighbors_k"),
-                     d["delta"].cast<double>()};
-  }
-};
-
-VerifyChainArgs chain_args(py::dict dict) {
-  const Dict d{dict};
+VerifyChainArgs chain_args(bool cuda, T target, T draft, T tokens, T num_draft, T neighbors,
+                           double delta, bool greedy, T seed, int64_t seed_value, T offset,
+                           int64_t offset_value, T uniforms, T out_tokens, T out_num) {
+  const ArgCheck c{"verify_chain", cuda};
   VerifyChainArgs a;
-  read_rows(dict, "k", a, &VerifyChainArgs::target_sk, &VerifyChainArgs::draft_sk);
-  a.num_draft = ptr<const int64_t>(d.i64("num_draft"));
-  a.batch = d.i64("batch");
-  a.k = d.i64("k");
-  a.vocab = d.i64("vocab");
-  a.relax = d.relax();
-  a.greedy = d.flag("greedy");
-  a.rng = d.rng(a.k + 1);
-  a.out_tokens = ptr<int32_t>(d.i64("out_tokens"));
-  a.out_num_accepted = ptr<int32_t>(d.i64("out_num_accepted"));
+  const int64_t k = target.defined() ? target.size[1] - 1 : 0;
+  set_rows(c, a, &VerifyChainArgs::target_sk, &VerifyChainArgs::draft_sk, target, draft, tokens, k,
+           k);
+  a.k = k;
+  c.contiguous(c.maybe(num_draft, "num_draft", DType::i64, 1, {a.batch}), "num_draft");
+  a.num_draft = num_draft.as<const int64_t>();
+  a.relax = relax_args(c, neighbors, delta, a.vocab);
+  a.greedy = greedy;
+  a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, a.batch, k + 1);
+  a.out_tokens =
+      c.contiguous(c.need(out_tokens, "out_tokens", DType::i32, 2, {a.batch, k + 1}), "out_tokens")
+          .as<int32_t>();
+  a.out_num_accepted = c.contiguous(c.need(out_num, "out_num_accepted", DType::i32, 1, {a.batch}),
+                                    "out_num_accepted")
+                           .as<int32_t>();
   return a;
 }
 
-VerifyTreeArgs tree_args(py::dict dict) {
-  const Dict d{dict};
+VerifyTreeArgs tree_args(bool cuda, T target, T draft, T tokens, T first_child, T next_sibling,
+                         int64_t width, bool without_replacement, T neighbors, double delta,
+                         bool greedy, T seed, int64_t seed_value, T offset, int64_t offset_value,
+                         T uniforms, T ws_p, T ws_q, T out_path, T out_tokens, T out_num) {
+  const ArgCheck c{"verify_tree", cuda};
   VerifyTreeArgs a;
-  read_rows(dict, "n", a, &VerifyTreeArgs::target_sn, &VerifyTreeArgs::draft_sn);
-  a.first_child = ptr<const int32_t>(d.i64("first_child"));
-  a.next_sibling = ptr<const int32_t>(d.i64("next_sibling"));
-  a.tree_sb = d.i64("tree_sb");
-  a.batch = d.i64("batch");
-  a.nodes = d.i64("nodes");
-  a.vocab = d.i64("vocab");
-  a.width = d.i64("width");
-  a.without_replacement = d.flag("without_replacement");
-  a.greedy = d.flag("greedy");
-  a.relax = d.relax();
-  a.rng = d.rng(a.nodes);
-  a.ws_p = ptr<float>(d.i64("ws_p"));
-  a.ws_q = ptr<float>(d.i64("ws_q"));
-  a.out_path = ptr<int32_t>(d.i64("out_path"));
-  a.out_tokens = ptr<int32_t>(d.i64("out_tokens"));
-  a.out_num_accepted = ptr<int32_t>(d.i64("out_num_accepted"));
+  const int64_t n = target.defined() ? target.size[1] : 0;
+  set_rows(c, a, &VerifyTreeArgs::target_sn, &VerifyTreeArgs::draft_sn, target, draft, tokens, n,
+           n);
+  a.nodes = n;
+  a.tree_sb = tree_array(c, first_child, "first_child", a.batch, n);
+  if (tree_array(c, next_sibling, "next_sibling", a.batch, n) != a.tree_sb ||
+      next_sibling.size[0] != first_child.size[0])
+    c.fail("next_sibling", "must have the layout of first_child");
+  a.first_child = first_child.as<const int32_t>();
+  a.next_sibling = next_sibling.as<const int32_t>();
+  if (width < 1 || width > n) c.fail("width", "must be in [1, N]");
+  a.width = width;
+  a.without_replacement = without_replacement;
+  a.greedy = greedy;
+  a.relax = relax_args(c, neighbors, delta, a.vocab);
+  a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, a.batch, n);
+  // Workspaces: the residual target row (unless greedy) and the renormalised draft row
+  // (without replacement with draft probabilities).
+  const int64_t b = a.batch, v = a.vocab;
+  if (!greedy) c.contiguous(c.need(ws_p, "ws_p", DType::f32, 2, {b, v}), "ws_p");
+  if (without_replacement && draft.defined())
+    c.contiguous(c.need(ws_q, "ws_q", DType::f32, 2, {b, v}), "ws_q");
+  a.ws_p = greedy ? nullptr : ws_p.as<float>();
+  a.ws_q = without_replacement && draft.defined() ? ws_q.as<float>() : nullptr;
+  a.out_path = c.contiguous(c.need(out_path, "out_path", DType::i32, 2, {b, width}), "out_path")
+                   .as<int32_t>();
+  a.out_tokens =
+      c.contiguous(c.need(out_tokens, "out_tokens", DType::i32, 2, {b, width}), "out_tokens")
+          .as<int32_t>();
+  a.out_num_accepted =
+      c.contiguous(c.need(out_num, "out_num_accepted", DType::i32, 1, {b}), "out_num_accepted")
+          .as<int32_t>();
   return a;
 }
 
-SampleWorArgs wor_args(py::dict dict) {
-  const Dict d{dict};
+SampleWorArgs wor_args(bool cuda, T probs, int64_t k, T seed, int64_t seed_value, T offset,
+                       int64_t offset_value, T uniforms, T out) {
+  const ArgCheck c{"sample_without_replacement", cuda};
+  c.inner_contiguous(c.need(probs, "probs", DType::f32, 2), "probs");
   SampleWorArgs a;
-  a.probs = ptr<const float>(d.i64("probs"));
-  a.row_stride = d.i64("row_stride");
-  a.rows = d.i64("rows");
-  a.vocab = d.i64("vocab");
-  a.k = d.i64("k");
-  a.rng = d.rng(a.vocab);
-  a.out = ptr<int32_t>(d.i64("out"));
+  a.probs = probs.as<const float>();
+  a.rows = probs.size[0];
+  a.vocab = probs.size[1];
+  a.row_stride = probs.stride[0];
+  if (k < 1) c.fail("k", "must be >= 1");
+  a.k = k;
+  a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, a.rows, a.vocab);
+  a.out = c.contiguous(c.need(out, "out", DType::i32, 2, {a.rows, k}), "out").as<int32_t>();
   return a;
 }
 
-PathAcceptanceArgs path_args(py::dict dict) {
-  const Dict d{dict};
+PathAcceptanceArgs path_args(bool cuda, T target, T draft, T tokens, T parents, int64_t num_paths,
+                             T workspace, T out_kappa, T out_expected_len) {
+  const ArgCheck c{"path_acceptance", cuda};
   PathAcceptanceArgs a;
-  read_rows(dict, "n", a, &PathAcceptanceArgs::target_sn, &PathAcceptanceArgs::draft_sn);
-  a.parents = ptr<const int32_t>(d.i64("parents"));
-  a.parents_sb = d.i64("parents_sb");
-  a.batch = d.i64("batch");
-  a.nodes = d.i64("nodes");
-  a.vocab = d.i64("vocab");
-  a.num_paths = d.i64("num_paths");
-  a.workspace = ptr<void>(d.i64("workspace"));
-  a.out_kappa = ptr<float>(d.i64("out_kappa"));
-  a.out_expected_len = ptr<float>(d.i64("out_expected_len"));
+  const int64_t n = target.defined() ? target.size[1] : 0;
+  set_rows(c, a, &PathAcceptanceArgs::target_sn, &PathAcceptanceArgs::draft_sn, target, draft,
+           tokens, n, n);
+  a.nodes = n;
+  a.parents_sb = tree_array(c, parents, "parents", a.batch, n);
+  a.parents = parents.as<const int32_t>();
+  if (num_paths < 0 || num_paths > n) c.fail("num_paths", "must be in [0, N]");
+  a.num_paths = num_paths;
+  const int64_t ws = cuda && n > kPathSmemNodes ? a.batch * path_workspace_bytes(n) : 0;
+  if (ws) c.need(workspace, "workspace", DType::u8, 1, {ws});
+  a.workspace = ws ? workspace.data : nullptr;
+  const int64_t b = a.batch;
+  a.out_kappa =
+      c.contiguous(c.need(out_kappa, "out_kappa", DType::f32, 2, {b, num_paths}), "out_kappa")
+          .as<float>();
+  a.out_expected_len =
+      c.contiguous(c.need(out_expected_len, "out_expected_len", DType::f32, 2, {b, num_paths}),
+                   "out_expected_len")
+          .as<float>();
   return a;
 }
 
@@ -103,48 +129,23 @@ void bind_verify(py::module_& m) {
   host_kernel_names().push_back("verify_tree");
   host_kernel_names().push_back("sample_without_replacement");
   host_kernel_names().push_back("path_acceptance");
-  m.def("verify_chain_cpu", [](py::dict d) {
-    VerifyChainArgs a = chain_args(d);
-    py::gil_scoped_release release;
-    verify_chain_host(a);
-  });
-  m.def("verify_tree_cpu", [](py::dict d) {
-    VerifyTreeArgs a = tree_args(d);
-    py::gil_scoped_release release;
-    verify_tree_host(a);
-  });
-  m.def("sample_without_replacement_cpu", [](py::dict d) {
-    SampleWorArgs a = wor_args(d);
-    py::gil_scoped_release release;
-    sample_wor_host(a);
-  });
+  m.def("verify_chain_cpu", host(chain_args, verify_chain_host));
+  m.def("verify_tree_cpu", host(tree_args, verify_tree_host));
+  m.def("sample_without_replacement_cpu", host(wor_args, sample_wor_host));
+  m.def("path_acceptance_cpu", host(path_args, path_acceptance_host));
   m.def("path_acceptance_ws_size", [](int64_t nodes) {  // CUDA workspace bytes per request
     return nodes <= kPathSmemNodes ? int64_t{0} : path_workspace_bytes(nodes);
-  });
-  m.def("path_acceptance_cpu", [](py::dict d) {
-    PathAcceptanceArgs a = path_args(d);
-    py::gil_scoped_release release;
-    path_acceptance_host(a);
   });
 #ifdef SPECOPS_WITH_CUDA
   cuda_kernel_names().push_back("verify_chain");
   cuda_kernel_names().push_back("verify_tree");
   cuda_kernel_names().push_back("sample_without_replacement");
   cuda_kernel_names().push_back("path_acceptance");
-  m.def("verify_chain_cuda", [](py::dict d, int64_t stream) {
-    check_cuda_error(launch_verify_chain_cuda(chain_args(d), ptr<void>(stream)), "verify_chain");
-  });
-  m.def("verify_tree_cuda", [](py::dict d, int64_t stream) {
-    check_cuda_error(launch_verify_tree_cuda(tree_args(d), ptr<void>(stream)), "verify_tree");
-  });
-  m.def("sample_without_replacement_cuda", [](py::dict d, int64_t stream) {
-    check_cuda_error(launch_sample_wor_cuda(wor_args(d), ptr<void>(stream)),
-                     "sample_without_replacement");
-  });
-  m.def("path_acceptance_cuda", [](py::dict d, int64_t stream) {
-    check_cuda_error(launch_path_acceptance_cuda(path_args(d), ptr<void>(stream)),
-                     "path_acceptance");
-  });
+  m.def("verify_chain_cuda", cuda(chain_args, launch_verify_chain_cuda, "verify_chain"));
+  m.def("verify_tree_cuda", cuda(tree_args, launch_verify_tree_cuda, "verify_tree"));
+  m.def("sample_without_replacement_cuda",
+        cuda(wor_args, launch_sample_wor_cuda, "sample_without_replacement"));
+  m.def("path_acceptance_cuda", cuda(path_args, launch_path_acceptance_cuda, "path_acceptance"));
 #endif
 }
 

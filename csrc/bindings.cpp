@@ -1,6 +1,7 @@
-// The one pybind11 module.  Thin: tensors arrive as integers (data pointers, sizes, strides,
-// stream); every check lives in the Python layer (specops/ops), which never calls in here with
-// arguments it has not validated.  Each family binds its kernels in csrc/bind_<family>.cpp.
+// The one pybind11 module.  Thin: tensors arrive as TensorArg (pointer, dtype, sizes, strides and
+// device read from the torch.Tensor itself, csrc/tensor_arg.h) and each binding checks the layout
+// its kernel reads; the user-facing checks live in the Python layer (specops/ops).  Each family
+// binds its kernels in csrc/bind_<family>.cpp.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -46,12 +47,13 @@ PYBIND11_MODULE(_C, m) {
         return philox_uniform(seed, offset, row, draw);
       },
       "The uniform every backend draws for (seed, offset, row, draw).");
-  m.def("philox4x32_10", [](uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
-                            uint32_t k1) {
-    Philox4 r = philox4x32_10(c0, c1, c2, c3, k0, k1);
-    return py::make_tuple(r.x[0], r.x[1], r.x[2], r.x[3]);
-  });
+  m.def("philox4x32_10",
+        [](uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0, uint32_t k1) {
+          Philox4 r = philox4x32_10(c0, c1, c2, c3, k0, k1);
+          return py::make_tuple(r.x[0], r.x[1], r.x[2], r.x[3]);
+        });
 
+  init_tensor_arg(m);
   bind_sample(m);
   bind_verify(m);
   bind_kv(m);

@@ -259,6 +259,17 @@ def stream_of(device: torch.device) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
+def launch(be: str, name: str, device: torch.device, *args) -> None:
+    """Run the compiled kernel ``name``: its C++ twin ``<name>_cpu`` or its CUDA launcher
+    ``<name>_cuda`` on the current stream.  Tensors go in as they are: the bindings read their
+    pointer, dtype, sizes and strides (csrc/tensor_arg.h) and raise a ValueError naming the
+    argument for any layout the kernel cannot read."""
+    if be == "cuda":
+        getattr(_build._C, name + "_cuda")(*args, stream_of(device))
+    else:
+        getattr(_build._C, name + "_cpu")(*args)
+
+
 def register(name: str, schema: str, impl, fake, *, keys=("CPU", "CUDA")) -> None:
     """Define ``specops::name`` and give it an implementation per dispatch key and a fake."""
     LIB.define(name + schema)

@@ -2,7 +2,8 @@
 
 Inputs arrive checked by specops/ops/verify.py; here they are only made kernel-ready: float32
 probability rows with a contiguous last dim (other dtypes converted once), int32 tree arrays and
-neighbours, contiguous uniforms.  Token ids are read as int32 or int64 in place.
+neighbours.  Token ids are read as int32 or int64 in place, seeds and uniforms with their strides
+(the binding reads every tensor's layout, csrc/tensor_arg.h).
 
 CUDA tree mode needs a per-request workspace (allocated here per call, no kernel) and completion
 counters that must be zero before the launch; the kernel leaves them zero, so one zeroed buffer
@@ -14,7 +15,7 @@ import torch
 
 from specops import _build
 from specops.ops import _common as c
-from specops.ops._verify_kernels import _f32_rows, _rng, _rows
+from specops.ops._verify_kernels import _f32_rows, _ids, _tree
 
 _COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
 
@@ -52,57 +53,25 @@ def verify_jacobi(
     kernel's way (speculative per-node continuation, then the assembly)."""
     b, L, v = target.shape
     dev = target.device
-    target = _f32_rows(target)
-    draft = _f32_rows(draft) if draft is not None else None
-    window = window if window.stride(-1) == 1 else window.contiguous()
     tree = fc is not None
-    if tree:
-        fc = fc.to(torch.int32).contiguous()
-        ns = ns.to(torch.int32).contiguous()
-    nb = c.int32_ids(nb)  # LANTERN neighbour ids
-    uniforms = uniforms.contiguous() if uniforms is not None else None
     i32 = torch.int32
     num = torch.empty(b, dtype=i32, device=dev)
     nw = torch.empty(b, L, dtype=i32, device=dev)
     first = torch.empty(b, dtype=i32, device=dev)
     cands = torch.empty(b, L, k if k > 1 else 0, dtype=i32, device=dev)
     path = torch.empty(b, L if tree else 0, dtype=i32, device=dev)
-    d = _rows(target, draft, window, "l")
-    d.update(
-        first_child=c.ptr(fc) if tree else 0,
-        next_sibling=c.ptr(ns) if tree else 0,
-        tree_sb=(L if fc.shape[0] > 1 else 0) if tree else 0,
-        batch=b,
-        len=L,
-        vocab=v,
-        cont=bool(cont),
-        num_candidates=int(k),
-        neighbors=c.ptr(nb),
-        neighbors_k=nb.shape[1] if nb is not None else 0,
-        delta=float(delta),
-        out_num_accepted=num.data_ptr(),
-        out_next_window=nw.data_ptr(),
-        out_first_reject=first.data_ptr(),
-        out_candidates=cands.data_ptr() if k > 1 else 0,
-        out_path=path.data_ptr() if tree else 0,
-        workspace=0,
-        ws_stride=0,
-        counters=0,
-        emulate_cuda=bool(emulate_cuda),
-    )
-    _rng(d, seed_t, seed_i, off_t, off_i, uniforms, b)
-    if b > 0:
-        if be == "cuda":
-            stream = c.stream_of(dev)
-            if tree:
-                ws_stride = _build._C.jacobi_ws_size(L, k)
-                ws = torch.empty(b, ws_stride, dtype=i32, device=dev)
-                d.update(
-                    workspace=ws.data_ptr(),
-                    ws_stride=ws_stride,
-                    counters=_counters(dev, stream, b).data_ptr(),
-                )
-            _build._C.verify_jacobi_cuda(d, stream)
-        else:
-            _build._C.verify_jacobi_cpu(d)
+    if b == 0:
+        return num, nw, first, cands, path
+    ws = counters = None
+    if be == "cuda" and tree:  # the CUDA tree mode's per-request scratch and completion counters
+        stream = c.stream_of(dev)
+        ws = torch.empty(b, _build._C.jacobi_ws_size(L, k), dtype=i32, device=dev)
+        counters = _counters(dev, stream, b)
+    c.launch(
+        be, "verify_jacobi", dev, _f32_rows(target),
+        _f32_rows(draft) if draft is not None else None, _ids(window),
+        _tree(fc) if tree else None, _tree(ns) if tree else None, bool(cont), int(k),
+        c.int32_ids(nb), float(delta), seed_t, seed_i, off_t, off_i, uniforms, num, nw, first,
+        cands, path, ws, counters, bool(emulate_cuda),
+    )  # fmt: skip
     return num, nw, first, cands, path

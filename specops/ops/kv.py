@@ -8,7 +8,7 @@ from collections import OrderedDict
 
 import torch
 
-from specops import _build, reference
+from specops import reference
 from specops._nvtx import traced
 from specops.ops import _common as c
 
@@ -229,46 +229,16 @@ def _vec_bytes(values) -> int:
     return 1
 
 
-def _launch(be, t, shape, strides, base, bases, layers, cs, slots, block_table):
-    """One layer's K (or V) slab has ``shape`` [B or P, S or page, Hkv, D] and ``strides``
-    (elements) (layer, kv, lead, position) ; ``t``: a tensor of the cache, for the element
-    size.  ``bases``: None (stacked: slab (l, kv) at base + l * stride_layer + kv * stride_kv)
-    or (address array, its alignment)."""
-    es = t.element_size()
-    row_bytes = shape[2] * shape[3] * es
-    if block_table is None:
-        page_size, capacity, bt, bt_stride = 0, shape[1], 0, 0
-    else:
-        page_size = shape[1]
-        capacity = block_table.shape[1] * page_size
-        bt, bt_stride = block_table.data_ptr(), block_table.stride(0)
-    geometry = [st * es for st in strides]
-    args = (
-        base,
-        0 if bases is None else bases[0].data_ptr(),
-        geometry[0],
-        geometry[1],
-        layers,
-        geometry[2],
-        geometry[3],
-        row_bytes,
-        capacity,
-        page_size,
-        bt,
-        bt_stride,
-        shape[0],
-        cs.data_ptr(),
-        slots.data_ptr(),
-        slots.stride(0),
-        cs.shape[0],
-        slots.shape[1],
-    )
+def _launch(be, t, bases, cs, slots, block_table):
+    """``t``: the stacked cache [layers, 2, ...], or (``bases`` = (address array, alignment))
+    the first slab of a list of per-layer caches sharing its shape, dtype and strides.  The
+    binding derives the byte geometry from ``t``'s sizes and strides (csrc/bind_kv.cpp)."""
+    arr, align = (None, 0) if bases is None else bases
+    args = (t, arr, align, cs, slots, block_table)
     if be == "cuda":
-        vec = _vec_bytes([row_bytes, *geometry, base if bases is None else bases[1]])
-        ws = _counter_workspace(cs.device, cs.shape[0])
-        _build._C.commit_kv_cuda(*args, vec, ws.data_ptr(), c.stream_of(cs.device))
+        c.launch(be, "commit_kv", cs.device, *args, _counter_workspace(cs.device, cs.shape[0]))
     else:
-        _build._C.commit_kv_cpu(*args)
+        c.launch(be, "commit_kv", cs.device, *args)
 
 
 _offsets: OrderedDict[tuple, torch.Tensor] = OrderedDict()
@@ -331,18 +301,7 @@ def _impl(caches, cache_seqlens, slots, block_table, backend):
         _launch_triton(caches, None, caches.shape[0], caches.shape[2:], strides, cache_seqlens,
                        slots, block_table)  # fmt: skip
         return
-    _launch(
-        be,
-        caches,
-        caches.shape[2:],
-        strides,
-        caches.data_ptr(),
-        None,
-        caches.shape[0],
-        cache_seqlens,
-        slots,
-        block_table,
-    )
+    _launch(be, caches, None, cache_seqlens, slots, block_table)
 
 
 def _impl_list(caches, cache_seqlens, slots, block_table, backend):
@@ -361,8 +320,7 @@ def _impl_list(caches, cache_seqlens, slots, block_table, backend):
         _launch_triton(t, offsets, len(caches) // 2, t.shape, strides, cache_seqlens, slots,
                        block_table)  # fmt: skip
         return
-    bases = _base_array(list(caches))
-    _launch(be, t, t.shape, strides, 0, bases, len(caches) // 2, cache_seqlens, slots, block_table)
+    _launch(be, t, _base_array(list(caches)), cache_seqlens, slots, block_table)
 
 
 def _fake(caches, cache_seqlens, slots, block_table, backend):

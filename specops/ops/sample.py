@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specops import _build, reference
+from specops import reference
 from specops._nvtx import traced
 from specops.ops import _common as c
 
@@ -65,29 +65,14 @@ def _impl(probs, seed_t, seed_i, off_t, off_i, uniforms, backend, out):
     if rows == 0:
         return
     rows_per_seed = rows // seed_t.numel() if seed_t is not None else rows
-    res = out if out.is_contiguous() else torch.empty_like(out)
+    res = out if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype, device=out.device)
     if be == "triton":
         from specops.triton_kernels.sample import sample_triton
 
         sample_triton(p, seed_t, seed_i, rows_per_seed, off_t, off_i, uniforms, res)
     else:
-        args = (
-            p.data_ptr(),
-            rows,
-            v,
-            p.stride(0),
-            c.ptr(seed_t),
-            seed_i,
-            rows_per_seed,
-            c.ptr(off_t),
-            off_i,
-            c.ptr(uniforms),
-            res.data_ptr(),
-        )
-        if be == "cuda":
-            _build._C.sample_cuda(*args, c.stream_of(probs.device))
-        else:
-            _build._C.sample_cpu(*args)
+        u = uniforms.reshape(rows, 1) if uniforms is not None else None
+        c.launch(be, "sample", probs.device, p, seed_t, seed_i, off_t, off_i, u, res.view(-1))
     if res is not out:
         out.copy_(res)
 
