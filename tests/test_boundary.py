@@ -142,3 +142,59 @@ def test_commit_kv_binding_checks_the_cache_geometry():
         _build._C.commit_kv_cpu(caches, None, 0, cs2, slots, None)
     with pytest.raises(ValueError, match="batch dim"):
         _build._C.commit_kv_cpu(caches, None, 0, cs[:2], slots[:2], None)
+
+
+def _dispatched(fn) -> bool:
+    """Whether ``fn()`` went through the dispatcher's specops::verify_chain."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return any(e.name == "specops::verify_chain" for e in prof.events())
+
+
+def test_eager_calls_skip_the_dispatcher_and_traced_calls_do_not():
+    """Eagerly the impl runs directly; under a dispatch mode (FakeTensorMode: what torch.compile
+    and export trace with) the call goes through torch.ops.specops and its fake kernel."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    g = gen(4)
+    target = random_probs(2, 4, 8, generator=g)
+    tokens = torch.zeros(2, 3, dtype=torch.int64)
+    args = (target, tokens, None, None, None, 0, None, 0, None, 0.0, False, None, "cpu")
+    assert _dispatched(lambda: torch.ops.specops.verify_chain(*args))  # the probe works
+    assert not _dispatched(lambda: specops.verify_chain(target, tokens, backend="cpu"))
+    with specops.validation(False), FakeTensorMode() as mode:
+        ft, fk = mode.from_tensor(target), mode.from_tensor(tokens)
+        r = specops.verify_chain(ft, fk, None, backend="cpu")
+        assert r.tokens.shape == (2, 4) and r.tokens.dtype == torch.int32
+
+
+def test_out_of_int64_seeds_and_offsets_are_clear_errors():
+    p = torch.full((2, 5), 0.2)
+    for kw in ({"seed": 2**64}, {"seed": -(2**63) - 1}, {"offset": 2**63}):
+        name = next(iter(kw))
+        with pytest.raises(ValueError, match=f"specops.sample: {name} must fit in int64"):
+            specops.sample(p, **kw)
+    specops.sample(p, seed=2**63 - 1, offset=-(2**63))  # the ends of the range are fine
+
+
+def test_device_offsets_do_not_recompile():
+    """The decode loop's offsets are a device counter advanced in place: one compiled graph
+    serves every step (a Python-int offset would be a new constant per call)."""
+    torch._dynamo.reset()
+    p = random_probs(3, 7, generator=gen(5))
+    calls = []
+
+    def backend(gm, example_inputs):
+        calls.append(1)
+        return gm
+
+    f = torch.compile(lambda p, o: specops.sample(p, seed=1, offset=o), backend=backend,
+                      fullgraph=True)  # fmt: skip
+    from specops.decode._common import Offsets
+
+    rng = Offsets()
+    with specops.validation(False):  # value checks read the data: not traceable
+        for _ in range(6):
+            o = rng()
+            assert torch.equal(f(p, o), specops.sample(p, seed=1, offset=int(o)))
+    assert len(calls) == 1

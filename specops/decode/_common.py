@@ -33,14 +33,19 @@ __all__ = [
 
 
 class Offsets:
-    """Philox offsets: every random op call of a run reads its own counter block."""
+    """Philox offsets: every random op call of a run reads its own counter block.
 
-    def __init__(self, start: int = 0):
-        self.value = start
+    The counter is an int64 device tensor advanced in place (offset 1, 2, ... as before), never
+    a Python int: a CUDA graph replays the advance instead of baking one value in, and
+    torch.compile sees one tensor input instead of a new constant (a recompile) per call.  Ops
+    read it when they run, in stream order, before the next advance."""
 
-    def __call__(self) -> int:
-        self.value += 1
-        return self.value
+    def __init__(self, start: int = 0, device="cpu"):
+        self.counter = torch.full((1,), start, dtype=torch.int64, device=device)
+
+    def __call__(self) -> torch.Tensor:
+        self.counter += 1
+        return self.counter
 
 
 def prompt_tokens(model, classes) -> torch.Tensor:
@@ -61,7 +66,7 @@ def start(name, model, prompt, length: int, *, width, slack, cfg_scale, sampling
     offsets, target runner, output buffer, cache capacity)."""
     b, dev = prompt.shape[0], prompt.device
     rec = Recorder(name, b, length, width, dev)
-    rng = Offsets()
+    rng = Offsets(device=dev)
     rec.timer.start()
     cap = prompt.shape[1] + length + slack
     tgt = TargetRunner(model, prompt, capacity=cap, rec=rec, cfg_scale=cfg_scale, **sampling)

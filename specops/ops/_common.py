@@ -27,15 +27,16 @@ _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 # validation mode --------------------------------------------------------------------------
+# SPECOPS_VALIDATE is read once, at import: a global read is traceable by every torch.compile
+# (an os.environ read is not on torch 2.4) and costs nothing per call.
+_validate_env = os.environ.get("SPECOPS_VALIDATE", "0") == "1"
 _validate_override: bool | None = None
 
 
 def validating() -> bool:
     """Value checks (they read the data, so they sync) run only in validation mode:
-    ``SPECOPS_VALIDATE=1`` or inside ``specops.validation()``."""
-    if _validate_override is not None:
-        return _validate_override
-    return os.environ.get("SPECOPS_VALIDATE", "0") == "1"
+    ``SPECOPS_VALIDATE=1`` when specops is imported, or inside ``specops.validation()``."""
+    return _validate_env if _validate_override is None else _validate_override
 
 
 @contextlib.contextmanager
@@ -203,7 +204,7 @@ def rng_args(op: str, seed, offset, device: torch.device, num_seeds_max: int):
             )
         seed_t = seed.reshape(-1)
     elif isinstance(seed, int):
-        seed_i = seed
+        seed_i = _int64(op, "seed", seed)
     else:
         raise TypeError(f"specops.{op}: seed must be an int or an int64 tensor, got {type(seed)}")
     if isinstance(offset, torch.Tensor):
@@ -212,12 +213,21 @@ def rng_args(op: str, seed, offset, device: torch.device, num_seeds_max: int):
             raise ValueError(f"specops.{op}: offset must have one element, got {_shape(offset)}")
         offset_t = offset.reshape(1)
     elif isinstance(offset, int):
-        offset_i = offset
+        offset_i = _int64(op, "offset", offset)
     else:
         raise TypeError(
             f"specops.{op}: offset must be an int or an int64 tensor, got {type(offset)}"
         )
     return seed_t, seed_i, offset_t, offset_i
+
+
+def _int64(op: str, name: str, value: int) -> int:
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(
+            f"specops.{op}: {name} must fit in int64 ([-2**63, 2**63)), got {value} "
+            "(Philox reads it as its 64-bit two's complement)"
+        )
+    return value
 
 
 def seed_for_reference(seed_t, seed_i: int, device) -> torch.Tensor:
@@ -270,9 +280,41 @@ def launch(be: str, name: str, device: torch.device, *args) -> None:
         getattr(_build._C, name + "_cpu")(*args)
 
 
+# registration and eager dispatch ---------------------------------------------------------
+class _Ops:
+    """``ops.<name>(*args)``: the registered op ``specops::<name>``, called the cheap way.
+
+    Eagerly, on plain tensors (not while torch.compile / export traces, and with no dispatch or
+    torch-function mode, e.g. FakeTensorMode, and no functorch transform active) the
+    implementation is called directly: the same code torch.library would run, without its
+    ~3-4 us of dispatch.  Otherwise the call goes through ``torch.ops.specops.<name>``, so
+    tracing sees the op and its fake kernel."""
+
+
+ops = _Ops()
+_compiling = torch.compiler.is_compiling
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._is_torch_function_mode_enabled
+_transforms = torch._C._functorch.peek_interpreter_stack
+
+
+def _eager_caller(name: str, impl):
+    packet = getattr(torch.ops.specops, name)
+
+    def call(*args):
+        if _compiling() or _dispatch_modes() or _function_modes() or _transforms() is not None:
+            return packet(*args)
+        return impl(*args)
+
+    call.__name__ = name
+    return call
+
+
 def register(name: str, schema: str, impl, fake, *, keys=("CPU", "CUDA")) -> None:
-    """Define ``specops::name`` and give it an implementation per dispatch key and a fake."""
+    """Define ``specops::name``, give it an implementation per dispatch key and a fake, and make
+    ``ops.<name>`` its caller."""
     LIB.define(name + schema)
     for key in keys:
         LIB.impl(name, impl, key)
     torch.library.register_fake(f"specops::{name}", fake, lib=LIB)
+    setattr(ops, name, _eager_caller(name, impl))

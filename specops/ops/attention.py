@@ -162,7 +162,7 @@ def tree_attention(
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(d)
     _check_capacity(op, cache_seqlens, n, cap, block_table, k_cache.shape[0], k_cache.shape[1])
-    out, lse = torch.ops.specops.tree_attention(
+    out, lse = c.ops.tree_attention(
         q, k_cache, v_cache, cache_seqlens, mask, block_table, float(sm_scale), backend
     )
     return (out, lse) if return_lse else out
@@ -239,7 +239,7 @@ def append_kv(
             f"{k_cache.shape[2]}"
         )
     _check_capacity(op, cache_seqlens, n, cap, block_table, k_cache.shape[0], k_cache.shape[1])
-    torch.ops.specops.append_kv(k_cache, v_cache, k, v, cache_seqlens, block_table, backend)
+    c.ops.append_kv(k_cache, v_cache, k, v, cache_seqlens, block_table, backend)
 
 
 def _append_impl(k_cache, v_cache, k, v, cache_seqlens, block_table, backend):

@@ -38,7 +38,7 @@ def gather_rows(src: torch.Tensor, index: torch.Tensor, *, backend: str = "auto"
             f"{tuple(index.shape)}"
         )
     _check_index_values("gather_rows", "index", index, src.shape[1])
-    return torch.ops.specops.gather_rows(src, index, backend)
+    return c.ops.gather_rows(src, index, backend)
 
 
 def _gather_impl(src, index, backend):
@@ -108,7 +108,7 @@ def drafter_inputs(
                 f"got {tuple(step_embedding.shape)}"
             )
     _check_index_values(op, "tokens", tokens, embedding.shape[0], "token id")
-    return torch.ops.specops.drafter_inputs(embedding, tokens, features, step_embedding, backend)
+    return c.ops.drafter_inputs(embedding, tokens, features, step_embedding, backend)
 
 
 def _drafter_impl(embedding, tokens, features, step_embedding, backend):
@@ -194,7 +194,7 @@ def path_similarity(
             f"specops.path_similarity: paths holds token id {int(bad)} outside "
             f"[0, {codebook.shape[0]})"
         )
-    return torch.ops.specops.path_similarity(paths, codebook, alpha, stride, backend)
+    return c.ops.path_similarity(paths, codebook, alpha, stride, backend)
 
 
 def _path_sim_impl(paths, codebook, alpha, stride, backend):
@@ -367,7 +367,7 @@ class FeatureCache:
             srt = positions.sort(1).values
             if ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any():
                 raise ValueError(f"specops.{op}: positions repeats a position within a row")
-        torch.ops.specops.feature_cache_write(
+        c.ops.feature_cache_write(
             self.features, self.stamps, positions, feats, step_t, step_i, self.backend
         )
 
@@ -375,7 +375,7 @@ class FeatureCache:
         """[B, M, H]: the cached features at ``positions``; -1 (and never-written slots, which
         hold zeros) read as zeros."""
         self._check_positions("FeatureCache.read", positions)
-        return torch.ops.specops.gather_rows(self.features, positions, self.backend)
+        return c.ops.gather_rows(self.features, positions, self.backend)
 
     def age(self, positions: torch.Tensor, step) -> torch.Tensor:
         """[B, M] int32: step - the step each slot was last written; -1 for -1 positions and

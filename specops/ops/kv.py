@@ -93,9 +93,9 @@ def commit_kv(caches, cache_seqlens, accepted_slots, *, block_table=None, backen
         _check_values(cache_seqlens, accepted_slots, capacity, block_table, lead)
     slots, block_table = c.int32_ids(accepted_slots), c.int32_ids(block_table)
     if tensors is None:
-        torch.ops.specops.commit_kv(caches, cache_seqlens, slots, block_table, backend)
+        c.ops.commit_kv(caches, cache_seqlens, slots, block_table, backend)
     else:
-        torch.ops.specops.commit_kv_list(tensors, cache_seqlens, slots, block_table, backend)
+        c.ops.commit_kv_list(tensors, cache_seqlens, slots, block_table, backend)
 
 
 # argument checks ------------------------------------------------------------------------

@@ -86,7 +86,7 @@ def probs_from_logits(
 
     if c.validating():
         _check_values(logits, uncond_logits, t_t, k_t, p_t, s_t)
-    torch.ops.specops.probs_from_logits(
+    c.ops.probs_from_logits(
         logits, uncond_logits, t_t, t_v, k_t, k_v, p_t, p_v, s_t, s_v, backend, out
     )
     return out

@@ -46,7 +46,7 @@ def sample(
     else:
         c.check_tensor("sample", "out", out, dtypes=(torch.int32,), device=dev, shape=lead)
     c.check_values_probs("sample", "probs", probs)
-    torch.ops.specops.sample(probs, seed_t, seed_i, off_t, off_i, uniforms, backend, out)
+    c.ops.sample(probs, seed_t, seed_i, off_t, off_i, uniforms, backend, out)
     return out
 
 
@@ -128,7 +128,7 @@ def sample_without_replacement(
             op, "uniforms", uniforms, dtypes=(torch.float32,), device=dev, shape=tuple(probs.shape)
         )
     c.check_values_probs(op, "probs", probs)
-    return torch.ops.specops.sample_without_replacement(
+    return c.ops.sample_without_replacement(
         probs, k, seed_t, seed_i, off_t, off_i, uniforms, backend
     )
 

@@ -97,9 +97,7 @@ def select_frontier(
         c.check_probs(op, "parent_scores", parent_scores, device=dev, shape=(b, w))
     if tokens is not None:
         c.check_ids(op, "tokens", tokens, device=dev, shape=(b, w, k))
-    index, scores = torch.ops.specops.select_frontier(
-        logprobs, parent_scores, tokens, width, backend
-    )
+    index, scores = c.ops.select_frontier(logprobs, parent_scores, tokens, width, backend)
     toks = None
     if tokens is not None:
         toks = tokens.reshape(b, w * k).gather(1, index.long()).to(torch.int32)
@@ -170,7 +168,7 @@ def build_dynamic_tree(
                 f"specops.{op}: frontier[{i[0]}, {i[1]}, {i[2]}] = {int(frontier[tuple(i)])} is "
                 f"outside [0, {k if i[1] == 0 else w * k}) (flat child index into layer {i[1]})"
             )
-    parents, draft, scores, cand, expanded, num_valid = torch.ops.specops.build_dynamic_tree(
+    parents, draft, scores, cand, expanded, num_valid = c.ops.build_dynamic_tree(
         root_tokens, tokens, logprobs, frontier, num_nodes, backend
     )
     tree = Tree.from_parents(parents, validate=False)

@@ -1,9 +1,10 @@
 """Public verification ops: verify_chain, verify_tree, verify_jacobi, path_acceptance.
 
 Each function checks shapes/dtypes/devices (always) and values (validation mode only), then calls
-its ``torch.ops.specops.*`` op (torch.library define/impl, with a fake kernel for
-torch.compile).  The semantics, including which Philox (row, draw) every random decision uses,
-are documented in ``specops/reference/verify.py``; every backend follows them token for token.
+its ``torch.ops.specops.*`` op through ``c.ops`` (torch.library define/impl, with a fake kernel
+for torch.compile; eager calls skip the dispatcher).  The semantics, including which Philox
+(row, draw) every random decision uses, are documented in ``specops/reference/verify.py``;
+every backend follows them token for token.
 Backends: verify_chain, verify_tree, verify_jacobi and path_acceptance have "cuda" (CUDA
 kernels), "cpu" (their C++ twins) and "reference"; verify_chain also has "triton"
 (``triton_kernels/verify.py``: GPUs without the CUDA build, e.g. ROCm; "auto" takes it on a GPU
@@ -167,7 +168,7 @@ def verify_chain(
             and ((num_draft < 0) | (num_draft > k)).any()
         ):
             raise ValueError(f"specops.{op}: num_draft values must be in [0, {k}]")
-    tokens, num = torch.ops.specops.verify_chain(
+    tokens, num = c.ops.verify_chain(
         target_probs,
         draft_tokens,
         draft_probs,
@@ -293,7 +294,7 @@ def verify_tree(
             c.check_values_probs(op, "draft_probs", draft_probs)
         c.check_values_ids(op, "draft_tokens", draft_tokens[:, 1:], v)
     width = rv._path_width(tree)
-    path, tokens, num = torch.ops.specops.verify_tree(
+    path, tokens, num = c.ops.verify_tree(
         target_probs,
         tree.first_child,
         tree.next_sibling,
@@ -438,7 +439,7 @@ def verify_jacobi(
         c.check_values_ids(op, "window_tokens", ids, v)
     fc = tree.first_child if tree is not None else None
     ns = tree.next_sibling if tree is not None else None
-    num, nw, first, cands, path = torch.ops.specops.verify_jacobi(
+    num, nw, first, cands, path = c.ops.verify_jacobi(
         target_probs,
         window_tokens,
         draft_probs,
@@ -575,7 +576,7 @@ def path_acceptance(
             c.check_values_probs(op, "draft_probs", draft_probs)
         c.check_values_ids(op, "draft_tokens", draft_tokens[:, 1:], v)
     num_paths = rv._num_leaves(tree)
-    kappa, exp_len = torch.ops.specops.path_acceptance(
+    kappa, exp_len = c.ops.path_acceptance(
         target_probs, draft_probs, tree.parents, num_paths, draft_tokens, backend
     )
     return kappa, exp_len
