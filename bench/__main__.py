@@ -19,7 +19,17 @@ import torch
 from bench import harness
 from bench.harness import Row, ceilings, environment, print_table, write_csv
 
-REGISTRY = ["sample", "verify", "jacobi", "probs", "tree_attention", "kv", "features", "e2e_step"]
+REGISTRY = [
+    "sample",
+    "verify",
+    "jacobi",
+    "probs",
+    "tree_attention",
+    "kv",
+    "features",
+    "e2e_step",
+    "dispatch",
+]
 
 
 def _bench_module(name: str):
