@@ -41,8 +41,13 @@ def has_flash_attn() -> bool:
     return True
 
 
+# Triton decides interpreter vs compiler when a kernel is decorated (when specops.triton_kernels
+# is imported), so the switch is read once, with specops: no environment read per op call.
+_TRITON_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
 def triton_interpret() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return _TRITON_INTERPRET
 
 
 def build_info() -> dict:

@@ -136,12 +136,14 @@ def _shape(t) -> tuple:
 
 def check_tensor(op: str, name: str, t, *, ndim=None, dtypes=None, device=None, shape=None):
     """Raise TypeError/ValueError naming the argument when ``t`` is not as expected.
-    ``shape`` entries may be None (any size)."""
+    ``shape`` entries may be None (any size).  The passing path is a handful of attribute reads
+    (it runs several times per op call)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"specops.{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
     if ndim is not None:
-        ndims = (ndim,) if isinstance(ndim, int) else tuple(ndim)
-        if t.dim() not in ndims:
+        nd = t.dim()
+        if (nd != ndim) if isinstance(ndim, int) else (nd not in ndim):
+            ndims = (ndim,) if isinstance(ndim, int) else tuple(ndim)
             want = " or ".join(str(n) for n in ndims)
             raise ValueError(
                 f"specops.{op}: {name} must have {want} dimensions, got shape {_shape(t)}"
@@ -149,12 +151,18 @@ def check_tensor(op: str, name: str, t, *, ndim=None, dtypes=None, device=None, 
     if dtypes is not None and t.dtype not in dtypes:
         names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
         raise TypeError(f"specops.{op}: {name} must have dtype in ({names}), got {t.dtype}")
-    if device is not None and t.device != torch.device(device):
-        raise ValueError(
-            f"specops.{op}: {name} is on {t.device} but the other inputs are on {device}"
-        )
+    if device is not None and t.device != device:
+        if not isinstance(device, torch.device) and t.device == torch.device(device):
+            pass  # device given as a string
+        else:
+            raise ValueError(
+                f"specops.{op}: {name} is on {t.device} but the other inputs are on {device}"
+            )
     if shape is not None:
-        if t.dim() != len(shape) or any(s is not None and s != d for s, d in zip(shape, t.shape)):
+        ts = t.shape
+        if ts != shape and (
+            len(ts) != len(shape) or any(s is not None and s != d for s, d in zip(shape, ts))
+        ):
             want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
             raise ValueError(f"specops.{op}: {name} must have shape {want}, got {_shape(t)}")
     return t
@@ -202,7 +210,7 @@ def rng_args(op: str, seed, offset, device: torch.device, num_seeds_max: int):
                 f"specops.{op}: seed must have shape [] or [{num_seeds_max}] (one per request), "
                 f"got {_shape(seed)}"
             )
-        seed_t = seed.reshape(-1)
+        seed_t = seed if seed.dim() == 1 else seed.reshape(1)
     elif isinstance(seed, int):
         seed_i = _int64(op, "seed", seed)
     else:
@@ -211,7 +219,7 @@ def rng_args(op: str, seed, offset, device: torch.device, num_seeds_max: int):
         check_tensor(op, "offset", offset, ndim=(0, 1), dtypes=(torch.int64,), device=device)
         if offset.numel() != 1:
             raise ValueError(f"specops.{op}: offset must have one element, got {_shape(offset)}")
-        offset_t = offset.reshape(1)
+        offset_t = offset if offset.dim() == 1 else offset.reshape(1)
     elif isinstance(offset, int):
         offset_i = _int64(op, "offset", offset)
     else:
