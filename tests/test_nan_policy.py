@@ -16,12 +16,20 @@ import pytest
 import torch
 from helpers import gen as _gen
 from helpers import random_probs
+from helpers import to_device as _to
 
 import specops
 from specops import Relaxation, Tree, reference
 
 NAN, INF = float("nan"), float("inf")
 V = 7
+GPU = torch.cuda.is_available()
+CUDA = ["cuda"] if GPU else []
+
+
+def _dev(be):
+    """Where backend ``be`` runs: cuda, and triton when there is a GPU (else the interpreter)."""
+    return "cuda" if be == "cuda" or (be == "triton" and GPU) else "cpu"
 
 
 def mass(p: torch.Tensor) -> torch.Tensor:
@@ -100,8 +108,8 @@ def check(call, backends, *args):
     clean = [mass(a) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
     for w, c in zip(want, fields(call("reference", *clean))):
         eq(w, c)
-    for be in backends:
-        for w, g in zip(want, fields(call(be, *args))):
+    for be in list(backends) + CUDA:
+        for w, g in zip(want, fields(call(be, *[_to(a, _dev(be)) for a in args]))):
             eq(g, w)
     return want
 
@@ -134,9 +142,10 @@ def test_sample(seed):
     assert bool((mass(p).gather(-1, want[:, None].long())[:, 0] > 0)[rest].all())  # only mass
 
 
-@pytest.mark.parametrize("be", ["reference", "cpu", "triton"])
+@pytest.mark.parametrize("be", ["reference", "cpu", "triton"] + CUDA)
 def test_sample_single_positive_always_chosen(be):
     p = torch.tensor([[NAN, INF, -2.0, 0.0, 1e-30, NAN, -INF]]).expand(16, -1).contiguous()
+    p = p.to(_dev(be))
     assert specops.sample(p, seed=7, backend=be).tolist() == [4] * 16
 
 
@@ -159,8 +168,11 @@ def test_sample_without_replacement(k):
 # --------------------------------------------------------------------------------------------
 # verify_chain
 # --------------------------------------------------------------------------------------------
-def _chain(be, p, x, q, **kw):
-    return specops.verify_chain(p, x, q, seed=4, offset=2, backend=be, **kw)
+def _chain(be, p, x, q, relax=None, **kw):
+    """verify_chain on backend be's device (inputs moved there)."""
+    dev = _dev(be)
+    p, x, q, relax = (_to(a, dev) for a in (p, x, q, relax))
+    return specops.verify_chain(p, x, q, seed=4, offset=2, relax=relax, backend=be, **kw)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -174,7 +186,7 @@ def test_verify_chain(seed, with_q):
     check(lambda be, p, x, q: _chain(be, p, x, q), ["cpu", "triton"], p, x, q)
 
 
-@pytest.mark.parametrize("be", ["reference", "cpu", "triton"])
+@pytest.mark.parametrize("be", ["reference", "cpu", "triton"] + CUDA)
 def test_verify_chain_explicit(be):
     """p(x) NaN / +inf / negative: always rejected; q(x) NaN / negative with p(x) > 0: always
     accepted; a residual over NaN entries never draws them."""
@@ -231,9 +243,15 @@ def test_lantern_pool_skips_nan_neighbours():
     p = torch.tensor([[[0.0, NAN, 0.3, 0.2, 0.5, 0.0, 0.0], [1 / 7] * 7]])
     nb = torch.tensor([[1, 2, 3, -1]] + [[-1, -1, -1, -1]] * (V - 1)).int()
     u = torch.full((1, 2), 0.45)
-    for be in ("reference", "cpu", "triton"):
+    for be in ["reference", "cpu", "triton"] + CUDA:
+        d = _dev(be)
         r = specops.verify_chain(
-            p, torch.tensor([[0]]), None, relax=Relaxation(nb, 0.6), uniforms=u, backend=be
+            p.to(d),
+            torch.tensor([[0]], device=d),
+            None,
+            relax=Relaxation(nb.to(d), 0.6),
+            uniforms=u.to(d),
+            backend=be,
         )
         assert r.num_accepted.tolist() == [1], be  # 0.45 < 0 + 0.3 + 0.2
 
@@ -260,7 +278,7 @@ def test_verify_tree(seed, mode):
     def call(be, p, x, q):
         return specops.verify_tree(
             p,
-            TREE,
+            TREE.to(p.device),
             x,
             q,
             without_replacement=mode == "q_wor",
@@ -314,7 +332,14 @@ def test_verify_jacobi_tree(seed, cont, with_q):
 
     def call(be, p, x, q):
         return specops.verify_jacobi(
-            p, x, q, tree=JTREE, continue_after_reject=cont, num_candidates=2, seed=9, backend=be
+            p,
+            x,
+            q,
+            tree=JTREE.to(p.device),
+            continue_after_reject=cont,
+            num_candidates=2,
+            seed=9,
+            backend=be,
         )
 
     want = check(call, ["cpu"], p, x, q)
@@ -342,7 +367,7 @@ def test_path_acceptance(with_q):
     x = tokens_into(p[:, par], gen)
 
     def call(be, p, q, x):
-        return specops.path_acceptance(p, q, TREE, x, backend=be)
+        return specops.path_acceptance(p, q, TREE.to(p.device), x, backend=be)
 
     kappa, exp_len = check(call, ["cpu"], p, q, x)
     assert bool(torch.isfinite(kappa).all() and torch.isfinite(exp_len).all())
@@ -353,7 +378,10 @@ def test_path_acceptance(with_q):
 # probs_from_logits: NaN temperature / top_p / cfg_scale
 # --------------------------------------------------------------------------------------------
 def _probs(be, logits, **kw):
-    return specops.probs_from_logits(logits, backend=be, **kw)
+    """probs_from_logits on backend be's device; the result back on the CPU."""
+    dev = _dev(be)
+    kw = {k: _to(a, dev) for k, a in kw.items()}
+    return specops.probs_from_logits(logits.to(dev), backend=be, **kw).cpu()
 
 
 def _close(got, want):
@@ -435,7 +463,10 @@ def test_tree_attention_propagates_nan(be):
     arithmetic puts them (every query that reads it); NaN in cache rows that no query reads
     stays out.  The backends agree on every other value."""
     args, want, want_lse = _attention_with_nans()
-    out, lse = specops.tree_attention(*args, return_lse=True, backend=be)
+    out, lse = specops.tree_attention(
+        *[_to(a, _dev(be)) for a in args], return_lse=True, backend=be
+    )
+    out, lse = out.cpu(), lse.cpu()
     assert torch.equal(torch.isnan(out), want)
     ref, ref_lse = specops.tree_attention(*args, return_lse=True, backend="reference")
     torch.testing.assert_close(out, ref, equal_nan=True, atol=2e-6, rtol=1e-5)
@@ -451,5 +482,8 @@ def test_tree_attention_propagates_nan(be):
 )
 def test_tree_attention_lse_nan_triton():
     args, _, want_lse = _attention_with_nans()
-    _, lse = specops.tree_attention(*args, return_lse=True, backend="triton")
+    _, lse = specops.tree_attention(
+        *[_to(a, _dev("triton")) for a in args], return_lse=True, backend="triton"
+    )
+    lse = lse.cpu()
     assert torch.equal(torch.isnan(lse), want_lse)
