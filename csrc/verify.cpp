@@ -10,9 +10,9 @@ namespace specops {
 
 namespace {
 
-struct Positive {  // max(p, 0)
+struct Positive {  // mass(p): NaN, negative and +inf entries count as 0
   const float* p;
-  float operator()(int64_t i) const { return clamp0(p[i]); }
+  float operator()(int64_t i) const { return mass(p[i]); }
 };
 
 struct Residual {  // r = max(p - q, 0); q == nullptr: q = one-hot(x)
@@ -28,10 +28,10 @@ struct NormResidual {  // norm(r)_i = float32(r_i / s)
   float operator()(int64_t i) const { return normalised(r(i), s); }
 };
 
-struct DropOne {  // q with entry x zeroed
+struct DropOne {  // mass(q) with entry x zeroed
   const float* q;
   int64_t x;
-  float operator()(int64_t i) const { return i == x ? 0.f : q[i]; }
+  float operator()(int64_t i) const { return i == x ? 0.f : mass(q[i]); }
 };
 
 // t ~ norm(max(p - q, 0)) with uniform u, or -1 when the residual has no mass.
@@ -127,7 +127,7 @@ void gumbel_topk_host(const float* p, int64_t vocab, const RngArgs& rng, int64_t
   }
   int64_t n = 0;
   for (int64_t v = 0; v < vocab; ++v) {
-    const float pv = p[v];
+    const float pv = mass(p[v]);
     if (!(pv > 0.f)) continue;
     const float u = rng.uniform(row, draw0 + v);
     const KeyId e{std::log(pv) - std::log(-std::log(u)), static_cast<int32_t>(v)};

@@ -31,6 +31,9 @@ Passes over the row:
    exactly, after a handful of passes; M(lo) is the normaliser of the kept set.
 4. write ``p_i = exp(x_i - m) / M`` on kept tokens, 0 elsewhere (one-hot of the arg-max for
    greedy rows, T < 1e-5, and for rows whose logits are all -inf).
+
+NaN parameters: a NaN temperature is 1.0, a NaN top-p keeps everything, a NaN cfg_scale is no
+guidance (x = c / T), as in the reference.
 """
 
 import torch
@@ -58,16 +61,18 @@ def _unkey(k):
 
 @triton.jit
 def _row_x(c_row, u_row, idx, valid, s, t_div, CFG: tl.constexpr):
-    """x = (u + s * (c - u)) / T in float32; -inf outside the row and where c or u is -inf."""
+    """x = (u + s * (c - u)) / T in float32; -inf outside the row and where c or u is -inf.
+    A NaN s is no guidance: x = c / T."""
     c = tl.load(c_row + idx, mask=valid, other=float("-inf")).to(tl.float32)
     if CFG:
         u = tl.load(u_row + idx, mask=valid, other=float("-inf")).to(tl.float32)
         masked = (c == float("-inf")) | (u == float("-inf"))
-        c = tl.where(masked, 0.0, c)
+        c0 = tl.where(masked, 0.0, c)
         u = tl.where(masked, 0.0, u)
-        d = c - u
+        d = c0 - u
         e = s * d
         lg = tl.where(masked, float("-inf"), u + e)
+        lg = tl.where(s != s, c, lg)  # NaN cfg_scale: no guidance
     else:
         lg = c
     if t_div != 1.0:  # IEEE division (as torch's), skipped for T = 1 (LlamaGen's default)
@@ -131,6 +136,7 @@ def _probs_kernel(
         temp = tl.load(t_ptr + req).to(tl.float32)
     else:
         temp = tl.full([], t_val, tl.float32)
+    temp = tl.where(temp != temp, 1.0, temp)  # NaN temperature: 1.0
     greedy = temp < 1e-5
     t_div = tl.where(greedy, 1.0, temp)
     s = 1.0
@@ -215,7 +221,7 @@ def _probs_kernel(
             p = tl.load(p_ptr + req).to(tl.float32)
         else:
             p = tl.full([], p_val, tl.float32)
-        if (p < 1.0) & ~onehot:
+        if (p < 1.0) & ~onehot:  # a NaN p is inactive: no top-p
             # p <= 0 keeps the arg-max ties: any target in (0, 1] does, since w_max = 1
             target = tl.maximum(p * z, 1e-30)
             lo = tl.maximum(tau, _key(mn))  # M(lo) = Z >= target

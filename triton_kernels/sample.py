@@ -42,8 +42,9 @@ def _sample_kernel(
             philox_uniform(seed, offset, row + tl.zeros([1], tl.int64), tl.zeros([1], tl.int32)),
             axis=0,
         )
-    # first i with cumsum of max(p, 0) > u * total, among positive entries; else the last
-    # positive entry (the inverse CDF verify_chain draws its final token with, weight mode 0)
+    # first i with cumsum of mass(p) > u * total, among positive entries; else the last
+    # positive entry, else 0 (the inverse CDF verify_chain draws its final token with, weight
+    # mode 0; NaN, negative and +inf entries count as 0)
     none = -1 + 0 * row  # no draft token: mode 0 reads neither q nor x
     tok = _inverse_cdf(p_row, p_row, none, u.to(tl.float64) * 0.0, u, vocab, 0, False, BLOCK)
     tl.store(out + row, tok.to(tl.int32))

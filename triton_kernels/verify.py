@@ -9,13 +9,15 @@ C++/CUDA cores ``chain_*`` in csrc/include/specops/verify.h), with the same Phil
           have p = q = 0 (always rejected); pool = 0 unless LANTERN relaxation is on
   a       = the accepted prefix length among the n_b valid drafts
   t       = on a rejection (a < n_b): a draw from norm(r), r = max(p_a - q_a, 0) (float32),
-            norm(r)_i = float32(float64(r_i) / sum float64(r)), or from max(p_a, 0) when r has
-            no mass; all accepted: a draw from max(p_a, 0) (the bonus row, a = n_b)
+            norm(r)_i = float32(float64(r_i) / sum float64(r)), or from p_a when r has
+            no mass; all accepted: a draw from p_a (the bonus row, a = n_b)
             Draws are inverse CDF with u = draw K of row b: min{i : c_i > u * c_{V-1}, w_i > 0}
             with float64 running sums c (tile cumsum + carry), else the last id of positive
             mass, else 0 (``reference.inverse_cdf``).
-  greedy  accept x_i iff x_i == argmax p_i (first maximal id, raw rows); t = argmax p_a.
+  greedy  accept x_i iff x_i == argmax p_i (first maximal id); t = argmax p_a.
   output  tokens[b] = x_0 .. x_{a-1}, t, -1 ...; num_accepted[b] = a.
+  NaN     every p and q entry is read through ``_mass`` (reference.mass): NaN, negative and +inf
+          entries count as 0 in the tests, residuals, sums, draws, argmaxes and pools.
 
 All acceptance tests of a request are independent of each other, so they run as one vector over
 the K drafts (the reference computes them all too); only greedy verification walks the drafts
@@ -31,18 +33,24 @@ from specops.triton_kernels.philox import philox_uniform
 
 
 @triton.jit
+def _mass(p):
+    """The NaN policy: p where 0 < p < +inf, else 0 (NaN, negative and +inf count as 0)."""
+    return tl.where((p > 0.0) & (p < float("inf")), p, 0.0)
+
+
+@triton.jit
 def _weights(p_row, q_row, x, s, idx, vocab, MODE: tl.constexpr, HAS_Q: tl.constexpr):
-    """One tile of a weight row (float32, 0 past the vocabulary).  MODE 0: w_i = max(p_i, 0);
-    MODE 1: the residual w_i = r_i = max(p_i - q_i, 0); MODE 2: the normalised residual
-    w_i = float32(float64(r_i) / s).  q = one-hot of x without draft probabilities (x may be out
-    of range: then q = 0)."""
+    """One tile of a weight row (float32, 0 past the vocabulary), p and q read through _mass.
+    MODE 0: w_i = p_i; MODE 1: the residual w_i = r_i = max(p_i - q_i, 0); MODE 2: the
+    normalised residual w_i = float32(float64(r_i) / s).  q = one-hot of x without draft
+    probabilities (x may be out of range: then q = 0)."""
     m = idx < vocab
-    p = tl.load(p_row + idx, mask=m, other=0.0).to(tl.float32)
+    p = _mass(tl.load(p_row + idx, mask=m, other=0.0).to(tl.float32))
     if MODE == 0:
-        w = tl.maximum(p, 0.0)
+        w = p
     else:
         if HAS_Q:
-            q = tl.load(q_row + idx, mask=m, other=0.0).to(tl.float32)
+            q = _mass(tl.load(q_row + idx, mask=m, other=0.0).to(tl.float32))
         else:
             q = tl.where(idx == x, 1.0, 0.0)
         w = tl.maximum(p - q, 0.0)  # float32 residual, as the reference's clamp_min(p - q, 0)
@@ -86,14 +94,15 @@ def _inverse_cdf(
 
 @triton.jit
 def _argmax(p_row, vocab, BLOCK: tl.constexpr):
-    """First maximal id of the raw row (torch.argmax): per tile the first maximum, and a later
-    tile replaces the running best only when strictly larger."""
+    """First maximal id of _mass(row) (torch.argmax; 0 for a row without mass): per tile the
+    first maximum, and a later tile replaces the running best only when strictly larger."""
     cols = tl.arange(0, BLOCK)
     best = tl.max(tl.full([BLOCK], float("-inf"), tl.float32), axis=0)
     best_i = tl.sum(tl.zeros([BLOCK], tl.int64), axis=0)
     for base in range(0, vocab, BLOCK):
         idx = base + cols
-        v = tl.load(p_row + idx, mask=idx < vocab, other=float("-inf")).to(tl.float32)
+        v = tl.load(p_row + idx, mask=idx < vocab, other=0.0).to(tl.float32)
+        v = tl.where(idx < vocab, _mass(v), float("-inf"))
         m = tl.max(v, axis=0)
         i = tl.min(tl.where(v == m, idx, vocab), axis=0).to(tl.int64)  # first maximum of the tile
         better = m > best
@@ -184,10 +193,10 @@ def _verify_chain_kernel(
         # acceptance tests of all drafts at once: u_i * q_i(x_i) < p_i(x_i) + pool_i(x_i)
         ok = in_k & (x >= 0) & (x < vocab)  # only in-range ids are ever used as an index
         xc = tl.where(ok, x, 0)
-        px = tl.load(p_b + ks * target_sk + xc, mask=ok, other=0.0).to(tl.float32)
+        px = _mass(tl.load(p_b + ks * target_sk + xc, mask=ok, other=0.0).to(tl.float32))
         if HAS_Q:
             q_b = draft + b * draft_sb
-            qx = tl.load(q_b + ks * draft_sk + xc, mask=ok, other=0.0).to(tl.float32)
+            qx = _mass(tl.load(q_b + ks * draft_sk + xc, mask=ok, other=0.0).to(tl.float32))
         else:
             qx = tl.full([BLOCK_K], 1.0, tl.float32)
         if HAS_RELAX:
@@ -200,7 +209,7 @@ def _verify_chain_kernel(
             nb = nb.to(tl.int64)
             nvalid = nmask & (nb >= 0) & (nb < vocab) & (nb != x[:, None])
             pn_ptr = p_b + ks[:, None] * target_sk + tl.where(nvalid, nb, 0)
-            pn = tl.load(pn_ptr, mask=nvalid, other=0.0).to(tl.float32).to(tl.float64)
+            pn = _mass(tl.load(pn_ptr, mask=nvalid, other=0.0).to(tl.float32)).to(tl.float64)
             cum = tl.cumsum(pn, axis=1)
             delta = (delta_bits + 0 * b).to(tl.float64, bitcast=True)
             pool = tl.sum(tl.where(cum <= delta, pn, 0.0), axis=1).to(tl.float32)
@@ -225,7 +234,7 @@ def _verify_chain_kernel(
             s = _total(pa, qa, xa, s, vocab, 1, HAS_Q, BLOCK)  # mass of r = max(p_a - q_a, 0)
         if s > 0.0:  # t ~ norm(r)
             t = _inverse_cdf(pa, qa, xa, s, u_final, vocab, 2, HAS_Q, BLOCK)
-        else:  # the bonus, or a residual without mass: t ~ max(p_a, 0)
+        else:  # the bonus, or a residual without mass: t ~ mass(p_a)
             t = _inverse_cdf(pa, qa, xa, s, u_final, vocab, 0, HAS_Q, BLOCK)
         t = t.to(tl.int64)
 

@@ -25,8 +25,9 @@ def sample(
 ) -> torch.Tensor:
     """One token per row of ``probs`` [..., V] (non-negative, need not sum to 1) -> [...] int32.
 
-    Inverse CDF with one uniform per row: token = min{i : cumsum(p)_i > u * sum(p)}; a row with
-    no positive mass gives token 0.  ``seed``/``offset``: Python ints or int64 tensors (``seed``
+    Inverse CDF with one uniform per row: token = min{i : cumsum(p)_i > u * sum(p)}; in fast
+    mode NaN, negative and +inf entries count as 0 (never drawn), and a row with no positive
+    finite mass gives token 0.  ``seed``/``offset``: Python ints or int64 tensors (``seed``
     [B] = one per request along dim 0).  ``uniforms`` [...] float32 replaces the Philox draws.
     ``out`` [...] int32 may be preallocated (CUDA graphs)."""
     c.check_probs("sample", "probs", probs, ndim=range(1, 8))
@@ -104,12 +105,13 @@ def sample_without_replacement(
     order of sequential sampling without replacement -> [..., k] int32.
 
     Gumbel top-k: key_v = log(p_v) - log(-log(u_v)) with one uniform per entry; the k largest
-    keys, largest first.  Zero-probability entries are never chosen: a row with fewer than k
-    positive entries is padded with -1.  Random draws: flat row r, draw v = entry v (``seed``
-    [B] = one per request along dim 0); ``uniforms`` [..., V] float32 replaces them.  Exact
-    semantics: ``specops.reference.sample_without_replacement``.  Backends "cuda", "cpu" (C++
-    twin) and "reference": the keys' float32 logs may differ in the last bit between torch.log
-    and the kernels' logf, so ids agree except where two keys tie within a few ulps."""
+    keys, largest first.  Zero-probability entries (and, in fast mode, NaN, negative and +inf
+    ones) are never chosen: a row with fewer than k positive finite entries is padded with -1.
+    Random draws: flat row r, draw v = entry v (``seed`` [B] = one per request along dim 0);
+    ``uniforms`` [..., V] float32 replaces them.  Exact semantics:
+    ``specops.reference.sample_without_replacement``.  Backends "cuda", "cpu" (C++ twin) and
+    "reference": the keys' float32 logs may differ in the last bit between torch.log and the
+    kernels' logf, so ids agree except where two keys tie within a few ulps."""
     op = "sample_without_replacement"
     c.check_probs(op, "probs", probs, ndim=range(1, 8))
     dev = probs.device

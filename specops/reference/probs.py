@@ -19,6 +19,10 @@ parameters):
    reaches p, ties at the boundary all kept; the arg-max token always survives.
 5. Softmax over the survivors: ``p_i = w_i / sum_{kept} w``; 0 for filtered tokens.
 
+NaN parameters (the NaN policy; the public op rejects them in validation mode): a NaN
+temperature is 1.0, a NaN top-p keeps everything (no top-p), and a NaN cfg_scale means no
+guidance (``l = c``, the conditional logits as they are) -- per request, for scalars and tensors.
+
 A row whose logits are all ``-inf`` (no mass) is the one-hot of token 0.  Mass sums here are
 float64; the Triton kernel sums in float32, so the kept set can differ only where the top-p mass
 lands within rounding of ``p * Z`` (or on exact ties of the float32 keys, which both keep).
@@ -81,9 +85,10 @@ def probs_from_logits(
     if uncond_logits is not None:
         u = uncond_logits.reshape(-1, v).float()
         s = _per_row(1.0 if cfg_scale is None else cfg_scale, rows, per, torch.float32, dev)
-        x = cfg_combine(x, u, s)
+        x = torch.where(torch.isnan(s)[:, None], x, cfg_combine(x, u, s))  # NaN: no guidance
 
     t = _per_row(temperature, rows, per, torch.float32, dev)
+    t = torch.where(torch.isnan(t), 1.0, t)  # NaN temperature: 1.0
     greedy = t < GREEDY_TEMPERATURE
     x = x / torch.where(greedy, 1.0, t)[:, None]
     x = torch.where(x == 0, 0.0, x)  # -0.0 -> +0.0 (equal anyway; keeps keys canonical)
@@ -108,7 +113,7 @@ def probs_from_logits(
     # reaches p * Z.  Cumulative sums in float64.
     if top_p is not None:
         p = _per_row(top_p, rows, per, torch.float64, dev)
-        active = p < 1.0
+        active = p < 1.0  # NaN top-p: inactive (keeps everything)
         xs, order = torch.sort(torch.where(keep, x, neg_inf), dim=-1, descending=True)
         cum = w.double().gather(-1, order).cumsum(-1)
         z = cum[:, -1:]

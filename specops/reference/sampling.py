@@ -6,7 +6,14 @@ import torch
 
 from specops.reference.philox import row_uniforms
 
-__all__ = ["rows_per_seed", "inverse_cdf", "sample", "sample_without_replacement"]
+__all__ = ["mass", "rows_per_seed", "inverse_cdf", "sample", "sample_without_replacement"]
+
+
+def mass(p: torch.Tensor) -> torch.Tensor:
+    """The NaN policy (every backend alike): an entry counts as probability mass only when it is
+    positive and finite.  NaN, negative, -0.0 and +inf entries count as 0.  float32 result."""
+    p = p.float()
+    return torch.where((p > 0) & (p < float("inf")), p, torch.zeros((), device=p.device))
 
 
 def rows_per_seed(seed, rows: int) -> int:
@@ -17,10 +24,11 @@ def rows_per_seed(seed, rows: int) -> int:
 
 
 def inverse_cdf(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """token = min{i : p_0 + ... + p_i > u * sum(p)} per row of p [R, V] (unnormalised, >= 0).
+    """token = min{i : p_0 + ... + p_i > u * sum(p)} per row of p [R, V] (unnormalised), over
+    ``mass(p)`` (NaN, negative and +inf entries count as 0: the NaN policy).
     Falls back to the last token with positive mass, or 0 for a row without any.
     Sums accumulate in float64 (as on every backend), so backends agree except on ties."""
-    p = p.float().clamp_min(0).double()
+    p = mass(p).double()
     c = p.cumsum(-1)
     target = u.double() * c[:, -1]
     hit = (c > target[:, None]) & (p > 0)
@@ -32,8 +40,10 @@ def inverse_cdf(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 def sample(probs: torch.Tensor, *, seed=0, offset=0, uniforms=None) -> torch.Tensor:
-    """One draw per row of ``probs`` [..., V] (rows need not be normalised) -> [...] int32.
-    The row's uniform is draw 0 of stream row r (flat row index), or ``uniforms[..., ]``."""
+    """One draw per row of ``probs`` [..., V] (rows need not be normalised) -> [...] int32:
+    ``inverse_cdf`` of the row, so NaN / negative / +inf entries are never drawn and a row
+    without positive finite mass gives token 0.  The row's uniform is draw 0 of stream row r
+    (flat row index), or ``uniforms[..., ]``."""
     lead = probs.shape[:-1]
     p = probs.reshape(-1, probs.shape[-1]).float()
     r = p.shape[0]
@@ -53,14 +63,15 @@ def sample_without_replacement(probs: torch.Tensor, k: int, *, seed=0, offset=0,
     Gumbel top-k: with one uniform u_v per vocabulary entry, key_v = log(p_v) - log(-log(u_v))
     (float32); the result is the ids of the k largest keys, largest first (ties: lower id
     first).  Entry 0 is therefore a plain draw from p, entry j a draw from p without the first j.
-    Entries with p_v <= 0 are never chosen: a row with fewer than k positive entries returns all
-    of them (in key order) followed by -1 padding; k > V pads likewise.
+    Entries without mass (p_v <= 0, NaN or +inf: ``mass``) are never chosen: a row with fewer
+    than k such entries returns all of them (in key order) followed by -1 padding (a row without
+    mass is all -1); k > V pads likewise.
 
     Random draws: flat row r (row-major over the leading dims; ``seed`` [B] = one per request
     along dim 0), draw v = u_v for entry v.  ``uniforms`` [..., V] float32 replaces them."""
     lead = probs.shape[:-1]
     v = probs.shape[-1]
-    p = probs.reshape(-1, v).float()
+    p = mass(probs.reshape(-1, v))
     r = p.shape[0]
     if uniforms is not None:
         u = uniforms.reshape(r, v).float()
@@ -68,7 +79,7 @@ def sample_without_replacement(probs: torch.Tensor, k: int, *, seed=0, offset=0,
         u = row_uniforms(
             seed, offset, r, v, rows_per_seed=rows_per_seed(seed, r), device=probs.device
         )
-    keys = torch.log(p.clamp_min(0)) - torch.log(-torch.log(u))
+    keys = torch.log(p) - torch.log(-torch.log(u))
     keys = torch.where(p > 0, keys, float("-inf"))
     kk = min(k, v)
     order = torch.sort(keys, dim=-1, descending=True, stable=True).indices[:, :kk]

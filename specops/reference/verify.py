@@ -11,6 +11,11 @@ Conventions shared by all ops here
 * ``p`` is a target distribution, ``q`` a draft distribution, ``x`` a drafted token and ``u`` a
   uniform in (0, 1).  Probabilities are float32 whatever the input dtype; rows are used as given
   (they should sum to 1: ``probs_from_logits`` rows do).
+* NaN policy (every backend alike): every entry of ``target_probs`` and ``draft_probs`` is read
+  through ``mass`` -- NaN, negative and +inf entries count as probability 0 -- before anything
+  else: in acceptance tests, residuals, sums, inverse CDFs, argmaxes (greedy), Gumbel keys and
+  LANTERN pools.  A row left without mass falls back as documented below (token 0 for draws and
+  argmaxes, -1 padding for candidates).  In validation mode the public ops reject such rows.
 * Acceptance test (Leviathan/Chen; SJD-PAC Alg. 1 line 8): accept ``x`` iff
   ``u * q(x) < p(x)``, i.e. with probability ``min(1, p(x)/q(x))`` (1 when q(x) = 0 < p(x), 0 when
   p(x) = 0).  The product and comparison are float32.  With deterministic drafts (``draft_probs``
@@ -42,7 +47,12 @@ from typing import NamedTuple
 import torch
 
 from specops.reference.philox import row_uniforms
-from specops.reference.sampling import inverse_cdf, rows_per_seed, sample_without_replacement
+from specops.reference.sampling import (
+    inverse_cdf,
+    mass,
+    rows_per_seed,
+    sample_without_replacement,
+)
 
 __all__ = [
     "Relaxation",
@@ -212,7 +222,7 @@ def verify_chain(
     b, k1, v = target_probs.shape
     k = k1 - 1
     dev = target_probs.device
-    p = target_probs.float()
+    p = mass(target_probs)
     x = draft_tokens.to(dev).long()
     ids = torch.arange(k, device=dev)
     # n_b: drafts before num_draft[b] and before the first -1.
@@ -227,7 +237,7 @@ def verify_chain(
         acc = x == p[:, :k].argmax(-1)
     else:
         u = _draws(seed, offset, b, k + 1, dev, uniforms)
-        q = draft_probs.to(dev).float().reshape(b * k, v) if draft_probs is not None else None
+        q = mass(draft_probs.to(dev)).reshape(b * k, v) if draft_probs is not None else None
         acc = _accept(u[:, :k].reshape(-1), p[:, :k].reshape(b * k, v), q, x.reshape(-1), relax)
         acc = acc.reshape(b, k)
     # a = length of the accepted prefix of the valid drafts.
@@ -241,7 +251,7 @@ def verify_chain(
             ac = a.clamp(max=k - 1)
             xa = x[rows, ac]
             if draft_probs is not None:
-                qa = draft_probs.to(dev).float()[rows, ac]
+                qa = mass(draft_probs.to(dev)[rows, ac])
             else:
                 qa = _one_hot(xa, v)
             # draft a rejected: t ~ norm(max(p_a - q_a, 0)) (p_a if that has no mass)
@@ -383,9 +393,9 @@ def verify_tree(
         width = _path_width(tree)
     fc, ns = _tree_arrays(tree, b, dev)
     u = None if greedy else _draws(seed, offset, b, n, dev, uniforms)
-    q = draft_probs.to(dev).float() if draft_probs is not None else None
+    q = mass(draft_probs.to(dev)) if draft_probs is not None else None
     w = _tree_walk(
-        target_probs.float(),
+        mass(target_probs),
         q,
         draft_tokens.to(dev).long(),
         fc,
@@ -462,9 +472,9 @@ def verify_jacobi(
     """
     b, L, v = target_probs.shape
     dev = target_probs.device
-    p_all = target_probs.float()
+    p_all = mass(target_probs)
     x_all = window_tokens.to(dev).long()
-    q_all = draft_probs.to(dev).float() if draft_probs is not None else None
+    q_all = mass(draft_probs.to(dev)) if draft_probs is not None else None
     k = int(num_candidates)
     draws = 2 * L + (L * v if k > 1 else 0)
     u = _draws(seed, offset, b, draws, dev, uniforms)
@@ -576,7 +586,7 @@ def _path_acceptance(target_probs, draft_probs, parents, draft_tokens, num_paths
     b, n, v = target_probs.shape
     dev = target_probs.device
     rows = torch.arange(b, device=dev)
-    p_all = target_probs.float()
+    p_all = mass(target_probs)
     x = draft_tokens.to(dev).long()
     ids = torch.arange(n, device=dev)
     par = parents.to(dev).long().expand(b, n)
@@ -590,7 +600,7 @@ def _path_acceptance(target_probs, draft_probs, parents, draft_tokens, num_paths
         if draft_probs is None:
             alpha = px.clamp(max=1.0)
         else:
-            qx = _at(draft_probs.to(dev).float()[rows, pm], x[:, m]).double()
+            qx = _at(mass(draft_probs.to(dev)[rows, pm]), x[:, m]).double()
             alpha = torch.where(
                 qx > 0, (px / qx.clamp_min(1e-300)).clamp(max=1.0), (px > 0).double()
             )

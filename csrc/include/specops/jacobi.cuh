@@ -284,7 +284,7 @@ struct BlockJacobiOps {
 #pragma unroll
         for (int e = 0; e < 4; ++e) consider(i + e, o[e]);
       });
-      for (int64_t v = vocab / 4 * 4 + threadIdx.x; v < vocab; v += BLOCK) consider(v, p[v]);
+      for (int64_t v = vocab / 4 * 4 + threadIdx.x; v < vocab; v += BLOCK) consider(v, mass(p[v]));
       while (j < k) {
         __syncthreads();
         const KeyId win = GumbelReduce<BLOCK>(sm.tmp.gumbel).Reduce(list[0], KeyIdFirst());

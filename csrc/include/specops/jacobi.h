@@ -7,6 +7,8 @@
 //                                       (p itself when r has no mass)
 //   draw t ~ w with uniform u:          min{i : w_0 + ... + w_i > u * sum(w), w_i > 0} (f64)
 //   candidates (proactive drafting):    Gumbel top-k of p, key_v = log p_v - log(-log u_v)
+//   NaN policy: p and q entries are read through mass() (specops/mass.h): NaN, negative and
+//   +inf entries count as 0 in all of the above.
 //
 // Chain mode (tree == nullptr), slot i of request b: test draw i, resample draw L + i; the
 // accepted prefix a = number of leading passing slots.  Slots are independent once a is known,
@@ -110,9 +112,9 @@ SPECOPS_HD float jacobi_pool(const PF& p, int64_t vocab, int64_t x, const RelaxA
   return static_cast<float>(pool);
 }
 
-struct RawRow {  // p(v) of a stored row
+struct RawRow {  // mass(p(v)) of a stored row (the NaN policy: NaN, < 0, +inf count as 0)
   const float* p;
-  SPECOPS_HD float operator()(int64_t v) const { return p[v]; }
+  SPECOPS_HD float operator()(int64_t v) const { return mass(p[v]); }
 };
 
 // Test of draft x: u * q(x) < p(x) + pool(x); has_q false means q = one-hot(x), q(x) = 1.
@@ -153,12 +155,12 @@ SPECOPS_HD void load4(const float* row, int64_t i, float* o) {
 }
 SPECOPS_HD float relu(float d) { return d > 0.f ? d : 0.f; }
 
-struct PosW {  // max(p, 0): what inverse_cdf samples from a raw row
+struct PosW {  // mass(p): what inverse_cdf samples from a raw row
   const float* p;
-  SPECOPS_HD float operator()(int64_t v) const { return relu(p[v]); }
+  SPECOPS_HD float operator()(int64_t v) const { return mass(p[v]); }
   SPECOPS_HD void quad(int64_t i, float* o) const {
     load4(p, i, o);
-    for (int e = 0; e < 4; ++e) o[e] = relu(o[e]);
+    for (int e = 0; e < 4; ++e) o[e] = mass(o[e]);
   }
 };
 struct ResidW {  // r = max(p - q, 0); q == nullptr: q = one-hot(x) (zero row for x outside [0, V))
@@ -171,10 +173,11 @@ struct ResidW {  // r = max(p - q, 0); q == nullptr: q = one-hot(x) (zero row fo
     load4(p, i, o);
     if (q) {
       load4(q, i, qv);
+      for (int e = 0; e < 4; ++e) qv[e] = mass(qv[e]);
     } else {
       for (int e = 0; e < 4; ++e) qv[e] = i + e == x ? 1.f : 0.f;
     }
-    for (int e = 0; e < 4; ++e) o[e] = relu(o[e] - qv[e]);
+    for (int e = 0; e < 4; ++e) o[e] = relu(mass(o[e]) - qv[e]);
   }
 };
 struct NormResidW {  // norm(r)_v = f32(f64(r_v) / s)
@@ -206,7 +209,7 @@ struct WalkRow {
     }
   }
   SPECOPS_HD void eval(int64_t v, float* pv, float* qv) const {
-    float p = p0[v], q = q0 ? q0[v] : 0.f;
+    float p = mass(p0[v]), q = q0 ? mass(q0[v]) : 0.f;
     steps(v, p, q);
     *pv = p;
     *qv = q;
@@ -218,7 +221,11 @@ struct WalkRow {
     } else {
       for (int e = 0; e < 4; ++e) q[e] = 0.f;
     }
-    for (int e = 0; e < 4; ++e) steps(i + e, p[e], q[e]);
+    for (int e = 0; e < 4; ++e) {
+      p[e] = mass(p[e]);
+      q[e] = mass(q[e]);
+      steps(i + e, p[e], q[e]);
+    }
   }
   SPECOPS_HD float p_at(int64_t v) const {
     float p, q;
@@ -240,7 +247,7 @@ struct WalkQ {
   WalkRow row;
   SPECOPS_HD float operator()(int64_t v) const { return row.q_at(v); }
 };
-struct WalkPosW {  // max(p_j, 0): the final draw
+struct WalkPosW {  // p_j (>= 0 and finite after mass): the final draw
   WalkRow row;
   SPECOPS_HD float operator()(int64_t v) const { return relu(row.p_at(v)); }
   SPECOPS_HD void quad(int64_t i, float* o) const {

@@ -5,12 +5,13 @@
 
 #include "specops/block_sample.cuh"
 #include "specops/common.h"
+#include "specops/mass.h"
 
 namespace specops {
 
-struct NonNegative {
+struct NonNegative {  // mass(p): NaN, negative and +inf entries count as 0
   const float* p;
-  __device__ float operator()(int64_t i) const { return fmaxf(p[i], 0.f); }
+  __device__ float operator()(int64_t i) const { return mass(p[i]); }
 };
 
 template <int BLOCK>

@@ -1,6 +1,7 @@
 // CUDA sampling without replacement by Gumbel top-k (same maths as gumbel_topk_host in
 // specops/verify.h and reference.sample_without_replacement): key_v = log(p_v) - log(-log(u_v))
-// in float32 for p_v > 0, the k largest keys, largest first, ties to the lower id, -1 padding.
+// in float32 for mass(p_v) > 0 (NaN, negative, +inf never chosen), the k largest keys, largest
+// first, ties to the lower id, -1 padding.
 //
 // One block per row.  A pass over the row keeps, per thread, its KT best keys that rank after a
 // threshold (registers, insertion with static indices); then k rounds of a block argmax over the
@@ -65,7 +66,7 @@ __device__ void block_gumbel_topk(const float* p, int64_t vocab, const RngArgs& 
     for (int s = 0; s < KT; ++s) list[s] = none;
     bool dropped = false;  // this thread discarded keys that rank after the threshold
     for (int64_t v = threadIdx.x; v < vocab; v += BLOCK) {
-      const float pv = p[v];
+      const float pv = mass(p[v]);
       if (!(pv > 0.f)) continue;
       const float u = rng.uniform(row, draw0 + v);
       const KeyId e = {logf(pv) - logf(-logf(u)), static_cast<int32_t>(v)};

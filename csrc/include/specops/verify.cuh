@@ -11,14 +11,14 @@
 
 namespace specops {
 
-struct PositiveDev {
+struct PositiveDev {  // mass(p): NaN, negative and +inf entries count as 0
   const float* p;
-  __device__ float operator()(int64_t i) const { return fmaxf(p[i], 0.f); }
+  __device__ float operator()(int64_t i) const { return mass(p[i]); }
 };
 
-struct RawDev {  // p as given (greedy argmax: the reference's argmax of the raw row)
+struct RawDev {  // greedy argmax: the reference's argmax of mass(p) (0 for a row without mass)
   const float* p;
-  __device__ float operator()(int64_t i) const { return p[i]; }
+  __device__ float operator()(int64_t i) const { return mass(p[i]); }
 };
 
 struct ResidualDev {  // r = max(p - q, 0); q == nullptr: q = one-hot(x)
@@ -123,12 +123,12 @@ __global__ void verify_tree_kernel(VerifyTreeArgs a) {
     double lp = 0.0, lq = 0.0;
     for (int64_t i = threadIdx.x; i < V; i += BLOCK) {
       lp += static_cast<double>(r(i));
-      if (wor) lq += i == x ? 0.0 : static_cast<double>(q[i]);
+      if (wor) lq += i == x ? 0.0 : static_cast<double>(mass(q[i]));
     }
     const double2 s = block_sum2<BLOCK>(tmp, lp, lq);
     for (int64_t i = threadIdx.x; i < V; i += BLOCK) {
       const float ri = r(i);
-      const float qi = wor ? (i == x ? 0.f : q[i]) : 0.f;
+      const float qi = wor ? (i == x ? 0.f : mass(q[i])) : 0.f;
       if (s.x > 0.0) wp[i] = normalised(ri, s.x);
       if (wor) wq[i] = s.y > 0.0 ? normalised(qi, s.y) : 0.f;
     }

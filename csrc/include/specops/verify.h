@@ -8,6 +8,8 @@
 //   mass c_j = p(n_1) + ... + p(n_j) stays <= delta (float64), 0 without relaxation.
 // The normalisation is replicated exactly (division in float64, rounded to float32 per entry):
 // the rounded row, not r / s, is what the reference samples from and tests against.
+// NaN policy: every entry of p and q is read through mass() (specops/mass.h): NaN, negative and
+// +inf entries count as 0 everywhere above; a row left without mass gives token 0.
 #pragma once
 #include <stdint.h>
 #if !defined(__CUDA_ARCH__) && (defined(__x86_64__) || defined(_M_X64))
@@ -15,6 +17,7 @@
 #endif
 
 #include "specops/common.h"
+#include "specops/mass.h"
 
 namespace specops {
 
@@ -34,9 +37,9 @@ struct RelaxArgs {
   double delta;
 };
 
-// p(x), 0 for ids outside [0, vocab): an out-of-range draft is a draft of target prob 0.
+// mass(p(x)), 0 for ids outside [0, vocab): an out-of-range draft is a draft of target prob 0.
 SPECOPS_HD float prob_at(const float* row, int64_t vocab, int64_t x) {
-  return (x >= 0 && x < vocab) ? row[x] : 0.f;
+  return (x >= 0 && x < vocab) ? mass(row[x]) : 0.f;
 }
 
 SPECOPS_HD float lantern_pool(const float* p, int64_t vocab, int64_t x, const RelaxArgs& relax) {
@@ -45,7 +48,7 @@ SPECOPS_HD float lantern_pool(const float* p, int64_t vocab, int64_t x, const Re
   double cum = 0.0, pool = 0.0;
   for (int64_t j = 0; j < relax.k; ++j) {
     const int64_t n = nb[j];
-    const double pn = (n >= 0 && n < vocab && n != x) ? static_cast<double>(p[n]) : 0.0;
+    const double pn = (n >= 0 && n < vocab && n != x) ? static_cast<double>(mass(p[n])) : 0.0;
     cum += pn;
     if (cum <= relax.delta) pool += pn;
   }
@@ -72,10 +75,11 @@ SPECOPS_HD float clamp0(float r) {
 #endif
 }
 
-// r_i = max(p_i - q_i, 0) in float32; q == nullptr: q = one-hot(x) (x may be out of range).
+// r_i = max(mass(p_i) - mass(q_i), 0) in float32; q == nullptr: q = one-hot(x) (x may be out
+// of range).  Both terms are finite and >= 0, so the difference never overflows.
 SPECOPS_HD float residual_at(const float* p, const float* q, int64_t x, int64_t i) {
-  const float qi = q ? q[i] : (i == x ? 1.f : 0.f);
-  return clamp0(p[i] - qi);
+  const float qi = q ? mass(q[i]) : (i == x ? 1.f : 0.f);
+  return clamp0(mass(p[i]) - qi);
 }
 
 // norm(r)_i = float32(float64(r_i) / s), s = sum of float64(r) (the reference's _normalise).
@@ -258,8 +262,8 @@ SPECOPS_HD void tree_walk_finish(const VerifyTreeArgs& a, int64_t b, const TreeW
 }
 
 // ---- sampling without replacement (Gumbel top-k) ----------------------------------------------
-// key_v = log(p_v) - log(-log(u_v)) in float32 (entries with p_v <= 0 never chosen); the k
-// largest keys, largest first, ties to the lower id.
+// key_v = log(p_v) - log(-log(u_v)) in float32 (entries with mass(p_v) = 0 never chosen); the
+// k largest keys, largest first, ties to the lower id.
 struct KeyId {
   float key;
   int32_t id;
@@ -352,13 +356,14 @@ inline int32_t draw_host(W w, int64_t vocab, float u) {
   return 0;
 }
 
-// First maximal id (torch.argmax), the running maximum kept in a register.
+// First maximal id of mass(p) (torch.argmax of reference.mass(p)): 0 for a row without mass.
 inline int32_t argmax_host(const float* p, int64_t vocab) {
   int64_t best = 0;
-  float bv = p[0];
+  float bv = mass(p[0]);
   for (int64_t i = 1; i < vocab; ++i) {
-    if (p[i] > bv) {
-      bv = p[i];
+    const float pi = mass(p[i]);
+    if (pi > bv) {
+      bv = pi;
       best = i;
     }
   }
