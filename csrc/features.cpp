@@ -37,10 +37,11 @@ void drafter_inputs_host(const char* emb, int64_t s_v, int64_t s_e, int64_t voca
 
 void feature_cache_write_host(char* store, int32_t* stamps, int64_t cap, int64_t h, const void* pos,
                               bool pos64, int64_t p_b, int64_t p_m, const char* feats, int64_t f_b,
-                              int64_t f_m, int64_t f_h, const int64_t* step_ptr, int64_t step_count,
-                              int64_t step_value, int64_t batch, int64_t m, int esize) {
+                              int64_t f_m, int64_t f_h, const int64_t* step_ptr,
+                              int64_t step_stride, int64_t step_value, int64_t batch, int64_t m,
+                              int esize) {
   for (int64_t b = 0; b < batch; ++b) {
-    const int64_t step = step_ptr ? step_ptr[step_count == 1 ? 0 : b] : step_value;
+    const int64_t step = step_ptr ? step_ptr[b * step_stride] : step_value;
     for (int64_t j = 0; j < m; ++j) {
       const int64_t p = load_index(pos, pos64, b * p_b + j * p_m);
       if (p < 0 || p >= cap) continue;

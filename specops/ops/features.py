@@ -49,13 +49,7 @@ def _gather_impl(src, index, backend):
         index.shape[0], index.shape[1], src.shape[2], dtype=src.dtype, device=src.device
     )
     if be == "cpu":
-        es = src.element_size()
-        b, n, h = src.shape
-        _build._C.gather_rows_cpu(
-            src.data_ptr(), src.stride(0) * es, src.stride(1) * es, src.stride(2) * es, n,
-            index.data_ptr(), index.dtype == torch.int64, index.stride(0), index.stride(1),
-            out.data_ptr(), b, index.shape[1], h, es,
-        )  # fmt: skip
+        _build._C.gather_rows_cpu(src, index, out)
         return out
     from specops.triton_kernels.features import gather_rows_triton
 
@@ -117,23 +111,7 @@ def _drafter_impl(embedding, tokens, features, step_embedding, backend):
         return reference.drafter_inputs(embedding, tokens, features, step_embedding)
     out = _drafter_fake(embedding, tokens, features, step_embedding, backend)
     if be == "cpu":
-        es = embedding.element_size()
-        st = step_embedding
-        if st is None:
-            mode, step_args = 0, (0, 0, 0, 0, 0)
-        elif st.dim() == 1:
-            mode, step_args = 1, (st.data_ptr(), 0, 0, st.stride(0) * es, st.shape[0])
-        else:
-            mode = 2
-            step_args = (st.data_ptr(), *(x * es for x in st.stride()), st.shape[2])
-        f = features
-        _build._C.drafter_inputs_cpu(
-            embedding.data_ptr(), embedding.stride(0) * es, embedding.stride(1) * es,
-            embedding.shape[0], embedding.shape[1],
-            tokens.data_ptr(), tokens.dtype == torch.int64, tokens.stride(0), tokens.stride(1),
-            f.data_ptr(), f.stride(0) * es, f.stride(1) * es, f.stride(2) * es, f.shape[2],
-            *step_args, mode, out.data_ptr(), tokens.shape[0], tokens.shape[1], es,
-        )  # fmt: skip
+        _build._C.drafter_inputs_cpu(embedding, tokens, features, step_embedding, out)
         return out
     from specops.triton_kernels.features import drafter_inputs_triton
 
@@ -204,15 +182,7 @@ def _path_sim_impl(paths, codebook, alpha, stride, backend):
         return reference.path_similarity(paths, codebook, alpha=alpha, stride=stride)
     out = torch.empty(paths.shape[0], dtype=torch.float32, device=paths.device)
     if be == "cpu":
-        es = codebook.element_size()
-        kind = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}[codebook.dtype]
-        b, p, length = paths.shape
-        _build._C.path_similarity_cpu(
-            paths.data_ptr(), paths.dtype == torch.int64, *paths.stride(), p, length,
-            codebook.data_ptr(), codebook.stride(0) * es, codebook.stride(1) * es,
-            codebook.shape[0], codebook.shape[1], kind, es, float(alpha) ** stride, stride,
-            out.data_ptr(), b,
-        )  # fmt: skip
+        _build._C.path_similarity_cpu(paths, codebook, float(alpha), stride, out)
         return out
     from specops.triton_kernels.features import path_similarity_triton
 
@@ -242,16 +212,9 @@ def _write_impl(store, stamps, positions, feats, step_t, step_i, backend):
     if be == "cpu":
         if feats.dtype != store.dtype:
             feats = feats.to(store.dtype)  # the kernel moves rows of the store's dtype
-        es = store.element_size()
         if step_t is not None and step_t.dtype != torch.int64:
             step_t = step_t.long()
-        _build._C.feature_cache_write_cpu(
-            store.data_ptr(), stamps.data_ptr(), store.shape[1], store.shape[2],
-            positions.data_ptr(), positions.dtype == torch.int64, *positions.stride(),
-            feats.data_ptr(), *(x * es for x in feats.stride()),
-            c.ptr(step_t), 0 if step_t is None else step_t.numel(), step_i,
-            positions.shape[0], positions.shape[1], es,
-        )  # fmt: skip
+        _build._C.feature_cache_write_cpu(store, stamps, positions, feats, step_t, step_i)
         return
     from specops.triton_kernels.features import feature_cache_write_triton
 

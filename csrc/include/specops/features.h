@@ -147,8 +147,9 @@ void drafter_inputs_host(const char* emb, int64_t s_v, int64_t s_e, int64_t voca
 
 void feature_cache_write_host(char* store, int32_t* stamps, int64_t cap, int64_t h, const void* pos,
                               bool pos64, int64_t p_b, int64_t p_m, const char* feats, int64_t f_b,
-                              int64_t f_m, int64_t f_h, const int64_t* step_ptr, int64_t step_count,
-                              int64_t step_value, int64_t batch, int64_t m, int esize);
+                              int64_t f_m, int64_t f_h, const int64_t* step_ptr,
+                              int64_t step_stride, int64_t step_value, int64_t batch, int64_t m,
+                              int esize);
 
 void path_similarity_host(const PathSimArgs& a, int64_t batch, float* out);
 
