@@ -5,6 +5,7 @@
 - sliced, transposed and expanded (stride 0) views of every tensor a Triton op reads (seeds,
   offsets, uniforms, lengths, block tables, step stamps, ...) give the results of their
   contiguous copies; out buffers that cannot be written are a ValueError;
+- caches of per-call values are keyed on everything the value depends on;
 - no kernel touches memory outside its tensor arguments, also for the lanes that are masked out
   of the result: ``bounds`` runs the interpreter with every active lane of every load, store and
   atomic checked against the extents of the launch's tensor arguments;
@@ -355,6 +356,33 @@ def test_commit_kv_strided_block_table_and_slots(bounds):
         assert torch.equal(got_cs, want_cs) and torch.equal(got_c, want_c)
     with pytest.raises(ValueError, match="cache_seqlens must be contiguous"):
         specops.commit_kv(caches, _strided(cs), slots, block_table=bt, backend="triton")
+
+
+def test_commit_kv_list_offsets_cache_is_keyed_on_the_element_size(bounds):
+    """The same slab addresses seen first as float32 then as float16: the per-layer offsets (in
+    elements) must not be reused across element sizes."""
+    g = torch.Generator().manual_seed(6)
+    layers, b, s, hkv, d = 2, 2, 12, 2, 4
+    store = torch.randn(2 * layers + 1, b, s, hkv, d, generator=g)
+    cs = torch.tensor([1, 3], dtype=torch.int32)
+    slots = torch.tensor([[0, 2, 4], [1, 3, -1]], dtype=torch.int32)
+    for dtype in (torch.float32, torch.float16):
+        view = store.view(dtype)  # float16: last dim 2 d, same addresses
+        pairs = [(view[2 * i + 1], view[2 * i + 2]) for i in range(layers)]
+        bounds.allow(*[t for p in pairs for t in p])
+        want_pairs = [(k.clone(), v.clone()) for k, v in pairs]
+        want_cs = cs.clone()
+        reference.commit_kv(want_pairs, want_cs, slots)
+        before = store.clone()
+        got_cs = cs.clone()
+        specops.commit_kv(pairs, got_cs, slots, backend="triton")
+        assert torch.equal(got_cs, want_cs)
+        bits = torch.int16 if dtype == torch.float16 else torch.int32  # float16 bits hold NaNs
+        for (k, v), (wk, wv) in zip(pairs, want_pairs):
+            assert torch.equal(k.view(bits), wk.view(bits))
+            assert torch.equal(v.view(bits), wv.view(bits))
+        assert torch.equal(store[0], before[0])  # the slab before the first is untouched
+        store.copy_(before)
 
 
 # attention ---------------------------------------------------------------------------------

@@ -196,7 +196,8 @@ def _counter_workspace(device: torch.device, batch: int) -> torch.Tensor:
 
 def _base_array(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, int]:
     """(int64 [2 * layers] of the slabs' addresses on their device, the largest power of two
-    <= 16 dividing them all), cached by address: a list of cache tensors is allocated once, so
+    <= 16 dividing them all), cached by (device, addresses), all the value depends on (bytes,
+    not elements: the dtype does not enter): a list of cache tensors is allocated once, so
     steady-state calls copy nothing to the device."""
     dev = tensors[0].device
     addrs = tuple(t.data_ptr() for t in tensors)
@@ -277,13 +278,19 @@ _RAW = {2: torch.int16, 4: torch.int32}
 
 def _slab_offsets(tensors: list[torch.Tensor]) -> torch.Tensor:
     """int64 [2 * layers]: each slab's start relative to the first, in elements (the Triton
-    kernel addresses slabs from one base pointer); cached by address like ``_base_array``."""
+    kernel addresses slabs from one base pointer); cached by (device, element size, addresses):
+    everything the value depends on."""
     dev = tensors[0].device
     addrs = tuple(t.data_ptr() for t in tensors)
-    key = (dev, addrs)
+    es = tensors[0].element_size()
+    key = (dev, es, addrs)  # offsets in elements: the same addresses with another dtype differ
     hit = _offsets.get(key)
     if hit is None:
-        es = tensors[0].element_size()
+        if any((a - addrs[0]) % es for a in addrs):
+            raise ValueError(
+                "specops.commit_kv: the caches' slabs are not a whole number of elements apart "
+                "(the triton backend addresses every slab from the first one)"
+            )
         hit = torch.tensor([(a - addrs[0]) // es for a in addrs], dtype=torch.int64).to(dev)
         _offsets[key] = hit
         while len(_offsets) > 64:
