@@ -9,6 +9,7 @@
 - no kernel touches memory outside its tensor arguments, also for the lanes that are masked out
   of the result: ``bounds`` runs the interpreter with every active lane of every load, store and
   atomic checked against the extents of the launch's tensor arguments;
+- edge sizes (B, N, M, Hkv, D, S, P, page = 0) agree with the reference on every backend.
 """
 
 from __future__ import annotations
@@ -385,6 +386,53 @@ def test_commit_kv_list_offsets_cache_is_keyed_on_the_element_size(bounds):
         store.copy_(before)
 
 
+@pytest.mark.parametrize("backend", ["reference", "cpu", "triton"])
+@pytest.mark.parametrize(
+    "case", ["hkv0", "d0", "s0", "b0", "m0", "layers0", "p0", "page0", "cols0"]
+)
+def test_commit_kv_edge_sizes_advance_like_the_reference(backend, case):
+    """Caches without elements move nothing, but cache_seqlens advances exactly as the reference
+    counts m; no layer or no slot: nothing advances."""
+    layers, b, s, hkv, d, m = 2, 2, 8, 2, 4, 3
+    bt = None
+    if case == "hkv0":
+        hkv = 0
+    elif case == "d0":
+        d = 0
+    elif case == "s0":
+        s = 0
+    elif case == "b0":
+        b = 0
+    elif case == "m0":
+        m = 0
+    elif case == "layers0":
+        layers = 0
+    shape = [layers, 2, b, s, hkv, d]
+    if case in ("p0", "page0", "cols0"):
+        pages, page, cols = {"p0": (0, 4, 2), "page0": (3, 0, 2), "cols0": (3, 4, 0)}[case]
+        shape = [layers, 2, pages, page, hkv, d]
+        bt = torch.zeros(b, cols, dtype=torch.int32)
+    caches = torch.zeros(shape)
+    cs = torch.tensor([1, 2][:b], dtype=torch.int32)
+    slots = torch.tensor([[0, 2, 3], [1, -1, -1]], dtype=torch.int32)[:b, :m]
+    want = cs.clone()
+    if layers:
+        with specops.validation(False):
+            specops.commit_kv(caches.clone(), want, slots, block_table=bt, backend="reference")
+    expect = {"hkv0": [4, 3], "d0": [4, 3], "b0": [], "m0": [1, 2], "layers0": [1, 2]}
+    assert want.tolist() == expect.get(case, [1, 2])
+    with specops.validation(False):
+        got = cs.clone()
+        if layers:
+            specops.commit_kv(caches, got, slots, block_table=bt, backend=backend)
+            assert torch.equal(got, want)
+        if caches.shape[0]:
+            got = cs.clone()
+            pairs = [(caches[i, 0], caches[i, 1]) for i in range(layers)]
+            specops.commit_kv(pairs, got, slots, block_table=bt, backend=backend)
+            assert torch.equal(got, want)
+
+
 # attention ---------------------------------------------------------------------------------
 def _attn_case(g, b=3, n=5, hq=4, hkv=2, d=16, page=4, width=6, paged=True):
     from specops import Tree
@@ -471,6 +519,65 @@ def test_append_kv_rows_outside_the_cache_read_no_block_table(bounds):
         got_k, got_v = kc.clone(), vc.clone()
         specops.append_kv(got_k, got_v, k, k, cs, block_table=bt, backend="triton")
     assert torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
+
+
+_ATTN_EDGES = {
+    "b0": dict(b=0),
+    "n0": dict(n=0),
+    "d0": dict(d=0),
+    "hkv0": dict(hq=0, hkv=0),
+    "s0": dict(s=0),
+    "p0": dict(paged=(0, 4, 2)),
+    "page0": dict(paged=(2, 0, 2)),
+    "cols0": dict(paged=(2, 4, 0)),
+}
+
+
+def _edge_inputs(b=2, n=3, hq=2, hkv=2, d=4, s=8, paged=None):
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(b, n, hq, d, generator=g)
+    if paged is None:
+        kc, bt = torch.randn(b, s, hkv, d, generator=g), None
+    else:
+        pages, page, cols = paged
+        kc = torch.randn(pages, page, hkv, d, generator=g)
+        bt = torch.zeros(b, cols, dtype=torch.int32)
+    vc = torch.randn(kc.shape, generator=g)
+    k = torch.randn(b, n, hkv, d, generator=g)
+    mask = torch.full((1, n, max(1, (n + 31) // 32)), -1, dtype=torch.int32)
+    return q, kc, vc, torch.zeros(b, dtype=torch.int32), mask, bt, k
+
+
+def _outcome(fn, backend):
+    try:
+        return fn(backend)
+    except ValueError as e:
+        return ("ValueError", str(e))
+
+
+@pytest.mark.parametrize("case", sorted(_ATTN_EDGES))
+def test_attention_edge_sizes_agree_with_the_reference(case, bounds):
+    def attn(backend):
+        q, kc, vc, cs, mask, bt, _ = _edge_inputs(**_ATTN_EDGES[case])
+        with specops.validation(False):
+            return specops.tree_attention(
+                q, kc, vc, cs, mask, block_table=bt, return_lse=True, backend=backend
+            )
+
+    def append(backend):
+        q, kc, vc, cs, mask, bt, k = _edge_inputs(**_ATTN_EDGES[case])
+        with specops.validation(False):
+            specops.append_kv(kc, vc, k, -k, cs, block_table=bt, backend=backend)
+        return kc, vc
+
+    for fn in (attn, append):
+        want, got = _outcome(fn, "reference"), _outcome(fn, "triton")
+        if isinstance(want, tuple) and want[0] == "ValueError":
+            assert got == want
+        else:
+            for w, o in zip(want, got):
+                assert w.shape == o.shape
+                torch.testing.assert_close(o, w)
 
 
 # features ----------------------------------------------------------------------------------

@@ -324,13 +324,28 @@ def _launch_triton(t, offsets, layers, shape, strides, cs, slots, block_table):
     )
 
 
+def _advance_only(shape, cs, slots, block_table) -> None:
+    """Caches without elements (B, S, P, page, Hkv or D = 0; ``shape`` one slab's): nothing to
+    move, but ``cache_seqlens`` advances by m exactly as the reference counts it (every fast
+    backend; on the device, no sync)."""
+    if block_table is None:
+        capacity, num_pages = shape[1], 0
+    else:
+        capacity, num_pages = block_table.shape[1] * shape[1], shape[0]
+    m = reference.commit_count(cs, slots, capacity, block_table, num_pages)
+    cs.add_(m.to(cs.dtype))
+
+
 def _impl(caches, cache_seqlens, slots, block_table, backend):
     be = c.pick_backend(_OP, backend, caches.device, _BACKENDS)
     slots, block_table = c.int32_ids(slots), c.int32_ids(block_table)
     if be == "reference":
         reference.commit_kv(caches, cache_seqlens, slots, block_table=block_table)
         return
-    if caches.numel() == 0 or slots.shape[1] == 0:
+    if caches.shape[0] == 0 or slots.shape[1] == 0:
+        return  # no layer or no slot: nothing moves and nothing advances (the reference's rule)
+    if caches.numel() == 0:
+        _advance_only(caches.shape[2:], cache_seqlens, slots, block_table)
         return
     st = caches.stride()
     strides = (st[0], st[1], st[2], st[3])
@@ -359,7 +374,10 @@ def _impl_list(caches, cache_seqlens, slots, block_table, backend):
         pairs = [(caches[i], caches[i + 1]) for i in range(0, len(caches), 2)]
         reference.commit_kv(pairs, cache_seqlens, slots, block_table=block_table)
         return
-    if caches[0].numel() == 0 or slots.shape[1] == 0:
+    if slots.shape[1] == 0:
+        return  # nothing moves and nothing advances (the reference's rule)
+    if caches[0].numel() == 0:
+        _advance_only(caches[0].shape, cache_seqlens, slots, block_table)
         return
     t = caches[0]
     strides = (0, 0, t.stride(0), t.stride(1))
