@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from specops.triton_kernels._args import Strided, launch, vec
 
 __all__ = ["append_kv_triton"]
 
@@ -38,7 +39,9 @@ def _append_kv(
     s_vn,
     s_vh,
     s_vd,
+    s_sl,
     s_btb,
+    s_btp,
     N,
     CAP,
     NUM_PAGES,
@@ -52,11 +55,13 @@ def _append_kv(
     pid = tl.program_id(0)
     b = (pid // N).to(tl.int64)
     n = pid % N
-    pos = tl.load(SEQLENS + b).to(tl.int64) + n
+    pos = tl.load(SEQLENS + b * s_sl).to(tl.int64) + n
     ok = (pos >= 0) & (pos < CAP)
     pos = tl.minimum(tl.maximum(pos, 0), CAP - 1)
     if PAGED:
-        page = tl.load(BT + b * s_btb + pos // PAGE_SIZE)
+        # the block table is read only for rows that are written (CAP >= 1, NUM_PAGES >= 1: the
+        # launcher returns early otherwise)
+        page = tl.load(BT + b * s_btb + (pos // PAGE_SIZE) * s_btp, mask=ok, other=0)
         page = tl.minimum(tl.maximum(page, 0), NUM_PAGES - 1).to(tl.int64)
         row = pos % PAGE_SIZE
     else:
@@ -75,20 +80,25 @@ def _append_kv(
 
 
 def append_kv_triton(k_cache, v_cache, k, v, cache_seqlens, block_table) -> None:
+    """Every tensor is read (and the caches written) with its own strides.  Nothing is written
+    when there is nothing to write: B, N, Hkv or D = 0, a capacity of 0, or a paged cache
+    without pages (specops.append_kv rejects P = 0 with a capacity > 0)."""
     b, n, hkv, d = k.shape
-    if b * n == 0:
-        return
     if block_table is not None:
         num_pages, page = k_cache.shape[0], k_cache.shape[1]
         cap = block_table.shape[1] * page
-        bt, s_btb = block_table, block_table.stride(0)
+        bt, s_btb, s_btp = Strided(block_table), block_table.stride(0), block_table.stride(1)
     else:
         num_pages, page = 1, 1
         cap = k_cache.shape[1]
-        bt, s_btb = cache_seqlens, 0  # never read
-    _append_kv[(b * n,)](
-        k_cache, v_cache, k, v, cache_seqlens, bt,
-        *k_cache.stride(), *v_cache.stride(), *k.stride(), *v.stride(), s_btb,
+        bt, s_btb, s_btp = Strided(cache_seqlens), 0, 0  # never read
+    if b * n * hkv * d == 0 or cap == 0 or num_pages == 0:
+        return
+    sl, s_sl = vec(cache_seqlens, k)
+    launch(
+        _append_kv, (b * n,),
+        Strided(k_cache), Strided(v_cache), Strided(k), Strided(v), sl, bt,
+        *k_cache.stride(), *v_cache.stride(), *k.stride(), *v.stride(), s_sl, s_btb, s_btp,
         n, cap, num_pages,
         HKV=hkv, D=d, BLOCK_H=triton.next_power_of_2(hkv), BLOCK_D=triton.next_power_of_2(d),
         PAGED=block_table is not None, PAGE_SIZE=page, num_warps=4,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from specops.triton_kernels._args import Strided, launch, overlapping, vec
 
 __all__ = [
     "gather_rows_triton",
@@ -81,9 +82,11 @@ def gather_rows_triton(src: torch.Tensor, index: torch.Tensor, out: torch.Tensor
     if total == 0 or h == 0:
         return
     rows, block = _row_blocks(total, h)
-    _gather_kernel[(triton.cdiv(total, rows),)](
-        src,
-        index,
+    launch(
+        _gather_kernel,
+        (triton.cdiv(total, rows),),
+        Strided(src),
+        Strided(index),
         out,
         total,
         m,
@@ -162,11 +165,13 @@ def drafter_inputs_triton(embedding, tokens, features, step_embedding, out) -> N
     if total == 0 or e + h + s == 0:
         return
     rows, block = _row_blocks(total, max(e, h, s))
-    _drafter_kernel[(triton.cdiv(total, rows),)](
-        embedding,
-        tokens,
-        features,
-        step,
+    launch(
+        _drafter_kernel,
+        (triton.cdiv(total, rows),),
+        Strided(embedding),
+        Strided(tokens),
+        Strided(features),
+        Strided(step),
         out,
         total,
         m,
@@ -196,16 +201,22 @@ def _write_kernel(
     feats,
     step_ptr,
     step_value,
+    s_step,
     total,
     M,
     CAP,
     H,
+    s_xb,
+    s_xp,
+    s_xh,
+    s_tb,
+    s_tp,
     s_pb,
     s_pm,
     s_fb,
     s_fm,
     s_fh,
-    STEP_MODE: tl.constexpr,  # 0: step_value, 1: step_ptr[0], 2: step_ptr[b]
+    STEP_MODE: tl.constexpr,  # 0: step_value, 1: step_ptr[0], 2: step_ptr[b * s_step]
     ROWS: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
@@ -221,41 +232,52 @@ def _write_kernel(
     elif STEP_MODE == 1:
         st = tl.load(step_ptr + 0 * b, mask=ok, other=0)
     else:
-        st = tl.load(step_ptr + b, mask=ok, other=0)
-    tl.store(stamps + b * CAP + p, st.to(tl.int32), mask=ok)
+        st = tl.load(step_ptr + b * s_step, mask=ok, other=0)
+    tl.store(stamps + b * s_tb + p * s_tp, st.to(tl.int32), mask=ok)
     cols = tl.arange(0, BLOCK)[None, :]
     src_row = (feats + b * s_fb + j * s_fm)[:, None]
-    dst_row = (store + (b * CAP + p) * H)[:, None]
+    dst_row = (store + b * s_xb + p * s_xp)[:, None]
     for c0 in range(0, H, BLOCK):
         c = c0 + cols
         msk = ok[:, None] & (c < H)
         v = tl.load(src_row + c * s_fh, mask=msk, other=0.0)
-        tl.store(dst_row + c, v.to(store.dtype.element_ty), mask=msk)
+        tl.store(dst_row + c * s_xh, v.to(store.dtype.element_ty), mask=msk)
 
 
 def feature_cache_write_triton(store, stamps, positions, feats, step_t, step_i) -> None:
-    """store [B, CAP, H] and stamps [B, CAP] contiguous; step_t None, [] / [1] or [B]."""
+    """store [B, CAP, H], stamps [B, CAP], positions [B, M], feats [B, M, H] and step_t (None,
+    [] / [1] or [B]) with any strides (store and stamps are written in place through theirs:
+    they must not have overlapping elements)."""
     b, m = positions.shape
     cap, h = store.shape[1], store.shape[2]
     total = b * m
     if total == 0:
         return
+    for name, t in (("FeatureCache.features", store), ("FeatureCache.stamps", stamps)):
+        if overlapping(t):
+            raise ValueError(f"specops.FeatureCache.write: {name} has overlapping elements")
     if step_t is None:
-        mode, step = 0, stamps
+        mode = 0
     else:
-        mode, step = (1 if step_t.numel() == 1 else 2), step_t.reshape(-1)
+        mode = 1 if step_t.numel() == 1 else 2
+    step, s_step = vec(step_t, stamps)
     rows, block = _row_blocks(total, h)
-    _write_kernel[(triton.cdiv(total, rows),)](
-        store,
-        stamps,
-        positions,
-        feats,
+    launch(
+        _write_kernel,
+        (triton.cdiv(total, rows),),
+        Strided(store),
+        Strided(stamps),
+        Strided(positions),
+        Strided(feats),
         step,
         int(step_i),
+        s_step,
         total,
         m,
         cap,
         h,
+        *store.stride(),
+        *stamps.stride(),
         positions.stride(0),
         positions.stride(1),
         feats.stride(0),
@@ -334,9 +356,11 @@ def path_similarity_triton(paths, codebook, alpha: float, stride: int, out) -> N
         return
     block_p = max(2, triton.next_power_of_2(p))
     block_c = max(16, min(triton.next_power_of_2(max(c, 1)), max(16, 8192 // block_p)))
-    _path_sim_kernel[(b,)](
-        paths,
-        codebook,
+    launch(
+        _path_sim_kernel,
+        (b,),
+        Strided(paths),
+        Strided(codebook),
         out,
         p,
         length,

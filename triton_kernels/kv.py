@@ -17,15 +17,21 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from specops.triton_kernels._args import Strided, launch
 
 __all__ = ["commit_kv_triton"]
 
 
 @triton.jit
-def _pos_offset(pos, b, bt, s_btb, s_lead, s_pos, PAGE: tl.constexpr, PAGED: tl.constexpr):
-    """Element offset of (request b, position pos) in a slab, and whether its page is valid."""
+def _pos_offset(
+    pos, live, b, bt, s_btb, s_lead, s_pos, CAP, PAGE: tl.constexpr, PAGED: tl.constexpr
+):
+    """Element offset of (request b, position pos) in a slab, and its page (-1 where not live).
+    The block table is read only for live lanes with pos in [0, CAP): the lanes past the moves
+    (pos = cs + t for t >= m may lie past the table) read nothing."""
     if PAGED:
-        page = tl.load(bt + b * s_btb + pos // PAGE, mask=pos >= 0, other=-1).to(tl.int64)
+        inb = live & (pos >= 0) & (pos < CAP)
+        page = tl.load(bt + b * s_btb + pos // PAGE, mask=inb, other=-1).to(tl.int64)
         return page * s_lead + (pos % PAGE) * s_pos, page
     else:
         return b * s_lead + pos * s_pos, pos * 0
@@ -97,8 +103,8 @@ def _commit_kv_kernel(
         t = i0 + t0
         live = t < m
         st = tl.load(row + t, mask=live, other=0).to(tl.int64)
-        src_off, _sp = _pos_offset(cs + st, b, bt, s_btb, s_lead, s_pos, PAGE, PAGED)
-        dst_off, _dp = _pos_offset(cs + t, b, bt, s_btb, s_lead, s_pos, PAGE, PAGED)
+        src_off, _sp = _pos_offset(cs + st, live, b, bt, s_btb, s_lead, s_pos, CAP, PAGE, PAGED)
+        dst_off, _dp = _pos_offset(cs + t, live, b, bt, s_btb, s_lead, s_pos, CAP, PAGE, PAGED)
         move = (live & (src_off != dst_off))[:, None] & lane_ok
         v = tl.load(slab + src_off[:, None] + lanes[None, :], mask=move)
         tl.debug_barrier()
@@ -121,15 +127,20 @@ def commit_kv_triton(
 ) -> None:
     """cache: the (0, 0) slab's first element, viewed as int16 / int32 (raw bits); slab (l, kv)
     starts at cache + slab_offsets[2 l + kv] (list form) or + l * strides[0] + kv * strides[1];
-    strides (elements): (layer, kv, lead, position).  counters: [>= B] int32 zeros."""
+    strides (elements): (layer, kv, lead, position).  counters: [>= B] int32 zeros.
+    cs [B] int32, slots [B, M] int32 and block_table [B, pages] int32 contiguous (``launch``
+    checks).  Caches without elements are not launched: specops.ops.kv advances ``cs`` for them
+    (``_advance_only``)."""
     b, m = slots.shape
     if b == 0 or m == 0 or layers == 0 or row == 0:
         return
     block = min(triton.next_power_of_2(row), 1024)
     chunks = triton.cdiv(row, block)
     paged = block_table is not None
-    _commit_kv_kernel[(chunks, 2 * layers, b)](
-        cache,
+    launch(
+        _commit_kv_kernel,
+        (chunks, 2 * layers, b),
+        Strided(cache),
         slab_offsets if slab_offsets is not None else cs,
         cs,
         slots,

@@ -39,6 +39,7 @@ guidance (x = c / T), as in the reference.
 import torch
 import triton
 import triton.language as tl
+from specops.triton_kernels._args import Strided, check_unit_last, launch, unit_rows, vec
 
 GREEDY_TEMPERATURE = 1e-5  # as specops.reference.probs.GREEDY_TEMPERATURE
 _U32_MAX = tl.constexpr(0xFFFFFFFF)
@@ -106,12 +107,16 @@ def _probs_kernel(
     vocab,
     rows_per_req,
     t_ptr,
+    t_stride,
     t_val,
     k_ptr,
+    k_stride,
     k_val,
     p_ptr,
+    p_stride,
     p_val,
     s_ptr,
+    s_stride,
     s_val,
     CFG: tl.constexpr,
     TOPK: tl.constexpr,
@@ -133,7 +138,7 @@ def _probs_kernel(
 
     # per-request parameters
     if T_PTR:
-        temp = tl.load(t_ptr + req).to(tl.float32)
+        temp = tl.load(t_ptr + req * t_stride).to(tl.float32)
     else:
         temp = tl.full([], t_val, tl.float32)
     temp = tl.where(temp != temp, 1.0, temp)  # NaN temperature: 1.0
@@ -142,12 +147,12 @@ def _probs_kernel(
     s = 1.0
     if CFG:
         if S_PTR:
-            s = tl.load(s_ptr + req).to(tl.float32)
+            s = tl.load(s_ptr + req * s_stride).to(tl.float32)
         else:
             s = tl.full([], s_val, tl.float32)
     if TOPK:
         if K_PTR:
-            k = tl.load(k_ptr + req).to(tl.int32)
+            k = tl.load(k_ptr + req * k_stride).to(tl.int32)
         else:
             k = tl.full([], k_val, tl.int32)
         topk_on = (k >= 1) & (k < vocab) & ~greedy
@@ -218,7 +223,7 @@ def _probs_kernel(
     # top-p: pivot search on the survivors' mass ------------------------------------------------
     if TOPP:
         if P_PTR:
-            p = tl.load(p_ptr + req).to(tl.float32)
+            p = tl.load(p_ptr + req * p_stride).to(tl.float32)
         else:
             p = tl.full([], p_val, tl.float32)
         if (p < 1.0) & ~onehot:  # a NaN p is inactive: no top-p
@@ -277,12 +282,15 @@ def _probs_kernel(
 
 
 def probs_triton(cond, uncond, t, k, p, s, rows_per_req, out, *, block=None, pblock=None, npiv=8):
-    """cond/uncond [R, V] (unit stride in V), out [R, V] float32 (unit stride in V).
-    t, k, p, s: a [B] tensor (float32 / int32) or a Python scalar; k None = no top-k,
-    p None = no top-p, uncond None = no CFG."""
+    """cond/uncond [R, V] (any strides), out [R, V] float32 (any row stride, unit stride in V).
+    t, k, p, s: a [B] tensor (float32 / int32, any stride) or a Python scalar; k None = no
+    top-k, p None = no top-p, uncond None = no CFG."""
     rows, vocab = cond.shape
     if rows == 0:
         return out
+    check_unit_last("probs_from_logits", "out", out)
+    cond = unit_rows(cond)
+    uncond = unit_rows(uncond) if uncond is not None else None
     if block is None:
         block = min(4096, max(16, triton.next_power_of_2(vocab)))
     # the top-p passes hold [PBLOCK, NPIV] tiles: smaller on a GPU (registers); the interpreter
@@ -292,29 +300,36 @@ def probs_triton(cond, uncond, t, k, p, s, rows_per_req, out, *, block=None, pbl
 
     def split(v, default):
         if isinstance(v, torch.Tensor):
-            return v, default, True
-        return cond, (default if v is None else v), False
+            ptr, stride = vec(v, cond)
+            return ptr, stride, default, True
+        return Strided(cond), 0, (default if v is None else v), False
 
-    t_ptr, t_val, t_is = split(t, 1.0)
-    k_ptr, k_val, k_is = split(k, 0)
-    p_ptr, p_val, p_is = split(p, 1.0)
-    s_ptr, s_val, s_is = split(s, 1.0)
-    _probs_kernel[(rows,)](
-        cond,
-        uncond if uncond is not None else cond,
+    t_ptr, t_st, t_val, t_is = split(t, 1.0)
+    k_ptr, k_st, k_val, k_is = split(k, 0)
+    p_ptr, p_st, p_val, p_is = split(p, 1.0)
+    s_ptr, s_st, s_val, s_is = split(s, 1.0)
+    launch(
+        _probs_kernel,
+        (rows,),
+        Strided(cond),
+        Strided(uncond if uncond is not None else cond),
         cond.stride(0),
         uncond.stride(0) if uncond is not None else 0,
-        out,
+        Strided(out),
         out.stride(0),
         vocab,
         max(rows_per_req, 1),
         t_ptr,
+        t_st,
         float(t_val),
         k_ptr,
+        k_st,
         int(k_val),
         p_ptr,
+        p_st,
         float(p_val),
         s_ptr,
+        s_st,
         float(s_val),
         CFG=uncond is not None,
         TOPK=k is not None,

@@ -4,6 +4,7 @@
 import torch
 import triton
 import triton.language as tl
+from specops.triton_kernels._args import Strided, launch, out_buffer, unit_rows, vec
 from specops.triton_kernels.philox import philox_uniform
 from specops.triton_kernels.verify import _inverse_cdf
 
@@ -14,11 +15,13 @@ def _sample_kernel(
     row_stride,
     vocab,
     seed_ptr,
+    seed_stride,
     seed_value,
     rows_per_seed,
     offset_ptr,
     offset_value,
     uniforms,
+    u_stride,
     out,
     HAS_SEED_PTR: tl.constexpr,
     HAS_OFFSET_PTR: tl.constexpr,
@@ -28,10 +31,10 @@ def _sample_kernel(
     row = tl.program_id(0).to(tl.int64)
     p_row = probs + row * row_stride
     if HAS_UNIFORMS:
-        u = tl.load(uniforms + row)
+        u = tl.load(uniforms + row * u_stride)
     else:
         if HAS_SEED_PTR:
-            seed = tl.load(seed_ptr + row // rows_per_seed)
+            seed = tl.load(seed_ptr + (row // rows_per_seed) * seed_stride)
         else:
             seed = seed_value
         if HAS_OFFSET_PTR:
@@ -51,25 +54,40 @@ def _sample_kernel(
 
 
 def sample_triton(p, seed_t, seed_i, rows_per_seed, off_t, off_i, uniforms, out):
+    """p [rows, V], out int32 with ``rows`` elements (row-major; a non-contiguous out is written
+    through a temporary); seed_t [] / [n] (row r reads entry r // rows_per_seed), off_t [] / [1],
+    uniforms with ``rows`` elements (row-major), any strides."""
     rows, vocab = p.shape
+    if rows == 0:
+        return out
+    res, back = out_buffer("sample", "out", out)
+    p = unit_rows(p)
     block = min(4096, triton.next_power_of_2(vocab))
-    dummy = p  # never read when the matching HAS_* flag is off
-    _sample_kernel[(rows,)](
-        p,
+    seed, seed_stride = vec(seed_t, p)
+    offset, _ = vec(off_t, p)  # one element, read at its address
+    u, u_stride = vec(uniforms, p)
+    launch(
+        _sample_kernel,
+        (rows,),
+        Strided(p),
         p.stride(0),
         vocab,
-        seed_t if seed_t is not None else dummy,
+        seed,
+        seed_stride,
         seed_i,
         max(rows_per_seed, 1),
-        off_t if off_t is not None else dummy,
+        offset,
         off_i,
-        uniforms if uniforms is not None else dummy,
-        out,
+        u,
+        u_stride,
+        res,
         HAS_SEED_PTR=seed_t is not None,
         HAS_OFFSET_PTR=off_t is not None,
         HAS_UNIFORMS=uniforms is not None,
         BLOCK=block,
     )
+    if back is not None:
+        back.copy_(res)
     return out
 
 

@@ -42,6 +42,14 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from specops.triton_kernels._args import (
+    Strided,
+    check_unit_last,
+    launch,
+    out_buffer,
+    overlapping,
+    vec,
+)
 
 __all__ = ["tree_attention_triton", "merge_states_triton", "choose_num_splits", "MAX_HEAD_DIM"]
 
@@ -59,6 +67,7 @@ def _load_kv_tile(
     s_page,
     s_row,
     s_d,
+    s_btp,
     NUM_PAGES,
     D: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -67,7 +76,7 @@ def _load_kv_tile(
     MASKED: tl.constexpr,
 ):
     if PAGED:
-        page = tl.load(bt_row + kpos // PAGE_SIZE, mask=col_ok, other=0)
+        page = tl.load(bt_row + (kpos // PAGE_SIZE) * s_btp, mask=col_ok, other=0)
         page = tl.minimum(tl.maximum(page, 0), NUM_PAGES - 1).to(tl.int64)
         row_off = page * s_page + (kpos % PAGE_SIZE) * s_row
     else:
@@ -125,7 +134,9 @@ def _tree_attn_fwd(
     s_mb,
     s_mn,
     s_mw,
+    s_sl,
     s_btb,
+    s_btp,
     s_osplit,
     s_ob,
     s_on,
@@ -165,7 +176,8 @@ def _tree_attn_fwd(
     q_ptrs = Q + b64 * s_qb + row_n[:, None] * s_qn + head[:, None] * s_qh + offs_d[None, :] * s_qd
     q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
 
-    seqlen = tl.load(SEQLENS + b)  # clamped in its own dtype: an int64 never wraps into range
+    # clamped in its own dtype: an int64 never wraps into range
+    seqlen = tl.load(SEQLENS + b64 * s_sl)
     seqlen = tl.minimum(tl.maximum(seqlen, 0), CAP).to(tl.int32)
 
     if PAGED:
@@ -192,11 +204,11 @@ def _tree_attn_fwd(
         for start in range(lo, full_end, BLOCK_N):  # full prefix tiles: no mask
             kpos = start + offs_n
             k = _load_kv_tile(
-                k_base, bt_row, kpos, kpos < CAP, offs_d, s_kp, s_ks, s_kd, NUM_PAGES,
+                k_base, bt_row, kpos, kpos < CAP, offs_d, s_kp, s_ks, s_kd, s_btp, NUM_PAGES,
                 D, BLOCK_D, PAGED, PAGE_SIZE, False,
             )  # fmt: skip
             v = _load_kv_tile(
-                v_base, bt_row, kpos, kpos < CAP, offs_d, s_vp, s_vs, s_vd, NUM_PAGES,
+                v_base, bt_row, kpos, kpos < CAP, offs_d, s_vp, s_vs, s_vd, s_btp, NUM_PAGES,
                 D, BLOCK_D, PAGED, PAGE_SIZE, False,
             )  # fmt: skip
             acc, l_i, m_i = _online_softmax_step(
@@ -206,11 +218,11 @@ def _tree_attn_fwd(
             kpos = full_end + offs_n
             col_ok = kpos < hi
             k = _load_kv_tile(
-                k_base, bt_row, kpos, col_ok, offs_d, s_kp, s_ks, s_kd, NUM_PAGES,
+                k_base, bt_row, kpos, col_ok, offs_d, s_kp, s_ks, s_kd, s_btp, NUM_PAGES,
                 D, BLOCK_D, PAGED, PAGE_SIZE, True,
             )  # fmt: skip
             v = _load_kv_tile(
-                v_base, bt_row, kpos, col_ok, offs_d, s_vp, s_vs, s_vd, NUM_PAGES,
+                v_base, bt_row, kpos, col_ok, offs_d, s_vp, s_vs, s_vd, s_btp, NUM_PAGES,
                 D, BLOCK_D, PAGED, PAGE_SIZE, True,
             )  # fmt: skip
             vis = tl.broadcast_to(col_ok[None, :], (BLOCK_M, BLOCK_N))
@@ -224,11 +236,11 @@ def _tree_attn_fwd(
             kpos = seqlen + j
             col_ok = (j < N) & (kpos < CAP)
             k = _load_kv_tile(
-                k_base, bt_row, kpos, col_ok, offs_d, s_kp, s_ks, s_kd, NUM_PAGES,
+                k_base, bt_row, kpos, col_ok, offs_d, s_kp, s_ks, s_kd, s_btp, NUM_PAGES,
                 D, BLOCK_D, PAGED, PAGE_SIZE, True,
             )  # fmt: skip
             v = _load_kv_tile(
-                v_base, bt_row, kpos, col_ok, offs_d, s_vp, s_vs, s_vd, NUM_PAGES,
+                v_base, bt_row, kpos, col_ok, offs_d, s_vp, s_vs, s_vd, s_btp, NUM_PAGES,
                 D, BLOCK_D, PAGED, PAGE_SIZE, True,
             )  # fmt: skip
             # bit j of row n: one [BLOCK_M] word vector per 32 columns (t0 is a multiple of 32)
@@ -434,24 +446,35 @@ def tree_attention_triton(
     num_splits: int | None = None,
     tree_only: bool = False,
 ) -> None:
-    """Fill ``out`` [B, N, Hq, D] (q's dtype or float32, contiguous) and ``lse`` [B, N, Hq]
-    float32 (contiguous).  Inputs are checked by specops.ops.attention.  ``tree_only``: attend
-    only to the N tree slots at L_b + j (with the ancestor mask), not to the prefix [0, L_b)
-    (one split; the cascade backend merges this with a prefix computed elsewhere)."""
+    """Fill ``out`` [B, N, Hq, D] (q's dtype or float32) and ``lse`` [B, N, Hq] float32 (written
+    in place when contiguous, else through a temporary).  Inputs are checked by
+    specops.ops.attention and read with their strides (q, caches, cache_seqlens, mask_bits,
+    block_table: any layout).  ``tree_only``: attend only to the N tree slots at L_b + j (with
+    the ancestor mask), not to the prefix [0, L_b) (one split; the cascade backend merges this
+    with a prefix computed elsewhere).  A cache of capacity 0 shows no key to any query: out 0,
+    lse -inf."""
     b, n, hq, d = q.shape
     hkv = k_cache.shape[2]
-    g = hq // hkv
+    g = hq // hkv if hkv else 0
     paged = block_table is not None
     if paged:
         num_pages, page = k_cache.shape[0], k_cache.shape[1]
         cap = block_table.shape[1] * page
-        bt, s_btb = block_table, block_table.stride(0)
+        bt, s_btb, s_btp = Strided(block_table), block_table.stride(0), block_table.stride(1)
     else:
         num_pages, page = 1, 1
         cap = k_cache.shape[1]
-        bt, s_btb = cache_seqlens, 0  # never read
-    if b == 0 or n == 0:
+        bt, s_btb, s_btp = Strided(cache_seqlens), 0, 0  # never read
+    if b * n * hq == 0:
         return
+    if cap == 0 or (paged and num_pages == 0):
+        # nothing to attend to (specops.tree_attention rejects P = 0 with cap > 0)
+        out.zero_()
+        lse.fill_(float("-inf"))
+        return
+    o_res, o_back = out_buffer("tree_attention", "out", out)
+    l_res, l_back = out_buffer("tree_attention", "lse", lse)
+    sl, s_sl = vec(cache_seqlens, q)
     block_m, block_n, block_d, num_warps, num_stages = _config(n, g, d, q.dtype)
     m_blocks = triton.cdiv(n * g, block_m)
     if tree_only:
@@ -464,23 +487,25 @@ def tree_attention_triton(
     prec = "ieee" if q.dtype == torch.float32 else "tf32"
     qk_scale = sm_scale * _LOG2E
     if num_splits == 1:
-        o_t, l_t = out, lse
-        o_strides = (0, out.stride(0), out.stride(1), out.stride(2))
-        l_strides = (0, lse.stride(0), lse.stride(1))
+        o_t, l_t = o_res, l_res
+        o_strides = (0, o_t.stride(0), o_t.stride(1), o_t.stride(2))
+        l_strides = (0, l_t.stride(0), l_t.stride(1))
     else:
         o_t = torch.empty((num_splits, b, n, hq, d), dtype=torch.float32, device=q.device)
         l_t = torch.empty((num_splits, b, n, hq), dtype=torch.float32, device=q.device)
         o_strides = o_t.stride()[:4]
         l_strides = l_t.stride()[:3]
     grid = (m_blocks, num_splits, b * hkv)
-    _tree_attn_fwd[grid](
-        q, k_cache, v_cache, cache_seqlens, mask_bits, bt, o_t, l_t,
+    launch(
+        _tree_attn_fwd, grid,
+        Strided(q), Strided(k_cache), Strided(v_cache), sl, Strided(mask_bits), bt, o_t, l_t,
         qk_scale,
         *q.stride(),
         *k_cache.stride(),
         *v_cache.stride(),
         s_mb, mask_bits.stride(1), mask_bits.stride(2),
-        s_btb,
+        s_sl,
+        s_btb, s_btp,
         *o_strides,
         *l_strides,
         n, hkv, cap, num_pages,
@@ -491,10 +516,15 @@ def tree_attention_triton(
     if num_splits > 1:
         rows = b * n * hq
         merge_rows = 16
-        _merge_splits[(triton.cdiv(rows, merge_rows),)](
-            o_t, l_t, out, lse, rows, o_t.stride(0), l_t.stride(0),
+        launch(
+            _merge_splits, (triton.cdiv(rows, merge_rows),),
+            o_t, l_t, o_res, l_res, rows, o_t.stride(0), l_t.stride(0),
             D=d, NUM_SPLITS=num_splits, ROWS=merge_rows, BLOCK_D=block_d, num_warps=4,
         )  # fmt: skip
+    if o_back is not None:
+        o_back.copy_(o_res)
+    if l_back is not None:
+        l_back.copy_(l_res)
 
 
 def merge_states_triton(
@@ -509,17 +539,22 @@ def merge_states_triton(
 
     out_* [B, N, H, D] (any float dtype, last dim contiguous, other strides free), lse_*
     [B, N, H] (any strides: flash-attn's [B, H, N] lse passes as ``lse.transpose(1, 2)``),
-    out [B, N, H, D] (last dim contiguous), lse [B, N, H] float32.  An lse of +inf or NaN
-    counts as a state with no keys (flash-attn writes +inf there)."""
+    out [B, N, H, D] (last dim contiguous), lse [B, N, H] float32 (any strides).  An lse of +inf
+    or NaN counts as a state with no keys (flash-attn writes +inf there)."""
     b, n, h, d = out.shape
     rows = b * n * h
     if rows == 0:
         return
-    for t in (out_a, out_b, out):
-        assert t.stride(-1) == 1 or t.shape[-1] == 1, "last dim must be contiguous"
+    for name, t in (("out_a", out_a), ("out_b", out_b), ("out", out)):
+        check_unit_last("merge_states", name, t)
+    for name, t in (("out", out), ("lse", lse)):
+        if overlapping(t):
+            raise ValueError(f"specops.merge_states: {name} has overlapping elements")
     merge_rows = 16
-    _merge_two_states[(triton.cdiv(rows, merge_rows),)](
-        out_a, lse_a, out_b, lse_b, out, lse, rows, n, h,
+    launch(
+        _merge_two_states, (triton.cdiv(rows, merge_rows),),
+        Strided(out_a), Strided(lse_a), Strided(out_b), Strided(lse_b), Strided(out),
+        Strided(lse), rows, n, h,
         *out_a.stride()[:3], *lse_a.stride(),
         *out_b.stride()[:3], *lse_b.stride(),
         *out.stride()[:3], *lse.stride(),

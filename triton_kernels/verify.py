@@ -29,6 +29,7 @@ import struct
 import torch
 import triton
 import triton.language as tl
+from specops.triton_kernels._args import Strided, launch, unit_rows, vec
 from specops.triton_kernels.philox import philox_uniform
 
 
@@ -129,6 +130,7 @@ def _verify_chain_kernel(
     neighbors_k,
     delta_bits,
     seed_ptr,
+    seed_stride,
     seed_value,
     rows_per_seed,
     offset_ptr,
@@ -180,7 +182,7 @@ def _verify_chain_kernel(
             u = tl.load(uniforms + b * (K + 1) + ks, mask=ks < K + 1, other=0.5)
         else:
             if HAS_SEED_PTR:
-                seed = tl.load(seed_ptr + b // rows_per_seed)
+                seed = tl.load(seed_ptr + (b // rows_per_seed) * seed_stride)
             else:
                 seed = seed_value + 0 * b
             if HAS_OFFSET_PTR:
@@ -250,11 +252,6 @@ def _i64(v: int) -> int:
     return (int(v) + 2**63) % 2**64 - 2**63
 
 
-def _rows(t: torch.Tensor) -> torch.Tensor:
-    """Probability rows as read by the kernel: any float dtype, contiguous last dim."""
-    return t if t.stride(-1) == 1 else t.contiguous()
-
-
 def verify_chain_triton(
     target, tokens, draft, num_draft, seed_t, seed_i, off_t, off_i, nb, delta, greedy, uniforms
 ):
@@ -263,8 +260,8 @@ def verify_chain_triton(
     b, k1, v = target.shape
     k = k1 - 1
     dev = target.device
-    target = _rows(target)
-    draft = _rows(draft) if draft is not None else None
+    target = unit_rows(target)  # any float dtype, read with its row strides
+    draft = unit_rows(draft) if draft is not None else None
     num_draft = num_draft.contiguous() if num_draft is not None else None
     nb = nb.contiguous() if nb is not None else None  # int32 or int64, read in place
     uniforms = uniforms.contiguous() if uniforms is not None else None
@@ -274,16 +271,20 @@ def verify_chain_triton(
         return out_tokens, out_num
     rows_per_seed = 1 if seed_t is not None and seed_t.numel() == b else b
     dummy = out_tokens  # never read when the matching HAS_* flag is off
+    seed, seed_stride = vec(seed_t, dummy)
+    offset, _ = vec(off_t, dummy)  # one element, read at its address
     block = min(4096, triton.next_power_of_2(v))
     nbk = nb.shape[1] if nb is not None else 0
-    _verify_chain_kernel[(b,)](
-        target,
+    launch(
+        _verify_chain_kernel,
+        (b,),
+        Strided(target),
         target.stride(0),
         target.stride(1),
-        draft if draft is not None else dummy,
+        Strided(draft) if draft is not None else dummy,
         draft.stride(0) if draft is not None else 0,
         draft.stride(1) if draft is not None else 0,
-        tokens,
+        Strided(tokens),
         tokens.stride(0),
         tokens.stride(1),
         num_draft if num_draft is not None else dummy,
@@ -292,10 +293,11 @@ def verify_chain_triton(
         nb if nb is not None else dummy,
         nbk,
         struct.unpack("<q", struct.pack("<d", float(delta)))[0],
-        seed_t if seed_t is not None else dummy,
+        seed,
+        seed_stride,
         _i64(seed_i),
         rows_per_seed,
-        off_t if off_t is not None else dummy,
+        offset,
         _i64(off_i),
         uniforms if uniforms is not None else dummy,
         out_tokens,

@@ -61,6 +61,11 @@ def _check_cache(op, q_like, k_cache, v_cache, cache_seqlens, block_table, batch
                 f"specops.{op}: block_table must have shape [B={batch}, max_pages], got "
                 f"{tuple(block_table.shape)}"
             )
+        if k_cache.shape[0] == 0:
+            raise ValueError(
+                f"specops.{op}: a paged k_cache must have at least one page, got shape "
+                f"{tuple(k_cache.shape)} (P = 0)"
+            )
         cap = block_table.shape[1] * k_cache.shape[1]
     return hkv, cap
 
@@ -160,7 +165,7 @@ def tree_attention(
             f"float16/bfloat16/float32, got D = {d}, {q.dtype}"
         )
     if sm_scale is None:
-        sm_scale = 1.0 / math.sqrt(d)
+        sm_scale = 1.0 / math.sqrt(d) if d else 1.0  # D = 0: every score is 0 whatever the scale
     _check_capacity(op, cache_seqlens, n, cap, block_table, k_cache.shape[0], k_cache.shape[1])
     out, lse = c.ops.tree_attention(
         q, k_cache, v_cache, cache_seqlens, mask, block_table, float(sm_scale), backend

@@ -196,7 +196,8 @@ def _counter_workspace(device: torch.device, batch: int) -> torch.Tensor:
 
 def _base_array(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, int]:
     """(int64 [2 * layers] of the slabs' addresses on their device, the largest power of two
-    <= 16 dividing them all), cached by address: a list of cache tensors is allocated once, so
+    <= 16 dividing them all), cached by (device, addresses), all the value depends on (bytes,
+    not elements: the dtype does not enter): a list of cache tensors is allocated once, so
     steady-state calls copy nothing to the device."""
     dev = tensors[0].device
     addrs = tuple(t.data_ptr() for t in tensors)
@@ -247,13 +248,19 @@ _RAW = {2: torch.int16, 4: torch.int32}
 
 def _slab_offsets(tensors: list[torch.Tensor]) -> torch.Tensor:
     """int64 [2 * layers]: each slab's start relative to the first, in elements (the Triton
-    kernel addresses slabs from one base pointer); cached by address like ``_base_array``."""
+    kernel addresses slabs from one base pointer); cached by (device, element size, addresses):
+    everything the value depends on."""
     dev = tensors[0].device
     addrs = tuple(t.data_ptr() for t in tensors)
-    key = (dev, addrs)
+    es = tensors[0].element_size()
+    key = (dev, es, addrs)  # offsets in elements: the same addresses with another dtype differ
     hit = _offsets.get(key)
     if hit is None:
-        es = tensors[0].element_size()
+        if any((a - addrs[0]) % es for a in addrs):
+            raise ValueError(
+                "specops.commit_kv: the caches' slabs are not a whole number of elements apart "
+                "(the triton backend addresses every slab from the first one)"
+            )
         hit = torch.tensor([(a - addrs[0]) // es for a in addrs], dtype=torch.int64).to(dev)
         _offsets[key] = hit
         while len(_offsets) > 64:
@@ -287,13 +294,28 @@ def _launch_triton(t, offsets, layers, shape, strides, cs, slots, block_table):
     )
 
 
+def _advance_only(shape, cs, slots, block_table) -> None:
+    """Caches without elements (B, S, P, page, Hkv or D = 0; ``shape`` one slab's): nothing to
+    move, but ``cache_seqlens`` advances by m exactly as the reference counts it (every fast
+    backend; on the device, no sync)."""
+    if block_table is None:
+        capacity, num_pages = shape[1], 0
+    else:
+        capacity, num_pages = block_table.shape[1] * shape[1], shape[0]
+    m = reference.commit_count(cs, slots, capacity, block_table, num_pages)
+    cs.add_(m.to(cs.dtype))
+
+
 def _impl(caches, cache_seqlens, slots, block_table, backend):
     be = c.pick_backend(_OP, backend, caches.device, _BACKENDS)
     slots, block_table = c.int32_ids(slots), c.int32_ids(block_table)
     if be == "reference":
         reference.commit_kv(caches, cache_seqlens, slots, block_table=block_table)
         return
-    if caches.numel() == 0 or slots.shape[1] == 0:
+    if caches.shape[0] == 0 or slots.shape[1] == 0:
+        return  # no layer or no slot: nothing moves and nothing advances (the reference's rule)
+    if caches.numel() == 0:
+        _advance_only(caches.shape[2:], cache_seqlens, slots, block_table)
         return
     st = caches.stride()
     strides = (st[0], st[1], st[2], st[3])
@@ -311,7 +333,10 @@ def _impl_list(caches, cache_seqlens, slots, block_table, backend):
         pairs = [(caches[i], caches[i + 1]) for i in range(0, len(caches), 2)]
         reference.commit_kv(pairs, cache_seqlens, slots, block_table=block_table)
         return
-    if caches[0].numel() == 0 or slots.shape[1] == 0:
+    if slots.shape[1] == 0:
+        return  # nothing moves and nothing advances (the reference's rule)
+    if caches[0].numel() == 0:
+        _advance_only(caches[0].shape, cache_seqlens, slots, block_table)
         return
     t = caches[0]
     strides = (0, 0, t.stride(0), t.stride(1))

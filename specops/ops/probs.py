@@ -107,7 +107,8 @@ def _param(name, value, batch, dev, dtypes, want):
             )
         if want == torch.int32:  # top_k: past int32 still "keep everything", never wraps
             value = c.int32_ids(value)
-        return value.reshape(-1).to(want).expand(batch).contiguous(), 0
+        # read with its stride by the kernel (0 when broadcast): no copy
+        return value.reshape(-1).to(want).expand(batch), 0
     integer = want == torch.int32
     if isinstance(value, bool) or not isinstance(value, (int, float) if not integer else int):
         kind = "an int" if integer else "a float"

@@ -118,6 +118,8 @@ def append_kv(
     that targets the same slot, or the slot's current content): duplicate writes then agree."""
     b, n = k.shape[:2]
     cap = k_cache.shape[1] if block_table is None else block_table.shape[1] * k_cache.shape[1]
+    if cap == 0:
+        return  # every row falls outside the cache
     dev = k.device
     pos = cache_seqlens.long().reshape(b, 1) + torch.arange(n, device=dev)  # [B, N]
     ok = (pos >= 0) & (pos < cap)

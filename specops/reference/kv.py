@@ -39,8 +39,12 @@ def _positions(cs: torch.Tensor, slots: torch.Tensor, capacity: int, block_table
         rows = torch.arange(b, device=slots.device)[:, None].expand(b, m)
         src_pg, src_off, dst_pg, dst_off = rows, src, rows, dst
     else:
-        page = capacity // block_table.shape[1]
-        bt = block_table.long()
+        if capacity == 0:  # no pages per request, or pages of size 0: no entry is valid
+            bt = torch.full((b, 1), -1, dtype=torch.int64, device=slots.device)
+            page = 1
+        else:
+            bt = block_table.long()
+            page = capacity // bt.shape[1]
         src_pg = bt.gather(1, (src // page).clamp(0, bt.shape[1] - 1))
         dst_pg = bt.gather(1, (dst // page).clamp(0, bt.shape[1] - 1))
         ok &= (src_pg >= 0) & (src_pg < num_pages) & (dst_pg >= 0) & (dst_pg < num_pages)
@@ -70,6 +74,8 @@ def _move(layer_caches, ok, src_pg, src_off, dst_pg, dst_off):
     dst_pg = torch.where(ok, dst_pg, self_pg)
     dst_off = torch.where(ok, dst_off, self_off)
     for cache in layer_caches:  # [P or B, S or page, Hkv, D]
+        if cache.numel() == 0:  # no element to move (B, S, P, page, Hkv or D = 0)
+            continue
         lead, width = cache.shape[:2]
         spg, soff = src_pg.clamp(0, lead - 1), src_off.clamp(0, width - 1)
         dpg, doff = dst_pg.clamp(0, lead - 1), dst_off.clamp(0, width - 1)

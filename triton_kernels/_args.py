@@ -1,0 +1,116 @@
+"""The one door from the Python layer into a Triton kernel (DESIGN.md, Rules: Layout).
+
+Every launcher in specops.triton_kernels launches through ``launch`` (tests/test_triton_args.py
+fails on any other ``kernel[grid](...)`` in the package).  A tensor argument is either
+
+- wrapped in ``Strided``: the launcher passes the strides the kernel indexes it with (every
+  stride of every dim the kernel walks), so sliced, transposed and expanded (stride 0) views
+  are read as they are, or
+- passed bare: the kernel indexes it densely, so ``launch`` requires it to be contiguous and
+  raises a ValueError naming the kernel and the argument otherwise.  A launcher that forgets to
+  normalise an input therefore fails loudly instead of reading the wrong elements.
+
+The helpers below are the normalisations the launchers share: 1-D vectors read with a stride
+(seeds, offsets, lengths, step stamps: no copy, CUDA-graph safe), rows with a unit last stride,
+and out buffers (written in place when the kernel can address them; else through a contiguous
+temporary copied back; rejected with a ValueError when several of their elements share memory).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "Strided",
+    "launch",
+    "vec",
+    "unit_rows",
+    "check_unit_last",
+    "overlapping",
+    "out_buffer",
+]
+
+
+class Strided:
+    """A tensor argument the kernel reads through strides passed next to it."""
+
+    __slots__ = ("t",)
+
+    def __init__(self, t: torch.Tensor):
+        self.t = t
+
+
+def launch(kernel, grid, *args, **meta) -> None:
+    """``kernel[grid](*args, **meta)`` after the layout check: bare tensors must be contiguous
+    (``Strided`` ones are unwrapped)."""
+    call = []
+    for i, a in enumerate(args):
+        if type(a) is Strided:
+            a = a.t
+        elif isinstance(a, torch.Tensor) and not a.is_contiguous():
+            name = _arg_name(kernel, i)
+            raise ValueError(
+                f"specops.triton_kernels: {name} of {_kernel_name(kernel)} is a non-contiguous "
+                f"tensor (shape {tuple(a.shape)}, strides {a.stride()}) passed without its "
+                "strides: the launcher must normalise it or pass it as Strided"
+            )
+        call.append(a)
+    kernel[grid](*call, **meta)
+
+
+def _kernel_name(kernel) -> str:
+    fn = getattr(kernel, "fn", kernel)
+    return getattr(fn, "__name__", repr(kernel))
+
+
+def _arg_name(kernel, i: int) -> str:
+    names = getattr(kernel, "arg_names", None)
+    return f"argument {names[i]!r}" if names and i < len(names) else f"argument {i}"
+
+
+def vec(t: torch.Tensor | None, dummy: torch.Tensor) -> tuple[Strided, int]:
+    """A [] or [n] tensor (or None) as (pointer argument, element stride).  A one-element tensor
+    is read at its own address (stride 0); None gives ``dummy`` (never read) and stride 0."""
+    if t is None:
+        return Strided(dummy), 0
+    if t.dim() == 0 or t.numel() == 1:
+        return Strided(t), 0
+    if t.dim() != 1:
+        t = t.reshape(-1)  # a view when the flat elements are equally spaced, else a copy
+    return Strided(t), t.stride(0)
+
+
+def unit_rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` when its last dim has unit stride (or size <= 1), else a contiguous copy: for rows
+    the kernel reads with a row stride and a unit column stride."""
+    if t.stride(-1) == 1 or t.shape[-1] <= 1:
+        return t
+    return t.contiguous()
+
+
+def check_unit_last(op: str, name: str, t: torch.Tensor) -> None:
+    """Out buffers written with their strides but a unit last stride."""
+    if t.stride(-1) != 1 and t.shape[-1] > 1:
+        raise ValueError(
+            f"specops.{op}: {name} must have a contiguous last dim (stride 1), got strides "
+            f"{t.stride()}"
+        )
+
+
+def overlapping(t: torch.Tensor) -> bool:
+    """Whether two elements of ``t`` surely share memory (a stride-0 dim of size > 1, as torch's
+    own internal-overlap test); other layouts are written through a temporary."""
+    return any(st == 0 and sz > 1 for sz, st in zip(t.shape, t.stride()))
+
+
+def out_buffer(op: str, name: str, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(contiguous buffer the kernel writes, ``out`` to copy it back into or None).  An ``out``
+    whose elements overlap cannot hold a result: ValueError."""
+    if out.is_contiguous():
+        return out, None
+    if overlapping(out):
+        raise ValueError(
+            f"specops.{op}: {name} has overlapping elements (shape {tuple(out.shape)}, strides "
+            f"{out.stride()}: an expanded view?) and cannot be written"
+        )
+    return torch.empty(out.shape, dtype=out.dtype, device=out.device), out
