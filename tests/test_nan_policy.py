@@ -475,11 +475,6 @@ def test_tree_attention_propagates_nan(be):
     torch.testing.assert_close(lse[ok], ref_lse[ok], atol=2e-6, rtol=1e-5)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known deviation, not fixed here: the Triton kernel's lse is -inf (not NaN) for rows "
-    "whose scores are NaN (its 'row saw no key' test treats a NaN sum as empty)",
-)
 def test_tree_attention_lse_nan_triton():
     args, _, want_lse = _attention_with_nans()
     _, lse = specops.tree_attention(

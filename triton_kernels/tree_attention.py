@@ -254,8 +254,9 @@ def _tree_attn_fwd(
             vis = vis & col_ok[None, :]
             acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, q, k, v, qk_scale, vis, True, PREC)
 
-    # o = acc / l, lse = ln2 * (m + log2 l); rows that saw nothing: o = 0, lse = -inf
-    has = l_i > 0.0
+    # o = acc / l, lse = ln2 * (m + log2 l); rows that saw nothing (l = 0): o = 0, lse = -inf.
+    # A NaN l (NaN scores) is not "nothing": o and lse stay NaN (IEEE, as the reference)
+    has = ~(l_i <= 0.0)
     o = acc / tl.where(has, l_i, 1.0)[:, None]
     log2_l = tl.math.log2(tl.where(has, l_i, 1.0))
     lse = tl.where(has, (m_i + log2_l) * 0.6931471805599453, -float("inf"))
@@ -305,7 +306,7 @@ def _merge_splits(
         acc = acc * alpha[:, None] + w[:, None] * o_s
         l_i = l_i * alpha + w
         m = m_new
-    has = l_i > 0.0
+    has = ~(l_i <= 0.0)  # NaN stays NaN, only an empty row (l = 0) gives 0 / -inf
     o = acc / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(has, m + tl.log(tl.where(has, l_i, 1.0)), -float("inf"))
     tl.store(OUT + rows64[:, None] * D + offs_d[None, :], o.to(OUT.dtype.element_ty), mask=ok2)
