@@ -318,11 +318,58 @@ def _eager_caller(name: str, impl):
     return call
 
 
-def register(name: str, schema: str, impl, fake, *, keys=("CPU", "CUDA")) -> None:
+def register(name: str, schema: str, impl, fake, *, keys=("CPU", "CUDA"), outs: int = 0) -> None:
     """Define ``specops::name``, give it an implementation per dispatch key and a fake, and make
-    ``ops.<name>`` its caller."""
+    ``ops.<name>`` its caller.
+
+    ``outs`` > 0: the op returns that many tensors, and a second op ``<name>_out`` is derived
+    from the same schema and implementation: the same arguments followed by ``outs``
+    preallocated outputs it writes in place (``Tensor(a!) out0, ...``) -> ().  The
+    implementation takes them as ``out=(t0, ...)`` (None: allocate)."""
     LIB.define(name + schema)
     for key in keys:
         LIB.impl(name, impl, key)
     torch.library.register_fake(f"specops::{name}", fake, lib=LIB)
     setattr(ops, name, _eager_caller(name, impl))
+    if outs:
+        args = schema[: schema.rindex(")", 0, schema.index("->"))]
+        extra = ", ".join(f"Tensor({chr(ord('a') + i)}!) out{i}" for i in range(outs))
+        out_name = name + "_out"
+
+        def out_impl(*a):
+            impl(*a[:-outs], out=a[-outs:])
+
+        LIB.define(f"{out_name}{args}, {extra}) -> ()")
+        for key in keys:
+            LIB.impl(out_name, out_impl, key)
+        torch.library.register_fake(f"specops::{out_name}", lambda *a: None, lib=LIB)
+        setattr(ops, out_name, _eager_caller(out_name, out_impl))
+
+
+def check_out(op: str, out, specs) -> tuple | None:
+    """``out=`` of an op returning several tensors: None, or a tuple / NamedTuple of tensors
+    matching ``specs`` [(name, shape, dtype, device)], each contiguous (the kernels write it in
+    place; a CUDA graph can own it) and free of overlapping elements."""
+    if out is None:
+        return None
+    if not isinstance(out, (tuple, list)) or len(out) != len(specs):
+        names = ", ".join(s[0] for s in specs)
+        raise TypeError(f"specops.{op}: out must be a tuple of {len(specs)} tensors ({names})")
+    for t, (name, shape, dtype, device) in zip(out, specs):
+        check_tensor(op, f"out.{name}", t, dtypes=(dtype,), device=device, shape=shape)
+        if not t.is_contiguous():
+            raise ValueError(
+                f"specops.{op}: out.{name} must be contiguous (written in place), got strides "
+                f"{t.stride()}"
+            )
+    return tuple(out)
+
+
+def write_outs(out, results):
+    """The results of a backend that allocates its own outputs, copied into ``out`` (if any);
+    -> what the op returns (``out`` itself when given)."""
+    if out is None:
+        return results
+    for o, r in zip(out, results):
+        o.copy_(r)
+    return out

@@ -15,7 +15,7 @@ import torch
 
 from specops import _build
 from specops.ops import _common as c
-from specops.ops._verify_kernels import _f32_rows, _ids, _tree
+from specops.ops._verify_kernels import _f32_rows, _ids, _outs, _tree
 
 _COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
 
@@ -47,6 +47,7 @@ def verify_jacobi(
     uniforms,
     *,
     emulate_cuda=False,
+    out=None,
 ):
     """-> (num_accepted [B], next_window [B, L], first_reject [B], candidates [B, L, k or 0],
     path [B, L or 0]), int32.  ``emulate_cuda`` (tests, cpu backend): tree mode done the CUDA
@@ -55,11 +56,9 @@ def verify_jacobi(
     dev = target.device
     tree = fc is not None
     i32 = torch.int32
-    num = torch.empty(b, dtype=i32, device=dev)
-    nw = torch.empty(b, L, dtype=i32, device=dev)
-    first = torch.empty(b, dtype=i32, device=dev)
-    cands = torch.empty(b, L, k if k > 1 else 0, dtype=i32, device=dev)
-    path = torch.empty(b, L if tree else 0, dtype=i32, device=dev)
+    num, nw, first, cands, path = _outs(
+        out, dev, (b,), (b, L), (b,), (b, L, k if k > 1 else 0), (b, L if tree else 0)
+    )
     if b == 0:
         return num, nw, first, cands, path
     ws = counters = None

@@ -127,6 +127,7 @@ def verify_chain(
     greedy: bool = False,
     uniforms: torch.Tensor | None = None,
     backend: str = "auto",
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> ChainResult:
     """Chain speculative sampling: verify K drafts per request against the target, lossless.
 
@@ -138,7 +139,9 @@ def verify_chain(
     Philox draws (draw i = test of draft i, draw K = the final sample).
 
     Returns ``ChainResult(tokens [B, K+1] int32, num_accepted [B] int32)``: accepted drafts, then
-    one corrected/bonus token, -1 after.  Exact semantics: ``specops.reference.verify_chain``.
+    one corrected/bonus token, -1 after; written into ``out`` = (tokens, num_accepted) when given
+    (contiguous, preallocated: CUDA graphs own them).  Exact semantics:
+    ``specops.reference.verify_chain``.
     Backends: "cuda", "triton" (any GPU Triton supports; the interpreter on the CPU with
     TRITON_INTERPRET=1), "cpu" (C++ twin), "reference"; all token-identical to the reference
     except on exact rounding ties of the float64 sums."""
@@ -168,22 +171,14 @@ def verify_chain(
             and ((num_draft < 0) | (num_draft > k)).any()
         ):
             raise ValueError(f"specops.{op}: num_draft values must be in [0, {k}]")
-    tokens, num = c.ops.verify_chain(
-        target_probs,
-        draft_tokens,
-        draft_probs,
-        num_draft,
-        seed_t,
-        seed_i,
-        off_t,
-        off_i,
-        nb,
-        delta,
-        greedy,
-        uniforms,
-        backend,
-    )
-    return ChainResult(tokens, num)
+    args = (target_probs, draft_tokens, draft_probs, num_draft, seed_t, seed_i, off_t, off_i,
+            nb, delta, greedy, uniforms, backend)  # fmt: skip
+    if out is None:
+        return ChainResult(*c.ops.verify_chain(*args))
+    i32 = torch.int32
+    out = c.check_out(op, out, (("tokens", (b, k1), i32, dev), ("num_accepted", (b,), i32, dev)))
+    c.ops.verify_chain_out(*args, *out)
+    return ChainResult(*out)
 
 
 def _chain_impl(
@@ -200,19 +195,20 @@ def _chain_impl(
     greedy,
     uniforms,
     backend,
+    out=None,
 ):
     be = c.pick_backend("verify_chain", backend, target.device, _CHAIN_BACKENDS)
     if be == "triton":
         from specops.triton_kernels.verify import verify_chain_triton
 
-        return verify_chain_triton(
+        return c.write_outs(out, verify_chain_triton(
             target, tokens, draft, num_draft, seed_t, seed_i, off_t, off_i, nb, delta, greedy,
             uniforms,
-        )  # fmt: skip
+        ))  # fmt: skip
     if be != "reference":
         return _kernels.verify_chain(
             be, target, tokens, draft, num_draft, seed_t, seed_i, off_t, off_i, nb, delta,
-            greedy, uniforms,
+            greedy, uniforms, out,
         )  # fmt: skip
     seed, offset = _ref_rng(seed_t, seed_i, off_t, off_i, target.device)
     r = rv.verify_chain(
@@ -226,7 +222,7 @@ def _chain_impl(
         greedy=greedy,
         uniforms=uniforms,
     )
-    return r.tokens, r.num_accepted
+    return c.write_outs(out, (r.tokens, r.num_accepted))
 
 
 def _chain_fake(target, *_rest):  # the op's arguments; outputs depend on the shape
@@ -244,6 +240,7 @@ c.register(
     "float delta, bool greedy, Tensor? uniforms, str backend) -> (Tensor, Tensor)",
     _chain_impl,
     _chain_fake,
+    outs=2,
 )
 
 
@@ -262,6 +259,7 @@ def verify_tree(
     greedy: bool = False,
     uniforms: torch.Tensor | None = None,
     backend: str = "auto",
+    out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> TreeResult:
     """Tree speculative sampling (recursive rejection sampling, siblings in index order).
 
@@ -272,7 +270,8 @@ def verify_tree(
     without replacement.  ``uniforms`` [B, N] float32 (draw n - 1 = test of node n, draw N - 1 =
     the final sample).  The output width D+1 is read from the tree once per Tree object.
 
-    Returns ``TreeResult(path, tokens [B, D+1] int32, num_accepted [B] int32)``.  Exact semantics:
+    Returns ``TreeResult(path, tokens [B, D+1] int32, num_accepted [B] int32)``, written into
+    ``out`` = (path, tokens, num_accepted) when given (contiguous, preallocated).  Exact semantics:
     ``specops.reference.verify_tree``."""
     op = "verify_tree"
     b, n, v = _check_target(op, target_probs)
@@ -294,25 +293,16 @@ def verify_tree(
             c.check_values_probs(op, "draft_probs", draft_probs)
         c.check_values_ids(op, "draft_tokens", draft_tokens[:, 1:], v)
     width = rv._path_width(tree)
-    path, tokens, num = c.ops.verify_tree(
-        target_probs,
-        tree.first_child,
-        tree.next_sibling,
-        width,
-        draft_tokens,
-        draft_probs,
-        wor,
-        seed_t,
-        seed_i,
-        off_t,
-        off_i,
-        nb,
-        delta,
-        greedy,
-        uniforms,
-        backend,
-    )
-    return TreeResult(path, tokens, num)
+    args = (target_probs, tree.first_child, tree.next_sibling, width, draft_tokens, draft_probs,
+            wor, seed_t, seed_i, off_t, off_i, nb, delta, greedy, uniforms, backend)  # fmt: skip
+    if out is None:
+        return TreeResult(*c.ops.verify_tree(*args))
+    i32 = torch.int32
+    out = c.check_out(op, out, (("path", (b, width), i32, dev),
+                                ("tokens", (b, width), i32, dev),
+                                ("num_accepted", (b,), i32, dev)))  # fmt: skip
+    c.ops.verify_tree_out(*args, *out)
+    return TreeResult(*out)
 
 
 class _TreeArrays:
@@ -340,12 +330,13 @@ def _tree_impl(
     greedy,
     uniforms,
     backend,
+    out=None,
 ):
     be = c.pick_backend("verify_tree", backend, target.device, _TREE_BACKENDS)
     if be != "reference":
         return _kernels.verify_tree(
             be, target, first_child, next_sibling, width, tokens, draft, wor, seed_t, seed_i,
-            off_t, off_i, nb, delta, greedy, uniforms,
+            off_t, off_i, nb, delta, greedy, uniforms, out,
         )  # fmt: skip
     seed, offset = _ref_rng(seed_t, seed_i, off_t, off_i, target.device)
     r = rv.verify_tree(
@@ -361,7 +352,7 @@ def _tree_impl(
         uniforms=uniforms,
         width=width,
     )
-    return r.path, r.tokens, r.num_accepted
+    return c.write_outs(out, (r.path, r.tokens, r.num_accepted))
 
 
 def _tree_fake(target, _first_child, _next_sibling, width, *_rest):
@@ -381,6 +372,7 @@ c.register(
     "Tensor? uniforms, str backend) -> (Tensor, Tensor, Tensor)",
     _tree_impl,
     _tree_fake,
+    outs=3,
 )
 
 
@@ -399,6 +391,7 @@ def verify_jacobi(
     relax: Relaxation | None = None,
     uniforms: torch.Tensor | None = None,
     backend: str = "auto",
+    out: JacobiResult | tuple | None = None,
 ) -> JacobiResult:
     """One Speculative Jacobi Decoding step (SJD, or SJD-PAC with continuation / a tree window).
 
@@ -409,9 +402,11 @@ def verify_jacobi(
     candidates.  ``uniforms`` [B, 2L] float32, or [B, 2L + L*V] with num_candidates > 1.
 
     Returns ``JacobiResult(num_accepted [B], next_window [B, L], first_reject [B],
-    candidates [B, L, num_candidates] or None, path [B, L] in tree mode or None)``, int32.
-    Exact semantics and draw indices: ``specops.reference.verify_jacobi``.  Backends: "cuda"
-    (one launch per step, specops/jacobi.cuh), "cpu" (its C++ twin) and "reference"."""
+    candidates [B, L, num_candidates] or None, path [B, L] in tree mode or None)``, int32,
+    written into ``out`` (the same five fields, contiguous; candidates / path None when not
+    produced) when given.  Exact semantics and draw indices: ``specops.reference.verify_jacobi``.
+    Backends: "cuda" (one launch per step, specops/jacobi.cuh), "cpu" (its C++ twin) and
+    "reference"."""
     op = "verify_jacobi"
     b, L, v = _check_target(op, target_probs)
     dev = target_probs.device
@@ -439,26 +434,27 @@ def verify_jacobi(
         c.check_values_ids(op, "window_tokens", ids, v)
     fc = tree.first_child if tree is not None else None
     ns = tree.next_sibling if tree is not None else None
-    num, nw, first, cands, path = c.ops.verify_jacobi(
-        target_probs,
-        window_tokens,
-        draft_probs,
-        fc,
-        ns,
-        cont,
-        num_candidates,
-        seed_t,
-        seed_i,
-        off_t,
-        off_i,
-        nb,
-        delta,
-        uniforms,
-        backend,
-    )
-    return JacobiResult(
-        num, nw, first, cands if num_candidates > 1 else None, path if tree is not None else None
-    )
+    args = (target_probs, window_tokens, draft_probs, fc, ns, cont, num_candidates, seed_t, seed_i,
+            off_t, off_i, nb, delta, uniforms, backend)  # fmt: skip
+    k, tr = num_candidates > 1, tree is not None
+    if out is None:
+        num, nw, first, cands, path = c.ops.verify_jacobi(*args)
+        return JacobiResult(num, nw, first, cands if k else None, path if tr else None)
+    i32 = torch.int32
+    specs = (("num_accepted", (b,), i32, dev), ("next_window", (b, L), i32, dev),
+             ("first_reject", (b,), i32, dev))  # fmt: skip
+    if isinstance(out, (tuple, list)) and len(out) == 5:  # unused fields None, or empty below
+        cands = out[3] if k else None
+        path = out[4] if tr else None
+        out = tuple(out[:3]) + ((cands,) if k else ()) + ((path,) if tr else ())
+        specs += ((("candidates", (b, L, num_candidates), i32, dev),) if k else ()) + (
+            (("path", (b, L), i32, dev),) if tr else ()
+        )
+    out = list(c.check_out(op, out, specs))
+    cands = out.pop(3) if k else target_probs.new_empty((b, L, 0), dtype=i32)
+    path = out.pop(3) if tr else target_probs.new_empty((b, 0), dtype=i32)
+    c.ops.verify_jacobi_out(*args, *out, cands, path)
+    return JacobiResult(*out, cands if k else None, path if tr else None)
 
 
 _JACOBI_BACKENDS = ("cuda", "cpu", "reference")  # C++ CPU twin / CUDA: _jacobi_kernels
@@ -480,6 +476,7 @@ def _jacobi_impl(
     delta,
     uniforms,
     backend,
+    out=None,
 ):
     be = c.pick_backend("verify_jacobi", backend, target.device, _JACOBI_BACKENDS)
     if be != "reference":
@@ -501,6 +498,7 @@ def _jacobi_impl(
             nb,
             delta,
             uniforms,
+            out=out,
         )
     seed, offset = _ref_rng(seed_t, seed_i, off_t, off_i, target.device)
     tree = _TreeArrays(fc, ns) if fc is not None else None
@@ -521,7 +519,7 @@ def _jacobi_impl(
         r.candidates if r.candidates is not None else target.new_empty((b, L, 0), dtype=torch.int32)
     )
     path = r.path if r.path is not None else target.new_empty((b, 0), dtype=torch.int32)
-    return r.num_accepted, r.next_window, r.first_reject, cands, path
+    return c.write_outs(out, (r.num_accepted, r.next_window, r.first_reject, cands, path))
 
 
 def _jacobi_fake(target, _window, _draft, fc, _ns, _cont, k, *_rest):
@@ -544,6 +542,7 @@ c.register(
     "Tensor? uniforms, str backend) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
     _jacobi_impl,
     _jacobi_fake,
+    outs=5,
 )
 
 
@@ -556,13 +555,15 @@ def path_acceptance(
     draft_tokens: torch.Tensor,
     *,
     backend: str = "auto",
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """VSD path acceptance: per root-to-leaf path, kappa = prod_i min(1, p_i/q_i) and
     expected_len = sum_k prod_{i<=k} min(1, p_i/q_i)  (VSD Eqs. 2, 9-11).
 
     Arguments follow ``verify_tree`` (``draft_probs`` None = deterministic drafts).  Returns
     (kappa, expected_len) float32 [B, P], paths in ``Tree.paths()`` order (P read from the tree
-    once per Tree object), rows with fewer leaves padded with 0."""
+    once per Tree object), rows with fewer leaves padded with 0; written into ``out`` =
+    (kappa, expected_len) when given (contiguous, preallocated)."""
     op = "path_acceptance"
     b, n, v = _check_target(op, target_probs)
     dev = target_probs.device
@@ -576,17 +577,21 @@ def path_acceptance(
             c.check_values_probs(op, "draft_probs", draft_probs)
         c.check_values_ids(op, "draft_tokens", draft_tokens[:, 1:], v)
     num_paths = rv._num_leaves(tree)
-    kappa, exp_len = c.ops.path_acceptance(
-        target_probs, draft_probs, tree.parents, num_paths, draft_tokens, backend
-    )
-    return kappa, exp_len
+    args = (target_probs, draft_probs, tree.parents, num_paths, draft_tokens, backend)
+    if out is None:
+        return c.ops.path_acceptance(*args)
+    f32 = torch.float32
+    specs = (("kappa", (b, num_paths), f32, dev), ("expected_len", (b, num_paths), f32, dev))
+    out = c.check_out(op, out, specs)
+    c.ops.path_acceptance_out(*args, *out)
+    return out
 
 
-def _pa_impl(target, draft, parents, num_paths, tokens, backend):
+def _pa_impl(target, draft, parents, num_paths, tokens, backend, out=None):
     be = c.pick_backend("path_acceptance", backend, target.device, _PATH_BACKENDS)
     if be == "reference":
-        return rv._path_acceptance(target, draft, parents, tokens, num_paths)
-    return _kernels.path_acceptance(be, target, draft, parents, num_paths, tokens)
+        return c.write_outs(out, rv._path_acceptance(target, draft, parents, tokens, num_paths))
+    return _kernels.path_acceptance(be, target, draft, parents, num_paths, tokens, out)
 
 
 def _pa_fake(target, draft, parents, num_paths, tokens, backend):
@@ -603,4 +608,5 @@ c.register(
     "Tensor draft_tokens, str backend) -> (Tensor, Tensor)",
     _pa_impl,
     _pa_fake,
+    outs=2,
 )

@@ -1,0 +1,145 @@
+"""Preallocated outputs (``out=``): every backend writes the caller's buffers in place with the
+results it would return, the derived ``<op>_out`` torch.library ops pass opcheck, and buffers of
+the wrong shape, dtype or layout are rejected with an error naming them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import gen, random_probs
+
+import specops
+from specops import Tree
+from specops.ops._common import available_backends
+
+CPU = torch.device("cpu")
+
+
+def _backends(have):
+    return [b for b in available_backends(CPU, have) if b != "cascade"]
+
+
+def _empty_like_result(res):
+    """Buffers of the result's shapes and dtypes, filled with garbage."""
+    return tuple(
+        None if r is None else torch.full_like(r, -7 if r.dtype == torch.int32 else float("nan"))
+        for r in res
+    )
+
+
+def _same(a, b):
+    for x, y in zip(a, b):
+        assert (x is None) == (y is None)
+        if x is not None:
+            assert torch.equal(x, y), (x, y)
+
+
+def _chain():
+    g = gen(0)
+    b, k, v = 3, 4, 12
+    t, d = random_probs(b, k + 1, v, generator=g), random_probs(b, k, v, generator=g)
+    tok = torch.multinomial(d.reshape(-1, v), 1, generator=g).reshape(b, k)
+    return (t, tok, d), {"seed": 5}
+
+
+def _tree():
+    g = gen(1)
+    tree = Tree.kary(2, 3)
+    b, n, v = 2, tree.num_nodes, 10
+    t, d = random_probs(b, n, v, generator=g), random_probs(b, n, v, generator=g)
+    tok = torch.multinomial(d.reshape(-1, v), 1, generator=g).reshape(b, n)
+    return (t, tree, tok, d), {"seed": 6}
+
+
+def _jacobi(tree, k):
+    g = gen(2)
+    b, L, v = 2, 7, 9
+    t, d = random_probs(b, L, v, generator=g), random_probs(b, L, v, generator=g)
+    win = torch.multinomial(d.reshape(-1, v), 1, generator=g).reshape(b, L)
+    return (t, win, d), {"seed": 7, "tree": tree, "num_candidates": k}
+
+
+def _path_args(tree_args):
+    t, tree, tok, d = tree_args
+    return (t, d, tree, tok), {}
+
+
+CASES = {
+    "verify_chain": (specops.verify_chain, _chain, ("cuda", "triton", "cpu", "reference")),
+    "verify_tree": (specops.verify_tree, _tree, ("cuda", "cpu", "reference")),
+    "verify_jacobi chain": (
+        specops.verify_jacobi,
+        lambda: _jacobi(None, 1),
+        ("cuda", "cpu", "reference"),
+    ),
+    "verify_jacobi tree + candidates": (
+        specops.verify_jacobi,
+        lambda: _jacobi(Tree.kary_chain(2, 2, 7), 3),
+        ("cuda", "cpu", "reference"),
+    ),
+    "path_acceptance": (
+        specops.path_acceptance,
+        lambda: _path_args(_tree()[0]),
+        ("cuda", "cpu", "reference"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_out_is_written_in_place_on_every_backend(case):
+    fn, make, have = CASES[case]
+    args, kw = make()
+    for be in _backends(have):
+        want = tuple(fn(*args, **kw, backend=be))
+        out = _empty_like_result(want)
+        got = fn(*args, **kw, backend=be, out=out)
+        _same(tuple(got), want)
+        _same(out, want)
+        for o, r in zip(out, got):
+            assert o is None or o is r  # the very buffers come back
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_out_is_checked(case):
+    fn, make, _ = CASES[case]
+    args, kw = make()
+    want = tuple(fn(*args, **kw, backend="reference"))
+    out = list(_empty_like_result(want))
+    # the right shape and dtype with gaps between entries: not contiguous
+    strided = torch.empty(*out[1].shape, 2, dtype=out[1].dtype)[..., 0]
+    for bad, words in [
+        (out[:1], "out must be a tuple of"),
+        ([out[0].double(), *out[1:]], "must have dtype"),
+        ([out[0][:1], *out[1:]], "must have shape"),
+        ([out[0], strided, *out[2:]], "out.[a-z_]+ must be contiguous"),
+    ]:
+        with pytest.raises((ValueError, TypeError), match=words):
+            fn(*args, **kw, out=tuple(bad))
+
+
+def test_out_ops_pass_opcheck():
+    (t, tok, d), _ = _chain()
+    b, k1 = t.shape[:2]
+    outs = (torch.empty(b, k1, dtype=torch.int32), torch.empty(b, dtype=torch.int32))
+    args = (t, tok, d, None, None, 5, None, 0, None, 0.0, False, None, "cpu", *outs)
+    torch.library.opcheck(torch.ops.specops.verify_chain_out.default, args)
+    (t, tree, tok, d), _ = _tree()
+    i32 = torch.int32
+    outs = (torch.empty(2, 3, dtype=i32), torch.empty(2, 3, dtype=i32), torch.empty(2, dtype=i32))
+    args = (t, tree.first_child, tree.next_sibling, 3, tok, d, False, None, 6, None, 0, None,
+            0.0, False, None, "cpu", *outs)  # fmt: skip
+    torch.library.opcheck(torch.ops.specops.verify_tree_out.default, args)
+
+
+def test_out_under_torch_compile():
+    (t, tok, d), _ = _chain()
+    b, k1 = t.shape[:2]
+    out = (torch.empty(b, k1, dtype=torch.int32), torch.empty(b, dtype=torch.int32))
+
+    def step(t, tok, d, o0, o1):
+        specops.verify_chain(t, tok, d, seed=5, backend="cpu", out=(o0, o1))
+
+    want = specops.verify_chain(t, tok, d, seed=5, backend="cpu")
+    with specops.validation(False):
+        torch.compile(step, backend="aot_eager", fullgraph=True)(t, tok, d, *out)
+    _same(out, want)
