@@ -13,6 +13,7 @@ and the registered implementation calls ``pick_backend`` and then the kernel.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 
 import torch
@@ -318,14 +319,54 @@ def _eager_caller(name: str, impl):
     return call
 
 
-def register(name: str, schema: str, impl, fake, *, keys=("CPU", "CUDA"), outs: int = 0) -> None:
-    """Define ``specops::name``, give it an implementation per dispatch key and a fake, and make
-    ``ops.<name>`` its caller.
+# The torch.library schema of an op comes from its implementation's annotated signature (one
+# declaration): these annotation strings (the modules use ``from __future__ import annotations``)
+# map to schema types; Python ints are SymInt so torch.compile can keep them symbolic.
+_SCHEMA_TYPES = {
+    "Tensor": "Tensor",
+    "Tensor | None": "Tensor?",
+    "list[Tensor]": "Tensor[]",
+    "int": "SymInt",
+    "float": "float",
+    "bool": "bool",
+    "str": "str",
+}
+_SCHEMA_RETURNS = {"None": "()", "Tensor": "Tensor"}
+
+
+def schema_of(impl, mutates=()) -> str:
+    """``(Tensor a, Tensor? b, SymInt n, ...) -> (Tensor, Tensor)`` from ``impl``'s annotations;
+    parameters named in ``mutates`` are declared written (``Tensor(a!)``).  A trailing ``out``
+    keyword (the ``_out`` variant's buffers, see ``register``) is not part of the schema."""
+    sig = inspect.signature(impl)
+    params, alias = [], iter("abcdefghijklmnop")
+    for p in sig.parameters.values():
+        if p.name == "out" and p.default is None:
+            continue
+        ann = str(p.annotation).replace("torch.", "").replace("Optional[Tensor]", "Tensor | None")
+        if ann not in _SCHEMA_TYPES:
+            raise TypeError(f"specops: {impl.__name__}({p.name}: {ann}) has no schema type")
+        t = _SCHEMA_TYPES[ann]
+        if p.name in mutates:
+            t = t.replace("Tensor", f"Tensor({next(alias)}!)", 1)
+        params.append(f"{t} {p.name}")
+    ret = str(sig.return_annotation).replace("torch.", "")
+    if ret.startswith("tuple["):
+        ret = "(" + ", ".join(_SCHEMA_RETURNS[r.strip()] for r in ret[6:-1].split(",")) + ")"
+    else:
+        ret = _SCHEMA_RETURNS[ret]
+    return "(" + ", ".join(params) + ") -> " + ret
+
+
+def register(name: str, impl, fake, *, mutates=(), outs: int = 0, keys=("CPU", "CUDA")) -> None:
+    """Define ``specops::name`` with the schema of ``impl``'s signature (``schema_of``), give it
+    ``impl`` per dispatch key and ``fake``, and make ``ops.<name>`` its caller.
 
     ``outs`` > 0: the op returns that many tensors, and a second op ``<name>_out`` is derived
     from the same schema and implementation: the same arguments followed by ``outs``
     preallocated outputs it writes in place (``Tensor(a!) out0, ...``) -> ().  The
     implementation takes them as ``out=(t0, ...)`` (None: allocate)."""
+    schema = schema_of(impl, mutates)
     LIB.define(name + schema)
     for key in keys:
         LIB.impl(name, impl, key)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch import Tensor
 
 from specops import reference
 from specops.ops import _attention_cascade as cascade
@@ -173,7 +174,16 @@ def tree_attention(
     return (out, lse) if return_lse else out
 
 
-def _attn_impl(q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_scale, backend):
+def _attn_impl(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    cache_seqlens: Tensor,
+    mask_bits: Tensor,
+    block_table: Tensor | None,
+    sm_scale: float,
+    backend: str,
+) -> tuple[Tensor, Tensor]:
     d = q.shape[-1]
     have = _BACKENDS if d <= _TRITON_MAX_HEAD_DIM and q.dtype != torch.float64 else ("reference",)
     if backend == "cascade":  # checked here, so direct torch.ops calls get the same error
@@ -207,13 +217,7 @@ def _attn_fake(q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_sc
     return q.new_empty((b, n, hq, d)), q.new_empty((b, n, hq), dtype=torch.float32)
 
 
-c.register(
-    "tree_attention",
-    "(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, Tensor mask_bits, "
-    "Tensor? block_table, float sm_scale, str backend) -> (Tensor, Tensor)",
-    _attn_impl,
-    _attn_fake,
-)
+c.register("tree_attention", _attn_impl, _attn_fake)
 
 
 def append_kv(
@@ -247,7 +251,15 @@ def append_kv(
     c.ops.append_kv(k_cache, v_cache, k, v, cache_seqlens, block_table, backend)
 
 
-def _append_impl(k_cache, v_cache, k, v, cache_seqlens, block_table, backend):
+def _append_impl(
+    k_cache: Tensor,
+    v_cache: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cache_seqlens: Tensor,
+    block_table: Tensor | None,
+    backend: str,
+) -> None:
     have = _BACKENDS if k.dtype != torch.float64 else ("reference",)
     be = c.pick_backend("append_kv", backend, k.device, have)
     if be == "reference":
@@ -262,10 +274,4 @@ def _append_fake(k_cache, v_cache, k, v, cache_seqlens, block_table, backend):
     return None
 
 
-c.register(
-    "append_kv",
-    "(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, Tensor cache_seqlens, "
-    "Tensor? block_table, str backend) -> ()",
-    _append_impl,
-    _append_fake,
-)
+c.register("append_kv", _append_impl, _append_fake, mutates=("k_cache", "v_cache"))

@@ -5,6 +5,7 @@ Semantics in specops/reference/features.py; fast kernels in triton_kernels/featu
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from specops import _build, reference
 from specops._nvtx import traced
@@ -41,7 +42,7 @@ def gather_rows(src: torch.Tensor, index: torch.Tensor, *, backend: str = "auto"
     return c.ops.gather_rows(src, index, backend)
 
 
-def _gather_impl(src, index, backend):
+def _gather_impl(src: Tensor, index: Tensor, backend: str) -> Tensor:
     be = c.pick_backend("gather_rows", backend, src.device, _BACKENDS)
     if be == "reference":
         return reference.gather_rows(src, index)
@@ -61,9 +62,7 @@ def _gather_fake(src, index, backend):
     return src.new_empty(index.shape[0], index.shape[1], src.shape[2])
 
 
-c.register(
-    "gather_rows", "(Tensor src, Tensor index, str backend) -> Tensor", _gather_impl, _gather_fake
-)
+c.register("gather_rows", _gather_impl, _gather_fake)
 
 
 # drafter_inputs -------------------------------------------------------------------------
@@ -105,7 +104,13 @@ def drafter_inputs(
     return c.ops.drafter_inputs(embedding, tokens, features, step_embedding, backend)
 
 
-def _drafter_impl(embedding, tokens, features, step_embedding, backend):
+def _drafter_impl(
+    embedding: Tensor,
+    tokens: Tensor,
+    features: Tensor,
+    step_embedding: Tensor | None,
+    backend: str,
+) -> Tensor:
     be = c.pick_backend("drafter_inputs", backend, embedding.device, _BACKENDS)
     if be == "reference":
         return reference.drafter_inputs(embedding, tokens, features, step_embedding)
@@ -125,13 +130,7 @@ def _drafter_fake(embedding, tokens, features, step_embedding, backend):
     return embedding.new_empty(tokens.shape[0], tokens.shape[1], width)
 
 
-c.register(
-    "drafter_inputs",
-    "(Tensor embedding, Tensor tokens, Tensor features, Tensor? step_embedding, str backend) "
-    "-> Tensor",
-    _drafter_impl,
-    _drafter_fake,
-)
+c.register("drafter_inputs", _drafter_impl, _drafter_fake)
 
 
 # path_similarity ------------------------------------------------------------------------
@@ -175,7 +174,9 @@ def path_similarity(
     return c.ops.path_similarity(paths, codebook, alpha, stride, backend)
 
 
-def _path_sim_impl(paths, codebook, alpha, stride, backend):
+def _path_sim_impl(
+    paths: Tensor, codebook: Tensor, alpha: float, stride: int, backend: str
+) -> Tensor:
     be = c.pick_backend("path_similarity", backend, paths.device, _BACKENDS)
     if be == "reference" or paths.shape[1] < 2:
         # P = 1 is the constant 1.0 on every backend (no kernel to run)
@@ -194,16 +195,19 @@ def _path_sim_fake(paths, codebook, alpha, stride, backend):
     return codebook.new_empty(paths.shape[0], dtype=torch.float32)
 
 
-c.register(
-    "path_similarity",
-    "(Tensor paths, Tensor codebook, float alpha, int stride, str backend) -> Tensor",
-    _path_sim_impl,
-    _path_sim_fake,
-)
+c.register("path_similarity", _path_sim_impl, _path_sim_fake)
 
 
 # feature cache --------------------------------------------------------------------------
-def _write_impl(store, stamps, positions, feats, step_t, step_i, backend):
+def _write_impl(
+    store: Tensor,
+    stamps: Tensor,
+    positions: Tensor,
+    feats: Tensor,
+    step_t: Tensor | None,
+    step_i: int,
+    backend: str,
+) -> None:
     be = c.pick_backend("feature_cache_write", backend, store.device, _BACKENDS)
     if be == "reference":
         step = step_t if step_t is not None else step_i
@@ -225,13 +229,7 @@ def _write_fake(store, stamps, positions, feats, step_t, step_i, backend):
     return None
 
 
-c.register(
-    "feature_cache_write",
-    "(Tensor(a!) store, Tensor(b!) stamps, Tensor positions, Tensor feats, Tensor? step_t, "
-    "int step_i, str backend) -> ()",
-    _write_impl,
-    _write_fake,
-)
+c.register("feature_cache_write", _write_impl, _write_fake, mutates=("store", "stamps"))
 
 
 class FeatureCache:

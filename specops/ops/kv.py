@@ -7,6 +7,7 @@ import math
 from collections import OrderedDict
 
 import torch
+from torch import Tensor
 
 from specops import reference
 from specops._nvtx import traced
@@ -306,7 +307,13 @@ def _advance_only(shape, cs, slots, block_table) -> None:
     cs.add_(m.to(cs.dtype))
 
 
-def _impl(caches, cache_seqlens, slots, block_table, backend):
+def _impl(
+    caches: Tensor,
+    cache_seqlens: Tensor,
+    slots: Tensor,
+    block_table: Tensor | None,
+    backend: str,
+) -> None:
     be = c.pick_backend(_OP, backend, caches.device, _BACKENDS)
     slots, block_table = c.int32_ids(slots), c.int32_ids(block_table)
     if be == "reference":
@@ -326,7 +333,13 @@ def _impl(caches, cache_seqlens, slots, block_table, backend):
     _launch(be, caches, None, cache_seqlens, slots, block_table)
 
 
-def _impl_list(caches, cache_seqlens, slots, block_table, backend):
+def _impl_list(
+    caches: list[Tensor],
+    cache_seqlens: Tensor,
+    slots: Tensor,
+    block_table: Tensor | None,
+    backend: str,
+) -> None:
     be = c.pick_backend(_OP, backend, caches[0].device, _BACKENDS)
     slots, block_table = c.int32_ids(slots), c.int32_ids(block_table)
     if be == "reference":
@@ -352,17 +365,5 @@ def _fake(caches, cache_seqlens, slots, block_table, backend):
     return None
 
 
-c.register(
-    "commit_kv",
-    "(Tensor(a!) caches, Tensor(b!) cache_seqlens, Tensor accepted_slots, Tensor? block_table, "
-    "str backend) -> ()",
-    _impl,
-    _fake,
-)
-c.register(
-    "commit_kv_list",
-    "(Tensor(a!)[] caches, Tensor(b!) cache_seqlens, Tensor accepted_slots, Tensor? block_table, "
-    "str backend) -> ()",
-    _impl_list,
-    _fake,
-)
+c.register("commit_kv", _impl, _fake, mutates=("caches", "cache_seqlens"))
+c.register("commit_kv_list", _impl_list, _fake, mutates=("caches", "cache_seqlens"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch import Tensor
 
 from specops import reference
 from specops.ops import _common as c
@@ -153,7 +154,22 @@ def _check_values(logits, uncond, t_t, k_t, p_t, s_t) -> None:
         raise ValueError(f"specops.{_OP}: cfg_scale must be finite, got {s_t.tolist()}")
 
 
-def _impl(logits, uncond, t_t, t_v, k_t, k_v, p_t, p_v, s_t, s_v, backend, out):
+def _impl(
+    logits: Tensor,
+    uncond: Tensor | None,
+    temperature_t: Tensor | None,
+    temperature: float,
+    top_k_t: Tensor | None,
+    top_k: int,
+    top_p_t: Tensor | None,
+    top_p: float,
+    cfg_t: Tensor | None,
+    cfg: float,
+    backend: str,
+    out: Tensor,
+) -> None:
+    t_t, t_v, k_t, k_v = temperature_t, temperature, top_k_t, top_k
+    p_t, p_v, s_t, s_v = top_p_t, top_p, cfg_t, cfg
     be = c.pick_backend(_OP, backend, logits.device, _BACKENDS)
     temperature = t_t if t_t is not None else t_v
     top_k = k_t if k_t is not None else (k_v or None)  # scalar 0: no top-k
@@ -193,11 +209,4 @@ def _fake(logits, uncond, t_t, t_v, k_t, k_v, p_t, p_v, s_t, s_v, backend, out):
     return None
 
 
-c.register(
-    _OP,
-    "(Tensor logits, Tensor? uncond, Tensor? temperature_t, float temperature, Tensor? top_k_t, "
-    "int top_k, Tensor? top_p_t, float top_p, Tensor? cfg_t, float cfg, str backend, "
-    "Tensor(a!) out) -> ()",
-    _impl,
-    _fake,
-)
+c.register(_OP, _impl, _fake, mutates=("out",))

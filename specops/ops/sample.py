@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from specops import reference
 from specops._nvtx import traced
@@ -56,7 +57,16 @@ def sample(
     return out
 
 
-def _impl(probs, seed_t, seed_i, off_t, off_i, uniforms, backend, out):
+def _impl(
+    probs: Tensor,
+    seed_t: Tensor | None,
+    seed_i: int,
+    off_t: Tensor | None,
+    off_i: int,
+    uniforms: Tensor | None,
+    backend: str,
+    out: Tensor,
+) -> None:
     be = c.pick_backend("sample", backend, probs.device, _BACKENDS)
     if be == "reference":
         seed = seed_t if seed_t is not None else seed_i
@@ -87,13 +97,7 @@ def _fake(probs, seed_t, seed_i, off_t, off_i, uniforms, backend, out):
     return None
 
 
-c.register(
-    "sample",
-    "(Tensor probs, Tensor? seed_t, int seed_i, Tensor? offset_t, int offset_i, "
-    "Tensor? uniforms, str backend, Tensor(a!) out) -> ()",
-    _impl,
-    _fake,
-)
+c.register("sample", _impl, _fake, mutates=("out",))
 
 
 @traced("sample_without_replacement")
@@ -143,7 +147,16 @@ def sample_without_replacement(
 _WOR_BACKENDS = ("cuda", "cpu", "reference")
 
 
-def _wor_impl(probs, k, seed_t, seed_i, off_t, off_i, uniforms, backend):
+def _wor_impl(
+    probs: Tensor,
+    k: int,
+    seed_t: Tensor | None,
+    seed_i: int,
+    off_t: Tensor | None,
+    off_i: int,
+    uniforms: Tensor | None,
+    backend: str,
+) -> Tensor:
     be = c.pick_backend("sample_without_replacement", backend, probs.device, _WOR_BACKENDS)
     if be != "reference":
         from specops.ops import _verify_kernels
@@ -162,10 +175,4 @@ def _wor_fake(probs, k, seed_t, seed_i, off_t, off_i, uniforms, backend):
     return probs.new_empty((*probs.shape[:-1], k), dtype=torch.int32)
 
 
-c.register(
-    "sample_without_replacement",
-    "(Tensor probs, int k, Tensor? seed_t, int seed_i, Tensor? offset_t, int offset_i, "
-    "Tensor? uniforms, str backend) -> Tensor",
-    _wor_impl,
-    _wor_fake,
-)
+c.register("sample_without_replacement", _wor_impl, _wor_fake)

@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+from torch import Tensor
 
 from specops import reference
 from specops.ops import _common as c
@@ -175,7 +176,13 @@ def build_dynamic_tree(
     return DynamicTree(tree, draft, scores, cand, expanded, num_valid)
 
 
-def _select_impl(logprobs, parent_scores, tokens, width, backend):
+def _select_impl(
+    logprobs: Tensor,
+    parent_scores: Tensor | None,
+    tokens: Tensor | None,
+    width: int,
+    backend: str,
+) -> tuple[Tensor, Tensor]:
     c.pick_backend("select_frontier", backend, logprobs.device, _BACKENDS)
     return reference.select_frontier(logprobs, width, parent_scores, tokens)
 
@@ -188,7 +195,14 @@ def _select_fake(logprobs, parent_scores, tokens, width, backend):
     )
 
 
-def _build_impl(root_tokens, tokens, logprobs, frontier, num_nodes, backend):
+def _build_impl(
+    root_tokens: Tensor,
+    tokens: Tensor,
+    logprobs: Tensor,
+    frontier: Tensor,
+    num_nodes: int,
+    backend: str,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     c.pick_backend("build_dynamic_tree", backend, tokens.device, _BACKENDS)
     return reference.build_dynamic_tree(root_tokens, tokens, logprobs, frontier, num_nodes)
 
@@ -206,17 +220,5 @@ def _build_fake(root_tokens, tokens, logprobs, frontier, num_nodes, backend):
     )
 
 
-c.register(
-    "select_frontier",
-    "(Tensor logprobs, Tensor? parent_scores, Tensor? tokens, int width, str backend) "
-    "-> (Tensor, Tensor)",
-    _select_impl,
-    _select_fake,
-)
-c.register(
-    "build_dynamic_tree",
-    "(Tensor root_tokens, Tensor tokens, Tensor logprobs, Tensor frontier, int num_nodes, "
-    "str backend) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
-    _build_impl,
-    _build_fake,
-)
+c.register("select_frontier", _select_impl, _select_fake)
+c.register("build_dynamic_tree", _build_impl, _build_fake)

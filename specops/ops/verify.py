@@ -13,6 +13,7 @@ when the CUDA kernels are not built, never the interpreter on the CPU)."""
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from specops._nvtx import traced
 from specops.ops import _common as c
@@ -182,21 +183,24 @@ def verify_chain(
 
 
 def _chain_impl(
-    target,
-    tokens,
-    draft,
-    num_draft,
-    seed_t,
-    seed_i,
-    off_t,
-    off_i,
-    nb,
-    delta,
-    greedy,
-    uniforms,
-    backend,
+    target_probs: Tensor,
+    draft_tokens: Tensor,
+    draft_probs: Tensor | None,
+    num_draft: Tensor | None,
+    seed_t: Tensor | None,
+    seed_i: int,
+    offset_t: Tensor | None,
+    offset_i: int,
+    neighbors: Tensor | None,
+    delta: float,
+    greedy: bool,
+    uniforms: Tensor | None,
+    backend: str,
     out=None,
-):
+) -> tuple[Tensor, Tensor]:
+    target, tokens, draft, off_t, off_i, nb = (
+        target_probs, draft_tokens, draft_probs, offset_t, offset_i, neighbors
+    )  # fmt: skip
     be = c.pick_backend("verify_chain", backend, target.device, _CHAIN_BACKENDS)
     if be == "triton":
         from specops.triton_kernels.verify import verify_chain_triton
@@ -233,15 +237,7 @@ def _chain_fake(target, *_rest):  # the op's arguments; outputs depend on the sh
     )
 
 
-c.register(
-    "verify_chain",
-    "(Tensor target_probs, Tensor draft_tokens, Tensor? draft_probs, Tensor? num_draft, "
-    "Tensor? seed_t, int seed_i, Tensor? offset_t, int offset_i, Tensor? neighbors, "
-    "float delta, bool greedy, Tensor? uniforms, str backend) -> (Tensor, Tensor)",
-    _chain_impl,
-    _chain_fake,
-    outs=2,
-)
+c.register("verify_chain", _chain_impl, _chain_fake, outs=2)
 
 
 # verify_tree ----------------------------------------------------------------------------------
@@ -314,24 +310,24 @@ class _TreeArrays:
 
 
 def _tree_impl(
-    target,
-    first_child,
-    next_sibling,
-    width,
-    tokens,
-    draft,
-    wor,
-    seed_t,
-    seed_i,
-    off_t,
-    off_i,
-    nb,
-    delta,
-    greedy,
-    uniforms,
-    backend,
+    target: Tensor,
+    first_child: Tensor,
+    next_sibling: Tensor,
+    width: int,
+    tokens: Tensor,
+    draft: Tensor | None,
+    wor: bool,
+    seed_t: Tensor | None,
+    seed_i: int,
+    off_t: Tensor | None,
+    off_i: int,
+    nb: Tensor | None,
+    delta: float,
+    greedy: bool,
+    uniforms: Tensor | None,
+    backend: str,
     out=None,
-):
+) -> tuple[Tensor, Tensor, Tensor]:
     be = c.pick_backend("verify_tree", backend, target.device, _TREE_BACKENDS)
     if be != "reference":
         return _kernels.verify_tree(
@@ -364,16 +360,7 @@ def _tree_fake(target, _first_child, _next_sibling, width, *_rest):
     )
 
 
-c.register(
-    "verify_tree",
-    "(Tensor target_probs, Tensor first_child, Tensor next_sibling, SymInt width, "
-    "Tensor draft_tokens, Tensor? draft_probs, bool without_replacement, Tensor? seed_t, "
-    "int seed_i, Tensor? offset_t, int offset_i, Tensor? neighbors, float delta, bool greedy, "
-    "Tensor? uniforms, str backend) -> (Tensor, Tensor, Tensor)",
-    _tree_impl,
-    _tree_fake,
-    outs=3,
-)
+c.register("verify_tree", _tree_impl, _tree_fake, outs=3)
 
 
 # verify_jacobi --------------------------------------------------------------------------------
@@ -461,23 +448,23 @@ _JACOBI_BACKENDS = ("cuda", "cpu", "reference")  # C++ CPU twin / CUDA: _jacobi_
 
 
 def _jacobi_impl(
-    target,
-    window,
-    draft,
-    fc,
-    ns,
-    cont,
-    k,
-    seed_t,
-    seed_i,
-    off_t,
-    off_i,
-    nb,
-    delta,
-    uniforms,
-    backend,
+    target: Tensor,
+    window: Tensor,
+    draft: Tensor | None,
+    fc: Tensor | None,
+    ns: Tensor | None,
+    cont: bool,
+    k: int,
+    seed_t: Tensor | None,
+    seed_i: int,
+    off_t: Tensor | None,
+    off_i: int,
+    nb: Tensor | None,
+    delta: float,
+    uniforms: Tensor | None,
+    backend: str,
     out=None,
-):
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     be = c.pick_backend("verify_jacobi", backend, target.device, _JACOBI_BACKENDS)
     if be != "reference":
         from specops.ops import _jacobi_kernels
@@ -534,16 +521,7 @@ def _jacobi_fake(target, _window, _draft, fc, _ns, _cont, k, *_rest):
     )
 
 
-c.register(
-    "verify_jacobi",
-    "(Tensor target_probs, Tensor window_tokens, Tensor? draft_probs, Tensor? first_child, "
-    "Tensor? next_sibling, bool continue_after_reject, int num_candidates, Tensor? seed_t, "
-    "int seed_i, Tensor? offset_t, int offset_i, Tensor? neighbors, float delta, "
-    "Tensor? uniforms, str backend) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
-    _jacobi_impl,
-    _jacobi_fake,
-    outs=5,
-)
+c.register("verify_jacobi", _jacobi_impl, _jacobi_fake, outs=5)
 
 
 # path_acceptance ------------------------------------------------------------------------------
@@ -587,7 +565,15 @@ def path_acceptance(
     return out
 
 
-def _pa_impl(target, draft, parents, num_paths, tokens, backend, out=None):
+def _pa_impl(
+    target: Tensor,
+    draft: Tensor | None,
+    parents: Tensor,
+    num_paths: int,
+    tokens: Tensor,
+    backend: str,
+    out=None,
+) -> tuple[Tensor, Tensor]:
     be = c.pick_backend("path_acceptance", backend, target.device, _PATH_BACKENDS)
     if be == "reference":
         return c.write_outs(out, rv._path_acceptance(target, draft, parents, tokens, num_paths))
@@ -602,11 +588,4 @@ def _pa_fake(target, draft, parents, num_paths, tokens, backend):
     )
 
 
-c.register(
-    "path_acceptance",
-    "(Tensor target_probs, Tensor? draft_probs, Tensor parents, SymInt num_paths, "
-    "Tensor draft_tokens, str backend) -> (Tensor, Tensor)",
-    _pa_impl,
-    _pa_fake,
-    outs=2,
-)
+c.register("path_acceptance", _pa_impl, _pa_fake, outs=2)
