@@ -64,6 +64,27 @@ def _path_args(tree_args):
     return (t, d, tree, tok), {}
 
 
+def _wor():
+    p = random_probs(2, 3, 11, generator=gen(3))
+    return (p, 4), {"seed": 8}
+
+
+def _attention():
+    g = gen(4)
+    tree = Tree.kary(2, 3)
+    b, n, hq, hkv, d, s = 2, tree.num_nodes, 4, 2, 8, 24
+    q = torch.randn(b, n, hq, d, generator=g)
+    kc, vc = torch.randn(b, s, hkv, d, generator=g), torch.randn(b, s, hkv, d, generator=g)
+    cs = torch.tensor([3, 11], dtype=torch.int32)
+    return (q, kc, vc, cs, tree), {"return_lse": True}
+
+
+def _attention_with_out(*args, out=None, **kw):
+    """tree_attention's out= / lse_out= in the (out, lse) form of the other ops."""
+    o, lse = (None, None) if out is None else out
+    return specops.tree_attention(*args, **kw, out=o, lse_out=lse)
+
+
 CASES = {
     "verify_chain": (specops.verify_chain, _chain, ("cuda", "triton", "cpu", "reference")),
     "verify_tree": (specops.verify_tree, _tree, ("cuda", "cpu", "reference")),
@@ -77,6 +98,14 @@ CASES = {
         lambda: _jacobi(Tree.kary_chain(2, 2, 7), 3),
         ("cuda", "cpu", "reference"),
     ),
+    "sample_without_replacement": (
+        lambda *a, out=None, **kw: (
+            specops.sample_without_replacement(*a, **kw, out=None if out is None else out[0]),
+        ),
+        _wor,
+        ("cuda", "cpu", "reference"),
+    ),
+    "tree_attention": (_attention_with_out, _attention, ("triton", "reference")),
     "path_acceptance": (
         specops.path_acceptance,
         lambda: _path_args(_tree()[0]),
@@ -104,15 +133,17 @@ def test_out_is_checked(case):
     fn, make, _ = CASES[case]
     args, kw = make()
     want = tuple(fn(*args, **kw, backend="reference"))
-    out = list(_empty_like_result(want))
+    out = [o for o in _empty_like_result(want) if o is not None]  # unused fields: left out
     # the right shape and dtype with gaps between entries: not contiguous
-    strided = torch.empty(*out[1].shape, 2, dtype=out[1].dtype)[..., 0]
-    for bad, words in [
-        (out[:1], "out must be a tuple of"),
+    strided = torch.empty(*out[-1].shape, 2, dtype=out[-1].dtype)[..., 0]
+    bad_cases = [
         ([out[0].double(), *out[1:]], "must have dtype"),
         ([out[0][:1], *out[1:]], "must have shape"),
-        ([out[0], strided, *out[2:]], "out.[a-z_]+ must be contiguous"),
-    ]:
+        ([*out[:-1], strided], "out(.[a-z_]+)? must be contiguous"),
+    ]
+    if len(out) > 1 and case != "tree_attention":  # its out= / lse_out= are two tensors
+        bad_cases.append((out[:1], "out must be a tuple of"))
+    for bad, words in bad_cases:
         with pytest.raises((ValueError, TypeError), match=words):
             fn(*args, **kw, out=tuple(bad))
 

@@ -90,17 +90,22 @@ def verify_tree(
     return out_path, out_tokens, out_num
 
 
-def sample_without_replacement(be, probs, k, seed_t, seed_i, off_t, off_i, uniforms):
+def sample_without_replacement(be, probs, k, seed_t, seed_i, off_t, off_i, uniforms, out=None):
     v = probs.shape[-1]
     lead = tuple(probs.shape[:-1])
     p = _f32_rows(probs.reshape(-1, v))
     rows = p.shape[0]
-    out = torch.empty(rows, k, dtype=torch.int32, device=probs.device)
+    given = out[0] if out is not None else None  # [..., k] contiguous (checked by the caller)
+    out = (
+        given.view(rows, k)
+        if given is not None
+        else torch.empty(rows, k, dtype=torch.int32, device=probs.device)
+    )
     if rows > 0:
         u = uniforms.reshape(rows, v) if uniforms is not None else None
         c.launch(be, "sample_without_replacement", probs.device, p, k, seed_t, seed_i, off_t, off_i,
              u, out)  # fmt: skip
-    return out.reshape(*lead, k)
+    return given if given is not None else out.reshape(*lead, k)
 
 
 def path_acceptance(be, target, draft, parents, num_paths, tokens, out=None):

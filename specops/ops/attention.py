@@ -131,6 +131,8 @@ def tree_attention(
     sm_scale: float | None = None,
     return_lse: bool = False,
     backend: str = "auto",
+    out: torch.Tensor | None = None,
+    lse_out: torch.Tensor | None = None,
 ):
     """Attention of N tree tokens over a committed prefix plus their ancestors.
 
@@ -141,7 +143,7 @@ def tree_attention(
     prefix and the tree slots whose bit is set in its mask row (itself and its ancestors).
     Hq % Hkv == 0 (GQA: head h reads KV head h // (Hq / Hkv)).  ``sm_scale`` defaults to
     1/sqrt(D).  Returns out [B, N, Hq, D] in q's dtype, and lse [B, N, Hq] float32 (natural log)
-    when ``return_lse``.
+    when ``return_lse``; ``out`` / ``lse_out`` preallocate them (contiguous; checked).
 
     ``backend``: "auto" (triton on CUDA, the reference on CPU), "triton" (CUDA, or the Triton
     interpreter on CPU), "reference" (plain PyTorch, any device/dtype), or "cascade" (CUDA with
@@ -168,9 +170,17 @@ def tree_attention(
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(d) if d else 1.0  # D = 0: every score is 0 whatever the scale
     _check_capacity(op, cache_seqlens, n, cap, block_table, k_cache.shape[0], k_cache.shape[1])
-    out, lse = c.ops.tree_attention(
-        q, k_cache, v_cache, cache_seqlens, mask, block_table, float(sm_scale), backend
-    )
+    args = (q, k_cache, v_cache, cache_seqlens, mask, block_table, float(sm_scale), backend)
+    if out is None and lse_out is None:
+        out, lse = c.ops.tree_attention(*args)
+        return (out, lse) if return_lse else out
+    if out is None:
+        out = torch.empty((b, n, hq, d), dtype=q.dtype, device=dev)
+    if lse_out is None:
+        lse_out = torch.empty((b, n, hq), dtype=torch.float32, device=dev)
+    specs = (("out", (b, n, hq, d), q.dtype, dev), ("lse", (b, n, hq), torch.float32, dev))
+    out, lse = c.check_out(op, (out, lse_out), specs)
+    c.ops.tree_attention_out(*args, out, lse)
     return (out, lse) if return_lse else out
 
 
@@ -183,6 +193,7 @@ def _attn_impl(
     block_table: Tensor | None,
     sm_scale: float,
     backend: str,
+    out=None,
 ) -> tuple[Tensor, Tensor]:
     d = q.shape[-1]
     have = _BACKENDS if d <= _TRITON_MAX_HEAD_DIM and q.dtype != torch.float64 else ("reference",)
@@ -192,24 +203,27 @@ def _attn_impl(
         have = have + ("cascade",)
     be = c.pick_backend("tree_attention", backend, q.device, have)
     if be == "cascade":
-        return cascade.tree_attention_cascade(
+        return c.write_outs(out, cascade.tree_attention_cascade(
             q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_scale
-        )
+        ))  # fmt: skip
     b, n, hq, _ = q.shape
     if be == "reference":
-        out, lse = reference.tree_attention(
+        o, lse = reference.tree_attention(
             q, k_cache, v_cache, cache_seqlens, mask_bits,
             block_table=block_table, sm_scale=sm_scale, return_lse=True,
         )  # fmt: skip
-        return out.contiguous(), lse.float().contiguous()
+        return c.write_outs(out, (o.contiguous(), lse.float().contiguous()))
     from specops.triton_kernels.tree_attention import tree_attention_triton
 
-    out = torch.empty((b, n, hq, d), dtype=q.dtype, device=q.device)
-    lse = torch.empty((b, n, hq), dtype=torch.float32, device=q.device)
+    if out is None:
+        out = (
+            torch.empty((b, n, hq, d), dtype=q.dtype, device=q.device),
+            torch.empty((b, n, hq), dtype=torch.float32, device=q.device),
+        )
     tree_attention_triton(
-        q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_scale, out, lse
+        q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_scale, *out
     )
-    return out, lse
+    return out
 
 
 def _attn_fake(q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_scale, backend):
@@ -217,7 +231,7 @@ def _attn_fake(q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_sc
     return q.new_empty((b, n, hq, d)), q.new_empty((b, n, hq), dtype=torch.float32)
 
 
-c.register("tree_attention", _attn_impl, _attn_fake)
+c.register("tree_attention", _attn_impl, _attn_fake, outs=2)
 
 
 def append_kv(

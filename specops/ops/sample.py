@@ -109,6 +109,7 @@ def sample_without_replacement(
     offset=0,
     uniforms=None,
     backend: str = "auto",
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """k distinct tokens per row of ``probs`` [..., V] (non-negative, need not sum to 1), in the
     order of sequential sampling without replacement -> [..., k] int32.
@@ -139,9 +140,12 @@ def sample_without_replacement(
             op, "uniforms", uniforms, dtypes=(torch.float32,), device=dev, shape=tuple(probs.shape)
         )
     c.check_values_probs(op, "probs", probs)
-    return c.ops.sample_without_replacement(
-        probs, k, seed_t, seed_i, off_t, off_i, uniforms, backend
-    )
+    args = (probs, k, seed_t, seed_i, off_t, off_i, uniforms, backend)
+    if out is None:
+        return c.ops.sample_without_replacement(*args)
+    (out,) = c.check_out(op, (out,), (("out", (*lead, k), torch.int32, dev),))
+    c.ops.sample_without_replacement_out(*args, out)
+    return out
 
 
 _WOR_BACKENDS = ("cuda", "cpu", "reference")
@@ -156,23 +160,25 @@ def _wor_impl(
     off_i: int,
     uniforms: Tensor | None,
     backend: str,
+    out=None,
 ) -> Tensor:
     be = c.pick_backend("sample_without_replacement", backend, probs.device, _WOR_BACKENDS)
     if be != "reference":
         from specops.ops import _verify_kernels
 
         return _verify_kernels.sample_without_replacement(
-            be, probs, k, seed_t, seed_i, off_t, off_i, uniforms
+            be, probs, k, seed_t, seed_i, off_t, off_i, uniforms, out
         )
     seed = seed_t if seed_t is not None else seed_i
     offset = off_t.reshape(()) if off_t is not None else off_i
-    return reference.sample_without_replacement(
+    res = reference.sample_without_replacement(
         probs, k, seed=seed, offset=offset, uniforms=uniforms
     )
+    return res if out is None else out[0].copy_(res)
 
 
 def _wor_fake(probs, k, seed_t, seed_i, off_t, off_i, uniforms, backend):
     return probs.new_empty((*probs.shape[:-1], k), dtype=torch.int32)
 
 
-c.register("sample_without_replacement", _wor_impl, _wor_fake)
+c.register("sample_without_replacement", _wor_impl, _wor_fake, outs=1)
