@@ -4,6 +4,9 @@ Semantics in specops/reference/features.py; fast kernels in triton_kernels/featu
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import torch
 from torch import Tensor
 
@@ -31,7 +34,7 @@ def gather_rows(src: torch.Tensor, index: torch.Tensor, *, backend: str = "auto"
     """out[b, j] = src[b, index[b, j]]: src [B, N, H], index [B, M] int32/int64 -> [B, M, H];
     -1 reads as a zero row (validation mode raises on other out-of-range indices, fast mode
     reads them as zeros)."""
-    c.check_tensor("gather_rows", "src", src, ndim=3)
+    c.check_tensor("gather_rows", "src", src, ndim=3, dtypes=_FLOATS)
     c.check_ids("gather_rows", "index", index, ndim=2, device=src.device)
     if index.shape[0] != src.shape[0]:
         raise ValueError(
@@ -160,11 +163,34 @@ def path_similarity(
             f"specops.path_similarity: paths must have shape [B, P, L] with 1 <= P <= "
             f"{_MAX_PATHS} and L >= 1, got {tuple(paths.shape)}"
         )
-    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
-        raise ValueError(f"specops.path_similarity: stride must be an int >= 1, got {stride!r}")
-    alpha = float(alpha)
+    if isinstance(stride, bool) or not isinstance(stride, numbers.Integral):
+        raise TypeError(
+            f"specops.path_similarity: stride must be an int >= 1, got {type(stride).__name__} "
+            f"{stride!r}"
+        )
+    if stride < 1:
+        raise ValueError(f"specops.path_similarity: stride must be an int >= 1, got {stride}")
+    # every stride >= L reads position 0 alone: the same result, and no int64 overflow
+    stride = min(int(stride), length)
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
+        raise TypeError(  # a tensor would need a host read; the op takes a Python float
+            f"specops.path_similarity: alpha must be a float, got {type(alpha).__name__} {alpha!r}"
+        )
+    try:
+        alpha = float(alpha)
+    except OverflowError:
+        raise ValueError(
+            f"specops.path_similarity: alpha must be finite and >= 0, got {alpha!r}"
+        ) from None
     if not (alpha >= 0.0 and alpha < float("inf")):
         raise ValueError(f"specops.path_similarity: alpha must be finite and >= 0, got {alpha}")
+    last = (length - 1) // stride * stride  # the weights are alpha^l, l <= last, and alpha^stride
+    if alpha > 1.0 and max(last, stride) * math.log(alpha) >= math.log(1.7e308):
+        raise ValueError(
+            f"specops.path_similarity: alpha must keep the weights alpha^l (l up to "
+            f"{max(last, stride)} for L = {length}, stride = {stride}) finite in float64, "
+            f"got {alpha}"
+        )
     if c.validating() and paths.numel() and ((paths < 0) | (paths >= codebook.shape[0])).any():
         bad = paths[(paths < 0) | (paths >= codebook.shape[0])][0]
         raise ValueError(
@@ -254,12 +280,30 @@ class FeatureCache:
     of its rows (unspecified which; validation mode raises)."""
 
     def __init__(self, batch, capacity, hidden, dtype=torch.float32, device=None, backend="auto"):
-        if dtype not in _FLOATS:
-            raise TypeError(f"specops.FeatureCache: dtype must be one of {_FLOATS}, got {dtype}")
+        op = "specops.FeatureCache"
+        if not isinstance(dtype, torch.dtype) or dtype not in _FLOATS:
+            raise TypeError(f"{op}: dtype must be one of {_FLOATS}, got {dtype!r}")
         for name, v in (("batch", batch), ("capacity", capacity), ("hidden", hidden)):
-            if not isinstance(v, int) or v < 0:
-                raise ValueError(f"specops.FeatureCache: {name} must be an int >= 0, got {v!r}")
-        dev = torch.device(device) if device is not None else torch.device("cpu")
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise TypeError(f"{op}: {name} must be an int >= 0, got {type(v).__name__} {v!r}")
+            if v < 0:
+                raise ValueError(f"{op}: {name} must be an int >= 0, got {v}")
+        batch, capacity, hidden = int(batch), int(capacity), int(hidden)
+        size = batch * capacity * hidden * torch.empty((), dtype=dtype).element_size()
+        if size > 2**63 - 1:
+            raise ValueError(
+                f"{op}: batch * capacity * hidden must fit in one tensor (2**63 - 1 bytes), got "
+                f"{batch} * {capacity} * {hidden} ({size} bytes)"
+            )
+        if not isinstance(backend, str) or backend not in c.BACKENDS:
+            raise ValueError(f"{op}: backend must be one of {c.BACKENDS}, got {backend!r}")
+        try:
+            dev = torch.device(device) if device is not None else torch.device("cpu")
+            torch.empty(0, device=dev)  # an unavailable device (no CUDA, index out of range)
+        except (RuntimeError, TypeError, ValueError, AssertionError) as e:
+            raise ValueError(
+                f"{op}: device must be None or an available torch device, got {device!r} ({e})"
+            ) from None
         self.features = torch.zeros(batch, capacity, hidden, dtype=dtype, device=dev)
         self.stamps = torch.full((batch, capacity), -1, dtype=torch.int32, device=dev)
         self.backend = backend
@@ -310,7 +354,7 @@ class FeatureCache:
         if isinstance(step, bool) or not isinstance(step, int):
             raise TypeError(f"specops.{op}: step must be an int or an integer tensor, got {step!r}")
         if not -(2**31) <= step < 2**31:
-            raise ValueError(f"specops.{op}: step {step} does not fit in int32")
+            raise ValueError(f"specops.{op}: step must fit in int32 (|step| < 2**31), got {step}")
         return None, step
 
     def write(self, positions: torch.Tensor, feats: torch.Tensor, step) -> None:

@@ -126,7 +126,8 @@ def build_dynamic_tree(
     - ``frontier`` [B, D - 1, W] int: ``frontier[:, d - 1, w]`` = flat index ``w' * K + k'``
       into layer d - 1 of the candidate in frontier slot w of layer d, i.e. the parent of
       ``tokens[:, d, w, :]`` (``Frontier.index``; entries of ``frontier[:, 0]`` are < K).
-    - ``num_nodes`` N: tree size including the root, 1 <= N <= 1 + K + (D - 1) W K.
+    - ``num_nodes`` N: tree size including the root, 1 <= N <= 1 + K + (D - 1) W K and
+      N <= ``Tree.MAX_NODES`` (16384).  B = 0 gives empty outputs.
 
     Candidates are ranked by (cumulative log-prob descending, candidate index ascending) and the
     first N - 1 are taken: the set is closed under ancestors (a child never outscores its parent
@@ -141,23 +142,29 @@ def build_dynamic_tree(
     c.check_ids(op, "tokens", tokens, ndim=4)
     b, d, w, k = tokens.shape
     dev = tokens.device
-    if min(b, d, w, k) < 1:
+    if min(d, w, k) < 1:  # B = 0 (an empty batch) gives empty outputs and an empty Tree
         raise ValueError(
-            f"specops.{op}: tokens must have shape [B, D, W, K] with every size >= 1, "
+            f"specops.{op}: tokens must have shape [B, D, W, K] with D, W, K >= 1, "
             f"got {list(tokens.shape)}"
         )
     c.check_probs(op, "logprobs", logprobs, device=dev, shape=(b, d, w, k))
     c.check_ids(op, "frontier", frontier, device=dev, shape=(b, d - 1, w))
     c.check_ids(op, "root_tokens", root_tokens, device=dev, shape=(b,))
     cands = k + (d - 1) * w * k
-    if (
-        not isinstance(num_nodes, int)
-        or isinstance(num_nodes, bool)
-        or not (1 <= num_nodes <= cands + 1)
-    ):
+    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int):
+        raise TypeError(
+            f"specops.{op}: num_nodes must be an int, got {type(num_nodes).__name__} {num_nodes!r}"
+        )
+    top = min(cands + 1, Tree.MAX_NODES)  # a Tree holds at most Tree.MAX_NODES nodes
+    if not 1 <= num_nodes <= top:
         raise ValueError(
-            f"specops.{op}: num_nodes must be an int in [1, 1 + K + (D - 1) W K = {cands + 1}] "
-            f"for tokens of shape {list(tokens.shape)}, got {num_nodes!r}"
+            f"specops.{op}: num_nodes must be an int in [1, min(1 + K + (D - 1) W K, "
+            f"Tree.MAX_NODES) = {top}] for tokens of shape {list(tokens.shape)}, got {num_nodes!r}"
+        )
+    if b * num_nodes * ((num_nodes + 31) // 32) > 2**31 - 1:
+        raise ValueError(
+            f"specops.{op}: num_nodes must keep the tree's mask_bits within 2**31 - 1 words "
+            f"(B * N * ceil(N/32)) for a batch of B = {b}, got {num_nodes}"
         )
     if c.validating() and frontier.numel():
         lim = torch.full((d - 1, 1), w * k, device=dev)
