@@ -85,6 +85,31 @@ def _attention_with_out(*args, out=None, **kw):
     return specops.tree_attention(*args, **kw, out=o, lse_out=lse)
 
 
+def _single(fn):
+    """A one-output op in the tuple form of the others."""
+
+    def call(*a, out=None, **kw):
+        return (fn(*a, **kw, out=None if out is None else out[0]),)
+
+    return call
+
+
+def _gather():
+    g = gen(5)
+    return (torch.randn(2, 6, 5, generator=g), torch.tensor([[0, 5, -1], [2, 2, 1]])), {}
+
+
+def _drafter():
+    g = gen(6)
+    emb, feats = torch.randn(9, 4, generator=g), torch.randn(2, 3, 5, generator=g)
+    return (emb, torch.tensor([[0, 8, -1], [3, 3, 1]]), feats, torch.randn(2, generator=g)), {}
+
+
+def _paths():
+    g = gen(7)
+    return (torch.randint(0, 9, (2, 3, 4), generator=g), torch.randn(9, 5, generator=g)), {}
+
+
 CASES = {
     "verify_chain": (specops.verify_chain, _chain, ("cuda", "triton", "cpu", "reference")),
     "verify_tree": (specops.verify_tree, _tree, ("cuda", "cpu", "reference")),
@@ -99,12 +124,13 @@ CASES = {
         ("cuda", "cpu", "reference"),
     ),
     "sample_without_replacement": (
-        lambda *a, out=None, **kw: (
-            specops.sample_without_replacement(*a, **kw, out=None if out is None else out[0]),
-        ),
+        _single(specops.sample_without_replacement),
         _wor,
         ("cuda", "cpu", "reference"),
     ),
+    "gather_rows": (_single(specops.gather_rows), _gather, ("triton", "cpu", "reference")),
+    "drafter_inputs": (_single(specops.drafter_inputs), _drafter, ("triton", "cpu", "reference")),
+    "path_similarity": (_single(specops.path_similarity), _paths, ("triton", "cpu", "reference")),
     "tree_attention": (_attention_with_out, _attention, ("triton", "reference")),
     "path_acceptance": (
         specops.path_acceptance,

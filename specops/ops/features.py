@@ -28,9 +28,26 @@ def _check_index_values(op, name, index, bound, what="index") -> None:
         raise ValueError(f"specops.{op}: {name} holds {what} {int(bad)} outside [-1, {bound})")
 
 
+def _call(name: str, args: tuple, out, shape, dtype, device):
+    """``c.ops.<name>(*args)``, or with ``out``: checked, then written in place by
+    ``<name>_out``."""
+    if out is None:
+        return getattr(c.ops, name)(*args)
+    (out,) = c.check_out(name, (out,), (("out", shape, dtype, device),))
+    getattr(c.ops, name + "_out")(*args, out)
+    return out
+
+
+def _into(out, result):
+    """A backend's freshly allocated result, copied into ``out`` (a 1-tuple) when given."""
+    return result if out is None else out[0].copy_(result)
+
+
 # gather_rows ----------------------------------------------------------------------------
 @traced("gather_rows")
-def gather_rows(src: torch.Tensor, index: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
+def gather_rows(
+    src: torch.Tensor, index: torch.Tensor, *, backend: str = "auto", out=None
+) -> torch.Tensor:
     """out[b, j] = src[b, index[b, j]]: src [B, N, H], index [B, M] int32/int64 -> [B, M, H];
     -1 reads as a zero row (validation mode raises on other out-of-range indices, fast mode
     reads them as zeros)."""
@@ -42,16 +59,20 @@ def gather_rows(src: torch.Tensor, index: torch.Tensor, *, backend: str = "auto"
             f"{tuple(index.shape)}"
         )
     _check_index_values("gather_rows", "index", index, src.shape[1])
-    return c.ops.gather_rows(src, index, backend)
+    shape = (index.shape[0], index.shape[1], src.shape[2])
+    return _call("gather_rows", (src, index, backend), out, shape, src.dtype, src.device)
 
 
-def _gather_impl(src: Tensor, index: Tensor, backend: str) -> Tensor:
+def _gather_impl(src: Tensor, index: Tensor, backend: str, out=None) -> Tensor:
     be = c.pick_backend("gather_rows", backend, src.device, _BACKENDS)
     if be == "reference":
-        return reference.gather_rows(src, index)
-    out = torch.empty(
-        index.shape[0], index.shape[1], src.shape[2], dtype=src.dtype, device=src.device
-    )
+        return _into(out, reference.gather_rows(src, index))
+    if out is None:
+        out = torch.empty(
+            index.shape[0], index.shape[1], src.shape[2], dtype=src.dtype, device=src.device
+        )
+    else:
+        out = out[0]
     if be == "cpu":
         _build._C.gather_rows_cpu(src, index, out)
         return out
@@ -65,7 +86,7 @@ def _gather_fake(src, index, backend):
     return src.new_empty(index.shape[0], index.shape[1], src.shape[2])
 
 
-c.register("gather_rows", _gather_impl, _gather_fake)
+c.register("gather_rows", _gather_impl, _gather_fake, outs=1)
 
 
 # drafter_inputs -------------------------------------------------------------------------
@@ -77,6 +98,7 @@ def drafter_inputs(
     step_embedding: torch.Tensor | None = None,
     *,
     backend: str = "auto",
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The EAGLE/HiViS drafter input in one kernel:
     cat([embedding[tokens], features, step_embedding], -1) -> [B, M, E + H (+ S)].
@@ -104,7 +126,10 @@ def drafter_inputs(
                 f"got {tuple(step_embedding.shape)}"
             )
     _check_index_values(op, "tokens", tokens, embedding.shape[0], "token id")
-    return c.ops.drafter_inputs(embedding, tokens, features, step_embedding, backend)
+    s = 0 if step_embedding is None else step_embedding.shape[-1]
+    shape = (b, m, embedding.shape[1] + features.shape[2] + s)
+    args = (embedding, tokens, features, step_embedding, backend)
+    return _call("drafter_inputs", args, out, shape, embedding.dtype, dev)
 
 
 def _drafter_impl(
@@ -113,11 +138,15 @@ def _drafter_impl(
     features: Tensor,
     step_embedding: Tensor | None,
     backend: str,
+    out=None,
 ) -> Tensor:
     be = c.pick_backend("drafter_inputs", backend, embedding.device, _BACKENDS)
     if be == "reference":
-        return reference.drafter_inputs(embedding, tokens, features, step_embedding)
-    out = _drafter_fake(embedding, tokens, features, step_embedding, backend)
+        return _into(out, reference.drafter_inputs(embedding, tokens, features, step_embedding))
+    if out is None:
+        out = _drafter_fake(embedding, tokens, features, step_embedding, backend)
+    else:
+        out = out[0]
     if be == "cpu":
         _build._C.drafter_inputs_cpu(embedding, tokens, features, step_embedding, out)
         return out
@@ -133,7 +162,7 @@ def _drafter_fake(embedding, tokens, features, step_embedding, backend):
     return embedding.new_empty(tokens.shape[0], tokens.shape[1], width)
 
 
-c.register("drafter_inputs", _drafter_impl, _drafter_fake)
+c.register("drafter_inputs", _drafter_impl, _drafter_fake, outs=1)
 
 
 # path_similarity ------------------------------------------------------------------------
@@ -145,6 +174,7 @@ def path_similarity(
     alpha: float = 0.9,
     stride: int = 1,
     backend: str = "auto",
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """VVS's skip decision (Eq. 2): the exponentially weighted mean pairwise cosine similarity of
     P candidate paths' codebook embeddings -> [B] float32.
@@ -197,17 +227,22 @@ def path_similarity(
             f"specops.path_similarity: paths holds token id {int(bad)} outside "
             f"[0, {codebook.shape[0]})"
         )
-    return c.ops.path_similarity(paths, codebook, alpha, stride, backend)
+    args = (paths, codebook, alpha, stride, backend)
+    return _call("path_similarity", args, out, (paths.shape[0],), torch.float32, paths.device)
 
 
 def _path_sim_impl(
-    paths: Tensor, codebook: Tensor, alpha: float, stride: int, backend: str
+    paths: Tensor, codebook: Tensor, alpha: float, stride: int, backend: str, out=None
 ) -> Tensor:
     be = c.pick_backend("path_similarity", backend, paths.device, _BACKENDS)
     if be == "reference" or paths.shape[1] < 2:
         # P = 1 is the constant 1.0 on every backend (no kernel to run)
-        return reference.path_similarity(paths, codebook, alpha=alpha, stride=stride)
-    out = torch.empty(paths.shape[0], dtype=torch.float32, device=paths.device)
+        res = reference.path_similarity(paths, codebook, alpha=alpha, stride=stride)
+        return _into(out, res)
+    if out is None:
+        out = torch.empty(paths.shape[0], dtype=torch.float32, device=paths.device)
+    else:
+        out = out[0]
     if be == "cpu":
         _build._C.path_similarity_cpu(paths, codebook, float(alpha), stride, out)
         return out
@@ -221,7 +256,7 @@ def _path_sim_fake(paths, codebook, alpha, stride, backend):
     return codebook.new_empty(paths.shape[0], dtype=torch.float32)
 
 
-c.register("path_similarity", _path_sim_impl, _path_sim_fake)
+c.register("path_similarity", _path_sim_impl, _path_sim_fake, outs=1)
 
 
 # feature cache --------------------------------------------------------------------------
@@ -376,11 +411,13 @@ class FeatureCache:
             self.features, self.stamps, positions, feats, step_t, step_i, self.backend
         )
 
-    def read(self, positions: torch.Tensor) -> torch.Tensor:
+    def read(self, positions: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
         """[B, M, H]: the cached features at ``positions``; -1 (and never-written slots, which
-        hold zeros) read as zeros."""
+        hold zeros) read as zeros.  ``out``: a preallocated [B, M, H] buffer."""
         self._check_positions("FeatureCache.read", positions)
-        return c.ops.gather_rows(self.features, positions, self.backend)
+        shape = (*positions.shape, self.hidden)
+        args = (self.features, positions, self.backend)
+        return _call("gather_rows", args, out, shape, self.features.dtype, self.device)
 
     def age(self, positions: torch.Tensor, step) -> torch.Tensor:
         """[B, M] int32: step - the step each slot was last written; -1 for -1 positions and
