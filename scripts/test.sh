@@ -1,7 +1,24 @@
 #!/usr/bin/env bash
-# Sets up everything on a fresh machine, then runs the whole test suite.
+# Sets up everything on a fresh machine, then runs the whole test suite: the ASan/UBSan stage
+# first (scripts/sanitize.sh: the C++ kernel tests against a sanitizer build of the host kernels,
+# in a build folder of its own), then pytest, whose summary line is the last line printed.
+# The stage runs with the whole suite (no arguments, as in CI) or with SPECOPS_ASAN=1;
+# SPECOPS_ASAN=0 skips it.  Exits non-zero if either run fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup_env.sh"
 cd "$ROOT"
-exec "$(dirname "$PY")/pytest" -q -ra "$@"
+asan_rc=0
+if [ "${SPECOPS_ASAN:-$([ $# -eq 0 ] && echo 1 || echo 0)}" = "1" ]; then
+  PY="$PY" bash "$ROOT/scripts/sanitize.sh" || asan_rc=$?
+  if [ $asan_rc -ne 0 ]; then
+    echo "ASan/UBSan stage FAILED (exit $asan_rc, report above); the main run follows and this" \
+      "script exits non-zero"
+  fi
+fi
+rc=0
+"$(dirname "$PY")/pytest" -q -ra "$@" || rc=$?
+if [ $rc -ne 0 ]; then
+  exit $rc
+fi
+exit $asan_rc
