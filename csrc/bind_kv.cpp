@@ -44,7 +44,7 @@ CommitBinding commit_args(bool cuda, T caches, T bases, int64_t bases_align, T s
   CommitKVArgs& a = r.a;
   const bool list = bases.defined();
   if (!caches.defined()) c.fail("caches", "is required");
-  c.need(caches, "caches", caches.dtype, list ? 4 : 6);
+  c.distinct(c.need(caches, "caches", caches.dtype, list ? 4 : 6), "caches");
   const int64_t es = element_size(c, caches);
   const int o = list ? 0 : 2;  // first slab dim
   if (!list && caches.size[1] != 2) c.fail("caches", "must have dim 1 of size 2 (K, V)");

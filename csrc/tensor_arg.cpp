@@ -169,18 +169,27 @@ const TensorArg& ArgCheck::maybe(const TensorArg& t, const char* name, DType dty
 }
 
 const TensorArg& ArgCheck::inner_contiguous(const TensorArg& t, const char* name) const {
-  if (t.defined() && t.ndim > 0 && t.size[t.ndim - 1] > 1 && t.stride[t.ndim - 1] != 1)
+  if (t.defined() && t.numel() > 0 && t.ndim > 0 && t.size[t.ndim - 1] > 1 &&
+      t.stride[t.ndim - 1] != 1)
     fail(name, "must have a contiguous last dim (stride 1), got strides that are not");
   return t;
 }
 
 const TensorArg& ArgCheck::contiguous(const TensorArg& t, const char* name) const {
-  if (!t.defined()) return t;
+  if (!t.defined() || t.numel() == 0) return t;  // nothing is read or written
   int64_t expect = 1;
   for (int i = t.ndim - 1; i >= 0; --i) {
     if (t.size[i] != 1 && t.stride[i] != expect) fail(name, "must be contiguous here");
     expect *= t.size[i];
   }
+  return t;
+}
+
+const TensorArg& ArgCheck::distinct(const TensorArg& t, const char* name) const {
+  if (!t.defined() || t.numel() == 0) return t;
+  for (int i = 0; i < t.ndim; ++i)
+    if (t.size[i] > 1 && t.stride[i] == 0)
+      fail(name, "has overlapping elements (an expanded, stride-0 dim) and is written");
   return t;
 }
 

@@ -58,6 +58,8 @@ struct ArgCheck {
                          std::initializer_list<int64_t> sizes = {}) const;
   // Last dim contiguous (stride 1, or a single entry): kernels walk it with a plain pointer.
   const TensorArg& inner_contiguous(const TensorArg& t, const char* name) const;
+  // No two elements at one address (no stride-0 dim of size > 1): tensors that are written.
+  const TensorArg& distinct(const TensorArg& t, const char* name) const;
   // Every dim in row-major order with no gaps or overlaps (outputs and written tensors).
   const TensorArg& contiguous(const TensorArg& t, const char* name) const;
 };

@@ -169,6 +169,15 @@ def check_tensor(op: str, name: str, t, *, ndim=None, dtypes=None, device=None, 
     return t
 
 
+def check_writable(op: str, name: str, t: torch.Tensor) -> None:
+    """A tensor an op writes must not hold two elements at one address (an expanded view)."""
+    if t.numel() and any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride())):
+        raise ValueError(
+            f"specops.{op}: {name} has overlapping elements (shape {_shape(t)}, strides "
+            f"{t.stride()}: an expanded view?) and cannot be written"
+        )
+
+
 def check_probs(op: str, name: str, t, **kw):
     return check_tensor(op, name, t, dtypes=_FLOAT_DTYPES, **kw)
 

@@ -256,6 +256,8 @@ def append_kv(
     if v.dtype != k.dtype:
         raise TypeError(f"specops.{op}: v must have k's dtype {k.dtype}, got {v.dtype}")
     _, cap = _check_cache(op, k, k_cache, v_cache, cache_seqlens, block_table, b)
+    c.check_writable(op, "k_cache", k_cache)
+    c.check_writable(op, "v_cache", v_cache)
     if k_cache.shape[2] != hkv:
         raise ValueError(
             f"specops.{op}: k has {hkv} KV heads but k_cache {tuple(k_cache.shape)} has "

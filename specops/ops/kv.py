@@ -54,6 +54,7 @@ def commit_kv(caches, cache_seqlens, accepted_slots, *, block_table=None, backen
                 f"{tuple(caches.shape)}"
             )
         _check_rows(caches, "caches")
+        c.check_writable(_OP, "caches", caches)
         slab_shape, dev = caches.shape[2:], caches.device
         tensors = None
     else:
@@ -128,6 +129,7 @@ def _flatten_pairs(caches) -> list[torch.Tensor]:
     _check_rows(first, "caches[0][0]")
     for j, t in enumerate(out):
         name = f"caches[{j // 2}][{j % 2}]"
+        c.check_writable(_OP, name, t)
         c.check_tensor(_OP, name, t, dtypes=(first.dtype,), device=first.device, shape=first.shape)
         if t.stride() != first.stride():
             raise ValueError(

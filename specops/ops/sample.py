@@ -47,11 +47,7 @@ def sample(
         out = torch.empty(lead, dtype=torch.int32, device=dev)
     else:
         c.check_tensor("sample", "out", out, dtypes=(torch.int32,), device=dev, shape=lead)
-        if any(st == 0 and n > 1 for n, st in zip(out.shape, out.stride())):
-            raise ValueError(
-                f"specops.sample: out has overlapping elements (shape {tuple(out.shape)}, "
-                f"strides {out.stride()}: an expanded view?) and cannot be written"
-            )
+        c.check_writable("sample", "out", out)
     c.check_values_probs("sample", "probs", probs)
     c.ops.sample(probs, seed_t, seed_i, off_t, off_i, uniforms, backend, out)
     return out

@@ -30,6 +30,7 @@ SPECOPS_HD int64_t load_index(const void* p, bool is64, int64_t i) {
 // n elements of esize bytes: dst contiguous, src with a byte stride; zeros when src is null.
 SPECOPS_HD void copy_row(char* dst, const char* src, int64_t n, int64_t src_stride, int esize) {
   const int64_t bytes = n * esize;
+  if (bytes <= 0) return;  // an empty row (H = 0): its pointers may be null
   if (src == nullptr) {
 #ifdef __CUDA_ARCH__
     for (int64_t i = 0; i < bytes; ++i) dst[i] = 0;
