@@ -556,7 +556,10 @@ class _nullctx:
 def _param(case_id, *values, skip_reason=None):
     marks = []
     if case_id in _XFAIL:
-        marks.append(pytest.mark.xfail(strict=True, reason="issue 14: " + _XFAIL[case_id]))
+        # a case that reads past its tensors' storage fails or passes with whatever memory
+        # follows: not strict (scripts/sanitize.sh reports it instead)
+        strict = case_id not in _ASAN_SKIP
+        marks.append(pytest.mark.xfail(strict=strict, reason="issue 14: " + _XFAIL[case_id]))
     if case_id in _SKIP:
         marks.append(pytest.mark.skip(reason="issue 14 (crashes the process): " + _SKIP[case_id]))
     if IN_ASAN and case_id in _ASAN_SKIP:
