@@ -152,13 +152,11 @@ def check_tensor(op: str, name: str, t, *, ndim=None, dtypes=None, device=None, 
     if dtypes is not None and t.dtype not in dtypes:
         names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
         raise TypeError(f"specops.{op}: {name} must have dtype in ({names}), got {t.dtype}")
-    if device is not None and t.device != device:
-        if not isinstance(device, torch.device) and t.device == torch.device(device):
-            pass  # device given as a string
-        else:
-            raise ValueError(
-                f"specops.{op}: {name} is on {t.device} but the other inputs are on {device}"
-            )
+    # a torch.device compares directly; a string is converted only when that comparison fails
+    if device is not None and t.device != device and t.device != torch.device(device):
+        raise ValueError(
+            f"specops.{op}: {name} is on {t.device} but the other inputs are on {device}"
+        )
     if shape is not None:
         ts = t.shape
         if ts != shape and (
@@ -269,10 +267,6 @@ def int32_ids(t):
     if t.dtype == torch.int64:
         t = t.clamp(-1, 2**31 - 1)
     return t.to(torch.int32).contiguous()
-
-
-def ptr(t) -> int:
-    return 0 if t is None else t.data_ptr()
 
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Inductor launches on
@@ -413,6 +407,28 @@ def check_out(op: str, out, specs) -> tuple | None:
                 f"{t.stride()}"
             )
     return tuple(out)
+
+
+def call(name: str, args: tuple, out, specs):
+    """``ops.<name>(*args)``; with ``out`` (a tuple of buffers, or one tensor for a one-output op)
+    checked against ``specs()`` (see ``check_out``; built only then) and written in place by
+    ``ops.<name>_out`` -> ``out`` itself."""
+    if out is None:
+        return getattr(ops, name)(*args)
+    single, s = isinstance(out, torch.Tensor), specs()
+    if len(s) == 1 and not single:
+        raise TypeError(f"specops.{name}: out must be a torch.Tensor, got {type(out).__name__}")
+    outs = check_out(name, (out,) if single else out, s)
+    getattr(ops, name + "_out")(*args, *outs)
+    return out if single else outs
+
+
+def outputs(out, device, *shapes, dtype=torch.int32) -> tuple:
+    """An impl's output buffers: the caller's ``out`` (checked by the public layer), or new ones
+    of ``shapes``."""
+    if out is not None:
+        return out
+    return tuple(torch.empty(s, dtype=dtype, device=device) for s in shapes)
 
 
 def write_outs(out, results):

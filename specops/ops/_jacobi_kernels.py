@@ -15,7 +15,7 @@ import torch
 
 from specops import _build
 from specops.ops import _common as c
-from specops.ops._verify_kernels import _f32_rows, _ids, _outs, _tree
+from specops.ops._verify_kernels import _f32_rows, _ids, _tree
 
 _COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
 
@@ -56,7 +56,7 @@ def verify_jacobi(
     dev = target.device
     tree = fc is not None
     i32 = torch.int32
-    num, nw, first, cands, path = _outs(
+    num, nw, first, cands, path = c.outputs(
         out, dev, (b,), (b, L), (b,), (b, L, k if k > 1 else 0), (b, L if tree else 0)
     )
     if b == 0:

@@ -29,20 +29,13 @@ def _tree(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype == torch.int32 and t.is_contiguous() else t.to(torch.int32).contiguous()
 
 
-def _outs(out, dev, *shapes, dtype=torch.int32) -> tuple:
-    """The caller's preallocated outputs (checked by the public layer), or new ones."""
-    if out is not None:
-        return out
-    return tuple(torch.empty(s, dtype=dtype, device=dev) for s in shapes)
-
-
 def verify_chain(
     be, target, tokens, draft, num_draft, seed_t, seed_i, off_t, off_i, nb, delta, greedy, uniforms,
     out=None,
 ):  # fmt: skip
     b, k1, v = target.shape
     dev = target.device
-    out_tokens, out_num = _outs(out, dev, (b, k1), (b,))
+    out_tokens, out_num = c.outputs(out, dev, (b, k1), (b,))
     if b > 0:
         c.launch(
             be, "verify_chain", dev, _f32_rows(target),
@@ -79,7 +72,7 @@ def verify_tree(
     # replacement) after a rejected child; rewritten in place, never read before written.
     ws_p = None if greedy else torch.empty(b, v, dtype=torch.float32, device=dev)
     ws_q = torch.empty(b, v, dtype=torch.float32, device=dev) if wor and draft is not None else None
-    out_path, out_tokens, out_num = _outs(out, dev, (b, width), (b, width), (b,))
+    out_path, out_tokens, out_num = c.outputs(out, dev, (b, width), (b, width), (b,))
     if b > 0:
         c.launch(
             be, "verify_tree", dev, _f32_rows(target),
@@ -111,7 +104,7 @@ def sample_without_replacement(be, probs, k, seed_t, seed_i, off_t, off_i, unifo
 def path_acceptance(be, target, draft, parents, num_paths, tokens, out=None):
     b, n, v = target.shape
     dev = target.device
-    kappa, exp_len = _outs(out, dev, (b, num_paths), (b, num_paths), dtype=torch.float32)
+    kappa, exp_len = c.outputs(out, dev, (b, num_paths), (b, num_paths), dtype=torch.float32)
     # CUDA: trees too large for shared memory keep their per-node state in a global workspace
     ws = None
     ws_row = _build._C.path_acceptance_ws_size(n) if be == "cuda" else 0

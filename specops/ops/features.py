@@ -28,21 +28,6 @@ def _check_index_values(op, name, index, bound, what="index") -> None:
         raise ValueError(f"specops.{op}: {name} holds {what} {int(bad)} outside [-1, {bound})")
 
 
-def _call(name: str, args: tuple, out, shape, dtype, device):
-    """``c.ops.<name>(*args)``, or with ``out``: checked, then written in place by
-    ``<name>_out``."""
-    if out is None:
-        return getattr(c.ops, name)(*args)
-    (out,) = c.check_out(name, (out,), (("out", shape, dtype, device),))
-    getattr(c.ops, name + "_out")(*args, out)
-    return out
-
-
-def _into(out, result):
-    """A backend's freshly allocated result, copied into ``out`` (a 1-tuple) when given."""
-    return result if out is None else out[0].copy_(result)
-
-
 # gather_rows ----------------------------------------------------------------------------
 @traced("gather_rows")
 def gather_rows(
@@ -60,19 +45,15 @@ def gather_rows(
         )
     _check_index_values("gather_rows", "index", index, src.shape[1])
     shape = (index.shape[0], index.shape[1], src.shape[2])
-    return _call("gather_rows", (src, index, backend), out, shape, src.dtype, src.device)
+    specs = lambda: (("out", shape, src.dtype, src.device),)
+    return c.call("gather_rows", (src, index, backend), out, specs)
 
 
 def _gather_impl(src: Tensor, index: Tensor, backend: str, out=None) -> Tensor:
     be = c.pick_backend("gather_rows", backend, src.device, _BACKENDS)
     if be == "reference":
-        return _into(out, reference.gather_rows(src, index))
-    if out is None:
-        out = torch.empty(
-            index.shape[0], index.shape[1], src.shape[2], dtype=src.dtype, device=src.device
-        )
-    else:
-        out = out[0]
+        return c.write_outs(out, (reference.gather_rows(src, index),))[0]
+    (out,) = c.outputs(out, src.device, (*index.shape, src.shape[2]), dtype=src.dtype)
     if be == "cpu":
         _build._C.gather_rows_cpu(src, index, out)
         return out
@@ -129,7 +110,7 @@ def drafter_inputs(
     s = 0 if step_embedding is None else step_embedding.shape[-1]
     shape = (b, m, embedding.shape[1] + features.shape[2] + s)
     args = (embedding, tokens, features, step_embedding, backend)
-    return _call("drafter_inputs", args, out, shape, embedding.dtype, dev)
+    return c.call("drafter_inputs", args, out, lambda: (("out", shape, embedding.dtype, dev),))
 
 
 def _drafter_impl(
@@ -142,11 +123,13 @@ def _drafter_impl(
 ) -> Tensor:
     be = c.pick_backend("drafter_inputs", backend, embedding.device, _BACKENDS)
     if be == "reference":
-        return _into(out, reference.drafter_inputs(embedding, tokens, features, step_embedding))
-    if out is None:
-        out = _drafter_fake(embedding, tokens, features, step_embedding, backend)
-    else:
-        out = out[0]
+        res = reference.drafter_inputs(embedding, tokens, features, step_embedding)
+        return c.write_outs(out, (res,))[0]
+    (out,) = (
+        out
+        if out is not None
+        else (_drafter_fake(embedding, tokens, features, step_embedding, backend),)
+    )
     if be == "cpu":
         _build._C.drafter_inputs_cpu(embedding, tokens, features, step_embedding, out)
         return out
@@ -228,7 +211,8 @@ def path_similarity(
             f"[0, {codebook.shape[0]})"
         )
     args = (paths, codebook, alpha, stride, backend)
-    return _call("path_similarity", args, out, (paths.shape[0],), torch.float32, paths.device)
+    specs = lambda: (("out", (paths.shape[0],), torch.float32, paths.device),)
+    return c.call("path_similarity", args, out, specs)
 
 
 def _path_sim_impl(
@@ -238,11 +222,8 @@ def _path_sim_impl(
     if be == "reference" or paths.shape[1] < 2:
         # P = 1 is the constant 1.0 on every backend (no kernel to run)
         res = reference.path_similarity(paths, codebook, alpha=alpha, stride=stride)
-        return _into(out, res)
-    if out is None:
-        out = torch.empty(paths.shape[0], dtype=torch.float32, device=paths.device)
-    else:
-        out = out[0]
+        return c.write_outs(out, (res,))[0]
+    (out,) = c.outputs(out, paths.device, (paths.shape[0],), dtype=torch.float32)
     if be == "cpu":
         _build._C.path_similarity_cpu(paths, codebook, float(alpha), stride, out)
         return out
@@ -417,7 +398,8 @@ class FeatureCache:
         self._check_positions("FeatureCache.read", positions)
         shape = (*positions.shape, self.hidden)
         args = (self.features, positions, self.backend)
-        return _call("gather_rows", args, out, shape, self.features.dtype, self.device)
+        specs = lambda: (("out", shape, self.features.dtype, self.device),)
+        return c.call("gather_rows", args, out, specs)
 
     def age(self, positions: torch.Tensor, step) -> torch.Tensor:
         """[B, M] int32: step - the step each slot was last written; -1 for -1 positions and

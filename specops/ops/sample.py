@@ -137,11 +137,7 @@ def sample_without_replacement(
         )
     c.check_values_probs(op, "probs", probs)
     args = (probs, k, seed_t, seed_i, off_t, off_i, uniforms, backend)
-    if out is None:
-        return c.ops.sample_without_replacement(*args)
-    (out,) = c.check_out(op, (out,), (("out", (*lead, k), torch.int32, dev),))
-    c.ops.sample_without_replacement_out(*args, out)
-    return out
+    return c.call(op, args, out, lambda: (("out", (*lead, k), torch.int32, dev),))
 
 
 _WOR_BACKENDS = ("cuda", "cpu", "reference")
@@ -170,7 +166,7 @@ def _wor_impl(
     res = reference.sample_without_replacement(
         probs, k, seed=seed, offset=offset, uniforms=uniforms
     )
-    return res if out is None else out[0].copy_(res)
+    return c.write_outs(out, (res,))[0]
 
 
 def _wor_fake(probs, k, seed_t, seed_i, off_t, off_i, uniforms, backend):

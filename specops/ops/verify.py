@@ -174,12 +174,9 @@ def verify_chain(
             raise ValueError(f"specops.{op}: num_draft values must be in [0, {k}]")
     args = (target_probs, draft_tokens, draft_probs, num_draft, seed_t, seed_i, off_t, off_i,
             nb, delta, greedy, uniforms, backend)  # fmt: skip
-    if out is None:
-        return ChainResult(*c.ops.verify_chain(*args))
     i32 = torch.int32
-    out = c.check_out(op, out, (("tokens", (b, k1), i32, dev), ("num_accepted", (b,), i32, dev)))
-    c.ops.verify_chain_out(*args, *out)
-    return ChainResult(*out)
+    specs = lambda: (("tokens", (b, k1), i32, dev), ("num_accepted", (b,), i32, dev))
+    return ChainResult(*c.call(op, args, out, specs))
 
 
 def _chain_impl(
@@ -291,14 +288,10 @@ def verify_tree(
     width = rv._path_width(tree)
     args = (target_probs, tree.first_child, tree.next_sibling, width, draft_tokens, draft_probs,
             wor, seed_t, seed_i, off_t, off_i, nb, delta, greedy, uniforms, backend)  # fmt: skip
-    if out is None:
-        return TreeResult(*c.ops.verify_tree(*args))
     i32 = torch.int32
-    out = c.check_out(op, out, (("path", (b, width), i32, dev),
-                                ("tokens", (b, width), i32, dev),
-                                ("num_accepted", (b,), i32, dev)))  # fmt: skip
-    c.ops.verify_tree_out(*args, *out)
-    return TreeResult(*out)
+    specs = lambda: (("path", (b, width), i32, dev), ("tokens", (b, width), i32, dev),
+                     ("num_accepted", (b,), i32, dev))  # fmt: skip
+    return TreeResult(*c.call(op, args, out, specs))
 
 
 class _TreeArrays:
@@ -556,13 +549,12 @@ def path_acceptance(
         c.check_values_ids(op, "draft_tokens", draft_tokens[:, 1:], v)
     num_paths = rv._num_leaves(tree)
     args = (target_probs, draft_probs, tree.parents, num_paths, draft_tokens, backend)
-    if out is None:
-        return c.ops.path_acceptance(*args)
     f32 = torch.float32
-    specs = (("kappa", (b, num_paths), f32, dev), ("expected_len", (b, num_paths), f32, dev))
-    out = c.check_out(op, out, specs)
-    c.ops.path_acceptance_out(*args, *out)
-    return out
+    specs = lambda: (
+        ("kappa", (b, num_paths), f32, dev),
+        ("expected_len", (b, num_paths), f32, dev),
+    )
+    return c.call(op, args, out, specs)
 
 
 def _pa_impl(
