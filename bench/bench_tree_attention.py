@@ -34,15 +34,13 @@ import math
 import os
 import sys
 
-if __package__ in (None, ""):  # run as a script: make the checkout importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 import torch
 
 import specops
-from bench import harness
-from bench.harness import Row, time_fn, with_ratios
 from specops import Tree
+
+from . import harness
+from .harness import Row, time_fn, with_ratios
 
 # (B, N, S, Hq, Hkv, D): issue 4's grid, bf16
 CASES_GPU = [
@@ -375,6 +373,6 @@ if __name__ == "__main__":
         arch = int(sys.argv[sys.argv.index("--arch") + 1]) if "--arch" in sys.argv else 90
         aot_report(arch, smoke="--smoke" in sys.argv)
         sys.exit(0)
-    from bench.__main__ import main
+    from .__main__ import main
 
     sys.exit(main(["--ops", "tree_attention", *sys.argv[1:]]))

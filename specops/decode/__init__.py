@@ -11,13 +11,15 @@ Models follow the protocol ``logits, hidden = model(tokens [B, N], positions [B,
 tree=None)`` with ``cache = model.new_cache(batch, capacity)`` (see ``specops.decode._common``).
 Every function returns the tokens [B, length] int32 and a ``Stats`` (target passes, step
 compression, accepted-length histogram, wall time split into model / specops / other).
+``with progress(hook): ...`` calls ``hook(counts, length)`` once per step (specops.decode.progress).
 """
 
 from specops.decode.ar import ar
+from specops.decode.progress import progress
 from specops.decode.sjd import sjd
 from specops.decode.sjd_pac import sjd_pac
 from specops.decode.speculative import speculative
 from specops.decode.stats import Stats
 from specops.decode.vvs import vvs
 
-__all__ = ["ar", "speculative", "sjd", "sjd_pac", "vvs", "Stats"]
+__all__ = ["ar", "speculative", "sjd", "sjd_pac", "vvs", "Stats", "progress"]
