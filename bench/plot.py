@@ -19,7 +19,7 @@ SUBJECT_ORDER = ("cuda", "triton", "cpu", "cascade")
 
 
 def require_matplotlib() -> None:
-    require("specops bench --plot", "matplotlib")
+    require("specops bench --plot", "matplotlib", extra="plot")
 
 
 def read_csv(path: str) -> list[Row]:

@@ -9,24 +9,21 @@ class MissingDependency(ImportError):
     """An optional dependency is not installed; the message says how to install it."""
 
 
-# module -> (pip package, specops extra)
-KNOWN = {
-    "PIL": ("pillow", "demo"),
-    "matplotlib": ("matplotlib", "plot"),
-    "triton": ("triton", "triton"),
-    "scipy": ("scipy", "test"),
-}
+# import name -> pip package
+PACKAGE = {"PIL": "pillow", "matplotlib": "matplotlib", "triton": "triton", "scipy": "scipy"}
 
 
-def require(what: str, *modules: str) -> None:
-    """Raise MissingDependency naming every missing module of ``modules`` that ``what`` needs."""
+def require(what: str, *modules: str, extra: str) -> None:
+    """Raise MissingDependency naming every module of ``modules`` that ``what`` needs and that
+    is missing, with the command that installs the specops extra ``extra`` (which has them)."""
     missing = [m for m in modules if _missing(m)]
     if not missing:
         return
-    pkgs = ", ".join(KNOWN.get(m, (m, None))[0] for m in missing)
-    extras = sorted({KNOWN[m][1] for m in missing if m in KNOWN and KNOWN[m][1]})
-    cmd = f"pip install 'specops[{','.join(extras)}]'" if extras else f"pip install {pkgs}"
-    raise MissingDependency(f"{what} needs {pkgs}, which is not installed: {cmd}")
+    pkgs = " and ".join(PACKAGE.get(m, m) for m in missing)
+    raise MissingDependency(
+        f"{what} needs {pkgs}, not installed here: pip install 'specops[{extra}]' "
+        f"(or pip install {' '.join(PACKAGE.get(m, m) for m in missing)})"
+    )
 
 
 def _missing(module: str) -> bool:

@@ -27,6 +27,11 @@ def run_main(fn, argv=None) -> int:
     except MissingDependency as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `specops info | head`: stop quietly, as other CLI tools do
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return rc if isinstance(rc, int) else 0
 
 

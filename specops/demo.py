@@ -126,7 +126,7 @@ def main(argv=None) -> list:
     ap.add_argument("--threads", type=int, default=2, help="CPU threads (default %(default)s)")
     ap.add_argument("--json", default=None, help="also write the table as JSON here")
     args = ap.parse_args(argv)
-    require("specops demo", "PIL", "matplotlib")  # before any model work
+    require("specops demo", "PIL", "matplotlib", extra="demo")  # before any model work
 
     dev = args.device
     if dev == "auto":
