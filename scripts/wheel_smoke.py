@@ -13,8 +13,7 @@ info = specops.build_info()
 print("specops", info["version"], "cpp:", info["cpp"], "cuda kernels:", info["cuda_compiled"])
 assert info["cpp"], f"the compiled module did not import: {info['cpp_import_error']}"
 assert ("+cpu" in info["version"]) == (not info["cuda_compiled"]), (
-    f"version {info['version']} does not say what was built (cuda_compiled="
-    f"{info['cuda_compiled']})"
+    f"version {info['version']} does not say what was built (cuda_compiled={info['cuda_compiled']})"
 )
 files = {str(f) for f in distribution("specops").files}
 assert any(f.endswith("LICENSE") for f in files), "no LICENSE in the wheel"
@@ -28,7 +27,8 @@ off = torch.zeros(1, dtype=torch.int64)
 
 # sampling: the C++ twin draws the reference's Philox stream
 probs = torch.softmax(torch.randn(B, V, generator=g), -1)
-assert torch.equal(specops.sample(probs, seed=1, offset=off), reference.sample(probs, seed=1, offset=off))
+got = specops.sample(probs, seed=1, offset=off)
+assert torch.equal(got, reference.sample(probs, seed=1, offset=off)), "sample: cpu != reference"
 p = specops.probs_from_logits(torch.randn(B, V, generator=g), temperature=0.7, top_k=50)
 assert torch.allclose(p.sum(-1), torch.ones(B), atol=1e-5)
 
