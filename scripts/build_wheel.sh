@@ -46,12 +46,17 @@ t1=$(date +%s)
 RAW_WHL=$(ls "$RAW"/specops-*.whl)
 "$TOOLS/bin/auditwheel" show "$RAW_WHL" | tr '\n' ' ' | sed 's/  */ /g'
 echo
-rm -f "$ROOT"/wheelhouse/specops-*"$( [ "$VARIANT" = cpu ] && echo +cpu || echo "" )"-cp*.whl
+# replace this variant's earlier wheel only (cpu: *+cpu-*, cuda: the others)
+for old in "$ROOT"/wheelhouse/specops-*.whl; do
+  case "$old" in *+cpu-*) is_cpu=cpu ;; *) is_cpu=cuda ;; esac
+  if [ "$is_cpu" = "$VARIANT" ]; then rm -f "$old"; fi
+done
 "$TOOLS/bin/auditwheel" repair -w "$ROOT/wheelhouse" "$RAW_WHL" >"$RAW/repair.log" 2>&1 || {
   cat "$RAW/repair.log" >&2
   exit 1
 }
-WHL=$(ls -t "$ROOT"/wheelhouse/specops-*.whl | head -1)
+WHL="$ROOT/wheelhouse/$(sed -n 's/.*Fixed-up wheel written to .*\/\(specops-[^/]*\.whl\).*/\1/p' "$RAW/repair.log" | tail -1)"
+[ -f "$WHL" ] || { cat "$RAW/repair.log" >&2; echo "build_wheel.sh: no repaired wheel" >&2; exit 1; }
 case "$(basename "$WHL")" in
   *manylinux*) ;;
   *) echo "build_wheel.sh: auditwheel did not give $WHL a manylinux tag" >&2; exit 1 ;;
