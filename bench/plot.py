@@ -114,40 +114,41 @@ def _bars(ax, by_shape: dict[str, dict[str, float]], log: bool) -> None:
     ax.legend(fontsize=6)
 
 
-def plot_ratios(rows: list[Row], path: str) -> str | None:
-    series = ratio_series(rows)
+def _chart(series: dict, path: str, log: bool, decorate) -> str | None:
+    """One panel per op of grouped bars (shape on x, one bar per series name); ``decorate(ax,
+    op)`` adds the reference line and title.  -> path, or None when there is nothing to draw."""
     if not series:
         return None
     plt, fig, axes = _grid(len(series))
     for ax, (op, by_shape) in zip(axes, series.items()):
-        _bars(ax, by_shape, log=True)
-        ax.axhline(1.0, color="black", lw=0.8)
-        ax.set_title(f"{op}: peer time / specops time", fontsize=8)
+        _bars(ax, by_shape, log=log)
+        decorate(ax, op)
     for ax in axes[len(series) :]:
         ax.axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plot_ratios(rows: list[Row], path: str) -> str | None:
+    def decorate(ax, op):
+        ax.axhline(1.0, color="black", lw=0.8)
+        ax.set_title(f"{op}: peer time / specops time", fontsize=8)
+
+    return _chart(ratio_series(rows), path, True, decorate)
 
 
 def plot_bandwidth(rows: list[Row], path: str) -> str | None:
     series, ceiling = bandwidth_series(rows)
-    if not series:
-        return None
-    plt, fig, axes = _grid(len(series))
-    for ax, (op, by_shape) in zip(axes, series.items()):
-        _bars(ax, by_shape, log=False)
+
+    def decorate(ax, op):
         if ceiling:
             ax.axhline(ceiling, color="black", ls="--", lw=0.8)
             ax.text(0, ceiling, f" copy {ceiling:.0f} GB/s", fontsize=6, va="bottom")
         ax.set_title(f"{op}: GB/s", fontsize=8)
-    for ax in axes[len(series) :]:
-        ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+
+    return _chart(series, path, False, decorate)
 
 
 def write_all(rows: list[Row], out_dir: str) -> list[str]:
