@@ -1,0 +1,172 @@
+"""``specops.hf.generate``: speculative decoding of a transformers causal LM in one call.
+
+    seqs, stats = specops.hf.generate(hf_model, input_ids, method="sjd_pac", max_new_tokens=256)
+
+``seqs`` [B, P + T] int64 as ``hf_model.generate`` returns them: the prompt, then the new tokens,
+and after a request's first EOS the pad token; when every request has stopped, the columns after
+the last EOS are dropped (transformers stops there).  ``do_sample=False`` is greedy decoding
+(temperature 0 in ``specops.decode``): token-identical to ``hf_model.generate(do_sample=False)``
+whatever the method.  Sampled decoding is lossless (every method samples from the model's
+distribution after temperature / top-k / top-p) but draws its own random numbers (Philox,
+``seed``), so it is not token-identical to transformers' sampling.
+
+EOS is applied to the output: the loop still runs every request for ``max_new_tokens`` tokens.
+"""
+
+from __future__ import annotations
+
+import inspect
+import numbers
+
+import torch
+
+from specops import decode
+from specops.hf.model import HFModel
+from specops.ops._common import validating
+
+__all__ = ["generate", "METHODS"]
+
+METHODS = {"ar": decode.ar, "sjd": decode.sjd, "sjd_pac": decode.sjd_pac}
+_NEEDS_DRAFTER = ("speculative", "vvs")
+
+
+def _adapter(model) -> HFModel:
+    if isinstance(model, HFModel):
+        return model
+    ad = getattr(model, "_specops_adapter", None)
+    if ad is None:  # one adapter per model: its forward hook is registered once
+        ad = HFModel(model)
+        model._specops_adapter = ad
+    return ad
+
+
+def _check_ids(ids, vocab: int, device) -> torch.Tensor:
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(
+            f"specops.hf.generate: input_ids must be a tensor, got {type(ids).__name__}"
+        )
+    if ids.dim() != 2 or ids.shape[0] == 0 or ids.shape[1] == 0:
+        raise ValueError(
+            f"specops.hf.generate: input_ids must have shape [B, P] with B, P >= 1, got "
+            f"{tuple(ids.shape)}"
+        )
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise TypeError(f"specops.hf.generate: input_ids must be integer ids, got {ids.dtype}")
+    if ids.device != device:
+        raise ValueError(
+            f"specops.hf.generate: input_ids is on {ids.device} but the model is on {device}"
+        )
+    if validating() and bool(((ids < 0) | (ids >= vocab)).any()):
+        raise ValueError(f"specops.hf.generate: input_ids must lie in [0, {vocab})")
+    return ids.long()
+
+
+def _check_mask(mask, ids) -> None:
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != tuple(ids.shape):
+        raise ValueError(
+            f"specops.hf.generate: attention_mask must be a tensor of input_ids' shape "
+            f"{tuple(ids.shape)}, got {getattr(mask, 'shape', type(mask).__name__)}"
+        )
+    if not bool(mask.bool().all()):  # one host read, before any work
+        raise NotImplementedError(
+            "specops.hf.generate: padded prompts (attention_mask with zeros) are not supported "
+            "yet; pass prompts of equal length"
+        )
+
+
+def _method(method: str, options: dict):
+    if method in _NEEDS_DRAFTER:
+        raise ValueError(
+            f"specops.hf.generate: method {method!r} needs a feature drafter, which specops.hf "
+            f"does not provide yet; use one of {sorted(METHODS)}"
+        )
+    if method not in METHODS:
+        raise ValueError(
+            f"specops.hf.generate: method must be one of {sorted(METHODS)}, got {method!r}"
+        )
+    fn = METHODS[method]
+    allowed = set(inspect.signature(fn).parameters) - {
+        "model", "classes", "length", "temperature", "top_k", "top_p", "seed", "cfg_scale",
+    }  # fmt: skip
+    bad = sorted(set(options) - allowed)
+    if bad:
+        raise TypeError(
+            f"specops.hf.generate: method {method!r} takes the options {sorted(allowed)}, got {bad}"
+        )
+    return fn
+
+
+def _eos_ids(eos, model) -> list[int]:
+    if eos is None:
+        eos = getattr(getattr(model.hf, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        return []
+    return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
+
+
+def apply_eos(seqs, prompt_len: int, eos: list[int], pad) -> torch.Tensor:
+    """Pad each request after its first EOS among the new tokens; drop the trailing columns once
+    every request has stopped (as transformers' generate returns them)."""
+    if not eos:
+        return seqs
+    new = seqs[:, prompt_len:]
+    is_eos = torch.isin(new, torch.tensor(eos, device=new.device))
+    after = (is_eos.long().cumsum(1) - is_eos.long()) > 0  # strictly after the first EOS
+    new = torch.where(after, pad, new)
+    stopped = is_eos.any(1)
+    if bool(stopped.all()):  # one host read, after the loop
+        end = int((after.logical_not().sum(1)).max())
+        new = new[:, :end]
+    return torch.cat([seqs[:, :prompt_len], new], 1)
+
+
+def generate(
+    model,
+    input_ids: torch.Tensor,
+    *,
+    method: str = "sjd_pac",
+    max_new_tokens: int,
+    attention_mask: torch.Tensor | None = None,
+    do_sample: bool = True,
+    temperature: float = 1.0,
+    top_k=None,
+    top_p=None,
+    eos_token_id=None,
+    pad_token_id=None,
+    seed: int = 0,
+    **method_options,
+):
+    """Decode ``max_new_tokens`` tokens after each prompt of ``input_ids`` [B, P] with
+    ``method`` ("ar", "sjd", "sjd_pac"; their options, e.g. ``window=16``, as keywords).
+    ``model``: a transformers causal LM (or an ``HFModel``).  ``eos_token_id`` / ``pad_token_id``
+    default to the model's generation config (pad: EOS when it has none).
+    -> (sequences [B, P + T] int64, ``specops.decode.Stats``)."""
+    ad = _adapter(model)
+    ids = _check_ids(input_ids, ad.vocab, ad.device)
+    _check_mask(attention_mask, ids)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):
+        raise TypeError(
+            f"specops.hf.generate: max_new_tokens must be an int, got {max_new_tokens!r}"
+        )
+    if max_new_tokens < 1:
+        raise ValueError(f"specops.hf.generate: max_new_tokens must be >= 1, got {max_new_tokens}")
+    fn = _method(method, method_options)
+    toks, stats = fn(
+        ad,
+        ids,
+        length=int(max_new_tokens),
+        temperature=temperature if do_sample else 0.0,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        **method_options,
+    )
+    seqs = torch.cat([ids, toks.long()], 1)
+    eos = _eos_ids(eos_token_id, ad)
+    if pad_token_id is None:
+        pad_token_id = getattr(ad.hf.generation_config, "pad_token_id", None)
+    if pad_token_id is None:
+        pad_token_id = eos[0] if eos else 0
+    return apply_eos(seqs, ids.shape[1], eos, int(pad_token_id)), stats

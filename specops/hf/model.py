@@ -1,0 +1,127 @@
+"""``HFModel``: a transformers causal LM in the model protocol of ``specops.decode``.
+
+    model = HFModel(hf_model)
+    cache = model.new_cache(batch, capacity)     # SpecopsCache: .kv [L, 2, B, S, Hkv, D], .seqlens
+    logits, hidden = model(tokens [B, N], positions [B, N], cache, tree=None)
+
+One call is one forward of the whole transformers model (``hf_model(input_ids, position_ids,
+past_key_values=cache, specops_tree=...)``) with the decoder's attention switched to
+``"specops_tree"``: logits therefore get whatever the model's own forward does to them
+(Chameleon's image-token mask, logit scaling or soft-capping), and ``hidden`` is the decoder's
+last hidden state (after the final norm, logits = lm_head(hidden)), taken by a forward hook on the
+decoder: ``output_hidden_states`` is never asked for, so no layer's states but the last are kept.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specops.hf.attention import decoder_config, use_tree_attention
+from specops.hf.cache import SpecopsCache
+from specops.tree import Tree
+
+__all__ = ["HFModel"]
+
+
+def _check_model(hf_model) -> None:
+    from transformers import PreTrainedModel
+
+    if not isinstance(hf_model, PreTrainedModel):
+        raise TypeError(
+            f"specops.hf.HFModel: hf_model must be a transformers PreTrainedModel, got "
+            f"{type(hf_model).__name__}"
+        )
+    if hf_model.get_output_embeddings() is None:
+        raise ValueError(
+            f"specops.hf.HFModel: hf_model must be a causal LM with an output head (e.g. "
+            f"LlamaForCausalLM), got {type(hf_model).__name__}"
+        )
+    if not getattr(hf_model, "_supports_attention_backend", False):
+        raise ValueError(
+            f"specops.hf.HFModel: {type(hf_model).__name__} does not route its attention through "
+            "transformers' AttentionInterface, so specops cannot run tree attention inside it"
+        )
+    cfg = decoder_config(hf_model)
+    types = set(getattr(cfg, "layer_types", None) or ["full_attention"])
+    if types != {"full_attention"} or getattr(cfg, "sliding_window", None):
+        raise ValueError(
+            f"specops.hf.HFModel: only full-attention decoders are supported, "
+            f"{type(hf_model).__name__} has layer types {sorted(types)} "
+            f"(sliding_window={getattr(cfg, 'sliding_window', None)})"
+        )
+
+
+class HFModel:
+    """Adapter; ``hf_model`` is put in eval mode.  ``cfg`` is None: no class-token prompts (pass
+    prompts as token ids [B, P])."""
+
+    cfg = None
+
+    def __init__(self, hf_model):
+        _check_model(hf_model)
+        self.hf = hf_model.eval()
+        c = decoder_config(hf_model)
+        self.layers = c.num_hidden_layers
+        self.heads = c.num_attention_heads
+        self.kv_heads = getattr(c, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // self.heads
+        self.vocab = hf_model.get_output_embeddings().out_features
+        self._chain: dict = {}
+        self._armed, self._hidden = False, None
+        self.decoder = hf_model.get_decoder()
+        self.decoder.register_forward_hook(self._keep_hidden)
+
+    @property
+    def device(self) -> torch.device:
+        return self.hf.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.hf.dtype
+
+    def _keep_hidden(self, module, args, output) -> None:
+        if self._armed:  # only during the adapter's own calls
+            self._hidden = output[0]
+
+    def new_cache(self, batch: int, capacity: int, *, dtype=None, device=None) -> SpecopsCache:
+        return SpecopsCache(
+            self.layers, batch, capacity, self.kv_heads, self.head_dim,
+            dtype=dtype or self.dtype, device=device or self.device,
+        )  # fmt: skip
+
+    def chain_bits(self, n: int, batch: int, device) -> torch.Tensor:
+        key = (n, batch, str(device))
+        if key not in self._chain:
+            self._chain[key] = Tree.chain(n, batch=batch, device=device).mask_bits
+        return self._chain[key]
+
+    @torch.no_grad()
+    def __call__(self, tokens, positions, cache: SpecopsCache, tree=None):
+        """tokens, positions [B, N]; tree: None (a causal chain), a Tree, or mask_bits
+        [B, N, ceil(N/32)].  -> (logits [B, N, V], hidden [B, N, H]).  Token -1 marks a padding
+        node (fed as token 0; its outputs are never used)."""
+        b, n = tokens.shape
+        if not isinstance(cache, SpecopsCache):
+            raise TypeError(
+                f"specops.hf.HFModel: cache must come from new_cache(), got {type(cache).__name__}"
+            )
+        if tree is None:
+            bits = self.chain_bits(n, b, tokens.device)
+        elif isinstance(tree, Tree):
+            bits = tree.expand(b).mask_bits if tree.batch_size == 1 else tree.mask_bits
+        else:
+            bits = tree
+        self._armed = True  # the hook keeps the decoder's output
+        try:
+            with use_tree_attention(self.hf):
+                out = self.hf(
+                    input_ids=tokens.long().clamp(min=0),
+                    position_ids=positions.long(),
+                    past_key_values=cache,
+                    use_cache=True,
+                    specops_tree=(bits, cache.seqlens),
+                )
+            hidden = self._hidden
+        finally:
+            self._armed, self._hidden = False, None
+        return out.logits, hidden

@@ -1,0 +1,197 @@
+"""specops.hf: transformers models in the decoding loop (tiny random-weight configs).
+
+- the adapter's tree pass gives every node the logits / last hidden state that transformers'
+  own forward gives the root-to-node path (tree attention, positions from depth, the cache);
+- greedy ``specops.hf.generate`` is token-identical to ``model.generate(do_sample=False)`` for
+  every method, with and without EOS;
+- sampled AR / SJD / SJD-PAC reproduce the model's exact joint distribution of the first three
+  new tokens (chi-square), with top-k;
+- the model is left as it was (attention implementation), and bad input gets clear errors.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from helpers import chi2_pvalue
+
+transformers = pytest.importorskip("transformers")
+
+import specops  # noqa: E402
+import specops.hf  # noqa: E402
+from specops import Tree  # noqa: E402
+
+METHOD_OPTIONS = {"ar": {}, "sjd": {"window": 6}, "sjd_pac": {"window": 16}}
+
+
+def llama(vocab=96, seed=0, init=0.3, **kw):
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        initializer_range=init, bos_token_id=None, eos_token_id=None, pad_token_id=None, **kw,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return llama()
+
+
+def hf_greedy(m, ids, n, **kw):
+    with torch.no_grad():
+        return m.generate(
+            ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n, **kw
+        )
+
+
+def test_tree_pass_matches_hf_forward(model):
+    """Prefill a prompt, then one pass over a 2-ary tree of 7 nodes: node n's logits and hidden
+    state equal transformers' forward over prompt + the path root..n (no cache)."""
+    ad = specops.hf.HFModel(model)
+    b, p = 2, 5
+    g = torch.Generator().manual_seed(1)
+    prompt = torch.randint(0, 96, (b, p), generator=g)
+    cache = ad.new_cache(b, 32)
+    ad(prompt, torch.arange(p).expand(b, p), cache)
+    specops.commit_kv(cache.kv, cache.seqlens, torch.arange(p, dtype=torch.int32).expand(b, p))
+    tree = Tree.kary(2, 3)
+    nodes = torch.randint(0, 96, (b, 7), generator=g)
+    pos = cache.seqlens.long()[:, None] + tree.depth.long()
+    logits, hidden = ad(nodes, pos, cache, tree)
+    assert logits.shape == (b, 7, 96) and hidden.shape == (b, 7, 64)
+    paths = {0: [0], 1: [0, 1], 2: [0, 2], 3: [0, 1, 3], 4: [0, 1, 4], 5: [0, 2, 5], 6: [0, 2, 6]}
+    for n, path in paths.items():
+        seq = torch.cat([prompt, nodes[:, path]], 1)
+        with torch.no_grad():
+            ref = model(seq, output_hidden_states=True)
+        torch.testing.assert_close(logits[:, n], ref.logits[:, -1], atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(hidden[:, n], ref.hidden_states[-1][:, -1], atol=2e-5, rtol=1e-4)
+    assert cache.seqlens.tolist() == [p, p]  # the model never advances seqlens
+
+
+@pytest.mark.parametrize("method", sorted(METHOD_OPTIONS))
+def test_greedy_matches_generate(model, method):
+    ids = torch.randint(0, 96, (3, 7), generator=torch.Generator().manual_seed(2))
+    ref = hf_greedy(model, ids, 24)
+    out, stats = specops.hf.generate(
+        model, ids, method=method, max_new_tokens=24, do_sample=False, **METHOD_OPTIONS[method]
+    )
+    assert out.dtype == torch.int64 and out.shape == ref.shape
+    assert torch.equal(out, ref)
+    assert stats.tokens == 24
+    assert model.config._attn_implementation == "sdpa"  # switched only inside the adapter's calls
+
+
+@pytest.mark.parametrize("method", ["ar", "sjd_pac"])
+def test_greedy_eos_matches_generate(model, method):
+    ids = torch.randint(0, 96, (3, 7), generator=torch.Generator().manual_seed(2))
+    free = hf_greedy(model, ids, 24)[:, 7:]
+    # EOS = a token each row emits, at different steps; a row without EOS keeps generating
+    for eos in (int(free[0, 5]), [int(free[0, 3]), int(free[1, 9])]):
+        ref = hf_greedy(model, ids, 24, eos_token_id=eos, pad_token_id=95)
+        out, _ = specops.hf.generate(
+            model, ids, method=method, max_new_tokens=24, do_sample=False, eos_token_id=eos,
+            pad_token_id=95, **METHOD_OPTIONS[method],
+        )  # fmt: skip
+        assert torch.equal(out, ref), (eos, out, ref)
+
+
+# ---------------------------------------------------------------- statistical losslessness
+
+V, BATCH, NEW = 8, 2000, 3
+
+
+@pytest.fixture(scope="module")
+def small():
+    return llama(vocab=V, seed=3, init=0.15)
+
+
+def exact_joint(m, prompt, top_k=None):
+    """P(x_1, x_2, x_3 | prompt) [V, V, V] from transformers' forward on every prefix, the
+    sampling distribution of each step given by specops.probs_from_logits (top-k)."""
+    pre = [list(t) for k in range(NEW) for t in itertools.product(range(V), repeat=k)]
+    with torch.no_grad():
+        out = {}
+        for k in range(NEW):
+            rows = [t for t in pre if len(t) == k]
+            seq = torch.cat(
+                [prompt.expand(len(rows), -1), torch.tensor(rows).long().view(len(rows), k)], 1
+            )
+            logits = m(seq).logits[:, -1].float()
+            probs = specops.probs_from_logits(logits, top_k=top_k).double().numpy()
+            out.update({tuple(t): probs[i] for i, t in enumerate(rows)})
+    joint = np.zeros((V, V, V))
+    for x, y, z in itertools.product(range(V), repeat=3):
+        joint[x, y, z] = out[()][x] * out[(x,)][y] * out[(x, y)][z]
+    return joint
+
+
+@pytest.mark.parametrize(
+    "method,opts,top_k",
+    [("ar", {}, None), ("sjd", {"window": 4}, None), ("sjd", {"window": 4}, 5),
+     ("sjd_pac", {"window": 6, "branch": 2, "depth": 2}, None)],
+)  # fmt: skip
+def test_sampled_lossless(small, method, opts, top_k):
+    prompt = torch.tensor([[1, 5, 2]])
+    ids = prompt.expand(BATCH, -1).contiguous()
+    out, stats = specops.hf.generate(
+        small, ids, method=method, max_new_tokens=NEW, top_k=top_k, seed=21, **opts
+    )
+    x = out[:, 3:].numpy()
+    counts = np.bincount(x[:, 0] * V * V + x[:, 1] * V + x[:, 2], minlength=V**3)
+    p = chi2_pvalue(counts, exact_joint(small, prompt, top_k))
+    assert p > 1e-3, p
+    if method != "ar":
+        assert stats.step_compression > 1.0
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_bad_inputs(model):
+    ids = torch.zeros(2, 3, dtype=torch.long)
+    gen = specops.hf.generate
+    with pytest.raises(ValueError, match="method must be one of"):
+        gen(model, ids, method="beam", max_new_tokens=4)
+    with pytest.raises(ValueError, match="needs a feature drafter"):
+        gen(model, ids, method="speculative", max_new_tokens=4)
+    with pytest.raises(TypeError, match="takes the options"):
+        gen(model, ids, method="sjd", max_new_tokens=4, branch=3)
+    with pytest.raises(ValueError, match=r"input_ids must have shape \[B, P\]"):
+        gen(model, ids[0], method="ar", max_new_tokens=4)
+    with pytest.raises(TypeError, match="input_ids must be integer"):
+        gen(model, ids.float(), method="ar", max_new_tokens=4)
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+        gen(model, ids, method="ar", max_new_tokens=0)
+    with pytest.raises(ValueError, match=r"input_ids must lie in \[0, 96\)"):
+        gen(model, ids + 96, method="ar", max_new_tokens=4)
+    with pytest.raises(NotImplementedError, match="padded prompts"):
+        gen(model, ids, method="ar", max_new_tokens=4, attention_mask=torch.tensor([[0, 1, 1]] * 2))
+    with pytest.raises(TypeError, match="PreTrainedModel"):
+        specops.hf.HFModel(torch.nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="cache must come from new_cache"):
+        specops.hf.HFModel(model)(ids, ids, None)
+
+
+def test_unsupported_models():
+    torch.manual_seed(0)
+    cfg = transformers.MistralConfig(
+        vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, sliding_window=8,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="only full-attention decoders"):
+        specops.hf.HFModel(transformers.MistralForCausalLM(cfg))
+    with pytest.raises(ValueError, match="output head"):
+        specops.hf.HFModel(transformers.LlamaModel(llama().config))
+
+
+def test_tree_attention_outside_adapter_is_an_error(model):
+    m = llama(seed=5)
+    m.config._attn_implementation = specops.hf.ATTN_NAME
+    with pytest.raises(ValueError, match="runs only inside calls made by"):
+        m(torch.zeros(1, 3, dtype=torch.long))
