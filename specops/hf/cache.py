@@ -42,7 +42,7 @@ class SpecopsLayer(CacheLayerMixin):
         )
         return self.keys, self.values
 
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+    def get_mask_sizes(self, *args) -> tuple[int, int]:
         return self.k.shape[1], 0
 
     def get_seq_length(self) -> torch.Tensor:
@@ -51,6 +51,8 @@ class SpecopsLayer(CacheLayerMixin):
 
     def get_max_length(self) -> int:
         return self.k.shape[1]
+
+    get_max_cache_shape = get_max_length  # the name in transformers < 5
 
     def reset(self) -> None:
         self.seqlens.zero_()

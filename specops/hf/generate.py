@@ -30,14 +30,12 @@ METHODS = {"ar": decode.ar, "sjd": decode.sjd, "sjd_pac": decode.sjd_pac}
 _NEEDS_DRAFTER = ("speculative", "vvs")
 
 
-def _adapter(model) -> HFModel:
+def _adapter(model, allowed_tokens) -> HFModel:
     if isinstance(model, HFModel):
+        if allowed_tokens is not None:
+            return HFModel(model.hf, allowed_tokens=allowed_tokens)
         return model
-    ad = getattr(model, "_specops_adapter", None)
-    if ad is None:  # one adapter per model: its forward hook is registered once
-        ad = HFModel(model)
-        model._specops_adapter = ad
-    return ad
+    return HFModel(model, allowed_tokens=allowed_tokens)
 
 
 def _check_ids(ids, vocab: int, device) -> torch.Tensor:
@@ -135,15 +133,17 @@ def generate(
     top_p=None,
     eos_token_id=None,
     pad_token_id=None,
+    allowed_tokens=None,
     seed: int = 0,
     **method_options,
 ):
     """Decode ``max_new_tokens`` tokens after each prompt of ``input_ids`` [B, P] with
     ``method`` ("ar", "sjd", "sjd_pac"; their options, e.g. ``window=16``, as keywords).
     ``model``: a transformers causal LM (or an ``HFModel``).  ``eos_token_id`` / ``pad_token_id``
-    default to the model's generation config (pad: EOS when it has none).
+    default to the model's generation config (pad: EOS when it has none).  ``allowed_tokens``
+    restricts sampling to those token ids (``HFModel``; e.g. Chameleon's image vocabulary).
     -> (sequences [B, P + T] int64, ``specops.decode.Stats``)."""
-    ad = _adapter(model)
+    ad = _adapter(model, allowed_tokens)
     ids = _check_ids(input_ids, ad.vocab, ad.device)
     _check_mask(attention_mask, ids)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):

@@ -53,11 +53,16 @@ def _check_model(hf_model) -> None:
 
 class HFModel:
     """Adapter; ``hf_model`` is put in eval mode.  ``cfg`` is None: no class-token prompts (pass
-    prompts as token ids [B, P])."""
+    prompts as token ids [B, P]).
+
+    ``allowed_tokens`` (token ids, or a bool mask [V]) restricts every distribution to those
+    tokens (logits of the others -inf), e.g. Chameleon's image vocabulary for image generation as
+    Lumina-mGPT samples it.  Then the logits are ``lm_head(hidden)`` of the decoder, without the
+    causal LM's own logit processing (Chameleon's forward forbids every image token)."""
 
     cfg = None
 
-    def __init__(self, hf_model):
+    def __init__(self, hf_model, *, allowed_tokens=None):
         _check_model(hf_model)
         self.hf = hf_model.eval()
         c = decoder_config(hf_model)
@@ -65,11 +70,36 @@ class HFModel:
         self.heads = c.num_attention_heads
         self.kv_heads = getattr(c, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // self.heads
-        self.vocab = hf_model.get_output_embeddings().out_features
-        self._chain: dict = {}
-        self._armed, self._hidden = False, None
+        self.head = hf_model.get_output_embeddings()
+        self.vocab = self.head.out_features
         self.decoder = hf_model.get_decoder()
-        self.decoder.register_forward_hook(self._keep_hidden)
+        self.blocked = None if allowed_tokens is None else ~self._mask(allowed_tokens)
+        self._chain: dict = {}
+
+    def _mask(self, allowed) -> torch.Tensor:
+        a = torch.as_tensor(allowed, device=self.device)
+        if a.dtype == torch.bool:
+            if tuple(a.shape) != (self.vocab,):
+                raise ValueError(
+                    f"specops.hf.HFModel: allowed_tokens as a mask must have shape "
+                    f"[{self.vocab}], got {tuple(a.shape)}"
+                )
+            mask = a
+        else:
+            if a.dim() != 1 or a.numel() == 0 or a.dtype.is_floating_point:
+                raise ValueError(
+                    f"specops.hf.HFModel: allowed_tokens must be a non-empty list of token ids "
+                    f"or a bool mask [{self.vocab}], got {a.dtype} of shape {tuple(a.shape)}"
+                )
+            if bool(((a < 0) | (a >= self.vocab)).any()):
+                raise ValueError(
+                    f"specops.hf.HFModel: allowed_tokens must lie in [0, {self.vocab})"
+                )
+            mask = torch.zeros(self.vocab, dtype=torch.bool, device=self.device)
+            mask[a.long()] = True
+        if not bool(mask.any()):
+            raise ValueError("specops.hf.HFModel: allowed_tokens allows no token")
+        return mask
 
     @property
     def device(self) -> torch.device:
@@ -78,10 +108,6 @@ class HFModel:
     @property
     def dtype(self) -> torch.dtype:
         return self.hf.dtype
-
-    def _keep_hidden(self, module, args, output) -> None:
-        if self._armed:  # only during the adapter's own calls
-            self._hidden = output[0]
 
     def new_cache(self, batch: int, capacity: int, *, dtype=None, device=None) -> SpecopsCache:
         return SpecopsCache(
@@ -111,17 +137,22 @@ class HFModel:
             bits = tree.expand(b).mask_bits if tree.batch_size == 1 else tree.mask_bits
         else:
             bits = tree
-        self._armed = True  # the hook keeps the decoder's output
-        try:
-            with use_tree_attention(self.hf):
-                out = self.hf(
-                    input_ids=tokens.long().clamp(min=0),
-                    position_ids=positions.long(),
-                    past_key_values=cache,
-                    use_cache=True,
-                    specops_tree=(bits, cache.seqlens),
-                )
-            hidden = self._hidden
-        finally:
-            self._armed, self._hidden = False, None
-        return out.logits, hidden
+        args = dict(
+            input_ids=tokens.long().clamp(min=0),
+            position_ids=positions.long(),
+            past_key_values=cache,
+            use_cache=True,
+            specops_tree=(bits, cache.seqlens),
+        )
+        with use_tree_attention(self.hf):
+            if self.blocked is not None:
+                hidden = self.decoder(**args)[0]
+                logits = self.head(hidden).masked_fill(self.blocked, float("-inf"))
+                return logits, hidden
+            kept = []  # the decoder's last hidden state, by a hook for this call only
+            hook = self.decoder.register_forward_hook(lambda m, a, out: kept.append(out[0]))
+            try:
+                logits = self.hf(**args).logits
+            finally:
+                hook.remove()
+        return logits, kept[-1]
