@@ -101,6 +101,33 @@ def test_greedy_eos_matches_generate(model, method):
         assert torch.equal(out, ref), (eos, out, ref)
 
 
+@pytest.mark.parametrize("method", sorted(METHOD_OPTIONS))
+def test_ragged_prompts_match_generate(model, method):
+    """Prompts of lengths 7, 3, 5, left-padded with the pad token as a tokenizer pads them."""
+    g = torch.Generator().manual_seed(6)
+    lens = [7, 3, 5]
+    ids = torch.full((3, 7), 95, dtype=torch.long)
+    mask = torch.zeros(3, 7, dtype=torch.long)
+    for r, n in enumerate(lens):
+        ids[r, 7 - n :] = torch.randint(0, 95, (n,), generator=g)
+        mask[r, 7 - n :] = 1
+    with torch.no_grad():
+        ref = model.generate(
+            ids, attention_mask=mask, do_sample=False, max_new_tokens=20, pad_token_id=95
+        )
+    out, _ = specops.hf.generate(
+        model, ids, attention_mask=mask, method=method, max_new_tokens=20, do_sample=False,
+        **METHOD_OPTIONS[method],
+    )  # fmt: skip
+    assert torch.equal(out, ref)
+    for r, n in enumerate(lens):  # each row alone, unpadded
+        alone, _ = specops.hf.generate(
+            model, ids[r : r + 1, 7 - n :], method=method, max_new_tokens=20, do_sample=False,
+            **METHOD_OPTIONS[method],
+        )  # fmt: skip
+        assert torch.equal(alone[0, n:], out[r, 7:])
+
+
 # ---------------------------------------------------------------- Chameleon (Lumina-mGPT)
 
 
@@ -229,8 +256,16 @@ def test_bad_inputs(model):
         gen(model, ids, method="ar", max_new_tokens=0)
     with pytest.raises(ValueError, match=r"input_ids must lie in \[0, 96\)"):
         gen(model, ids + 96, method="ar", max_new_tokens=4)
-    with pytest.raises(NotImplementedError, match="padded prompts"):
-        gen(model, ids, method="ar", max_new_tokens=4, attention_mask=torch.tensor([[0, 1, 1]] * 2))
+    with pytest.raises(ValueError, match="attention_mask leaves a request with no token"):
+        gen(
+            model,
+            ids,
+            method="ar",
+            max_new_tokens=4,
+            attention_mask=torch.tensor([[0, 1, 1], [0] * 3]),
+        )
+    with pytest.raises(ValueError, match="attention_mask must be a tensor of input_ids' shape"):
+        gen(model, ids, method="ar", max_new_tokens=4, attention_mask=torch.ones(2, 4))
     with pytest.raises(TypeError, match="PreTrainedModel"):
         specops.hf.HFModel(torch.nn.Linear(2, 2))
     with pytest.raises(ValueError, match=r"allowed_tokens must lie in \[0, 96\)"):

@@ -151,8 +151,10 @@ class TargetRunner:
         return probs, hidden[:b]
 
     def prefill(self):
-        """Read the prompt [B, P]; commit it.  -> (probs [B, V] of the first token, hidden
-        [B, P, H] of the prompt)."""
+        """Read the prompt [B, P]; commit it.  Ragged prompts are -1 padded on the right: request
+        b's first n_b = #(prompt[b] >= 0) entries are its prompt (the padding comes after them in
+        the causal chain, so no real token sees it, and only n_b slots are committed).
+        -> (probs [B, V] of the first token, hidden [B, P, H] of the prompt)."""
         b, p = self.prompt.shape
         pos = torch.arange(p, device=self.device).expand(b, p)
         probs, hidden = self.forward(
@@ -162,8 +164,10 @@ class TargetRunner:
             charged=torch.ones(b, dtype=torch.bool, device=self.device),
             _uncond_tokens=self.uncond_prompt if self.cfg else None,
         )
-        self.commit(torch.arange(p, device=self.device, dtype=torch.int32).expand(b, p))
-        return probs[:, -1], hidden
+        n = (self.prompt >= 0).sum(1)
+        cols = torch.arange(p, device=self.device, dtype=torch.int32).expand(b, p)
+        self.commit(torch.where(cols < n[:, None], cols, -1))
+        return probs[torch.arange(b, device=self.device), n - 1], hidden
 
     def commit(self, slots: torch.Tensor) -> None:
         """Keep the tree slots ``slots`` [B, M] (offsets from seqlens, path order, -1 padded)."""

@@ -59,19 +59,21 @@ def _check_ids(ids, vocab: int, device) -> torch.Tensor:
     return ids.long()
 
 
-def _check_mask(mask, ids) -> None:
+def _prompts(ids, mask) -> torch.Tensor:
+    """input_ids [B, P] with ``attention_mask`` (0 = padding, on either side, as transformers
+    takes it) -> the loop's prompts: each request's real tokens first, in order, then -1."""
     if mask is None:
-        return
+        return ids
     if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != tuple(ids.shape):
         raise ValueError(
             f"specops.hf.generate: attention_mask must be a tensor of input_ids' shape "
             f"{tuple(ids.shape)}, got {getattr(mask, 'shape', type(mask).__name__)}"
         )
-    if not bool(mask.bool().all()):  # one host read, before any work
-        raise NotImplementedError(
-            "specops.hf.generate: padded prompts (attention_mask with zeros) are not supported "
-            "yet; pass prompts of equal length"
-        )
+    real = mask.to(ids.device) != 0
+    if not bool(real.any(1).all()):  # one host read, before any work
+        raise ValueError("specops.hf.generate: attention_mask leaves a request with no token")
+    order = torch.sort((~real).to(torch.uint8), dim=1, stable=True).indices  # real ones first
+    return torch.where(real.gather(1, order), ids.gather(1, order), -1)
 
 
 def _method(method: str, options: dict):
@@ -142,10 +144,12 @@ def generate(
     ``model``: a transformers causal LM (or an ``HFModel``).  ``eos_token_id`` / ``pad_token_id``
     default to the model's generation config (pad: EOS when it has none).  ``allowed_tokens``
     restricts sampling to those token ids (``HFModel``; e.g. Chameleon's image vocabulary).
+    ``attention_mask`` [B, P]: 0 marks padding (left padding as transformers pads prompts of
+    different lengths; the output keeps ``input_ids`` as given, as transformers returns it).
     -> (sequences [B, P + T] int64, ``specops.decode.Stats``)."""
     ad = _adapter(model, allowed_tokens)
     ids = _check_ids(input_ids, ad.vocab, ad.device)
-    _check_mask(attention_mask, ids)
+    prompts = _prompts(ids, attention_mask)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):
         raise TypeError(
             f"specops.hf.generate: max_new_tokens must be an int, got {max_new_tokens!r}"
@@ -155,7 +159,7 @@ def generate(
     fn = _method(method, method_options)
     toks, stats = fn(
         ad,
-        ids,
+        prompts,
         length=int(max_new_tokens),
         temperature=temperature if do_sample else 0.0,
         top_k=top_k,
