@@ -128,6 +128,27 @@ def test_ragged_prompts_match_generate(model, method):
         assert torch.equal(alone[0, n:], out[r, 7:])
 
 
+@pytest.mark.parametrize("method", ["ar", "sjd"])
+def test_custom_generate(model, method):
+    """The same loop through hf_model.generate(custom_generate=...), ragged prompts included."""
+    ids = torch.randint(0, 95, (2, 6), generator=torch.Generator().manual_seed(7))
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0
+    ref = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=16)
+    with torch.no_grad():
+        out = model.generate(
+            ids, attention_mask=mask, do_sample=False, max_new_tokens=16,
+            custom_generate=specops.hf.custom_generate, specops_method=method,
+            specops_options=METHOD_OPTIONS[method],
+        )  # fmt: skip
+    assert torch.equal(out, ref)
+    with pytest.raises(ValueError, match="RepetitionPenaltyLogitsProcessor"):
+        model.generate(
+            ids, max_new_tokens=4, repetition_penalty=1.3,
+            custom_generate=specops.hf.custom_generate,
+        )  # fmt: skip
+
+
 # ---------------------------------------------------------------- Chameleon (Lumina-mGPT)
 
 
