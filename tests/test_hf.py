@@ -4,6 +4,7 @@
   own forward gives the root-to-node path (tree attention, positions from depth, the cache);
 - greedy ``specops.hf.generate`` is token-identical to ``model.generate(do_sample=False)`` for
   every method, with and without EOS;
+- (other architectures: tests/test_hf_models.py)
 - sampled AR / SJD / SJD-PAC reproduce the model's exact joint distribution of the first three
   new tokens (chi-square), with top-k;
 - the model is left as it was (attention implementation), and bad input gets clear errors.
@@ -147,65 +148,6 @@ def test_custom_generate(model, method):
             ids, max_new_tokens=4, repetition_penalty=1.3,
             custom_generate=specops.hf.custom_generate,
         )  # fmt: skip
-
-
-# ---------------------------------------------------------------- Chameleon (Lumina-mGPT)
-
-
-def _img_name(i: int) -> str:
-    # Chameleon's BPE names of VQ codes: IMGIMG + the code's digits as letters A-J + Z
-    return "IMGIMG" + "".join(chr(ord("A") + int(d)) for d in str(i)) + "Z"
-
-
-@pytest.fixture(scope="module")
-def chameleon():
-    """128 tokens: 0-62 text, 63 <image>, 64-127 the VQ codes 0-63."""
-    vm = {f"t{i}": i for i in range(63)} | {"<image>": 63}
-    vm |= {_img_name(i): 64 + i for i in range(64)}
-    torch.manual_seed(0)
-    cfg = transformers.ChameleonConfig(
-        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-        initializer_range=0.3, bos_token_id=None, eos_token_id=None, pad_token_id=None,
-        vocabulary_map=vm,
-    )  # fmt: skip
-    return transformers.ChameleonForConditionalGeneration(cfg).eval()
-
-
-@pytest.mark.parametrize("method", sorted(METHOD_OPTIONS))
-def test_chameleon_text_greedy_matches_generate(chameleon, method):
-    ids = torch.randint(0, 63, (2, 6), generator=torch.Generator().manual_seed(4))
-    ref = hf_greedy(chameleon, ids, 20)
-    out, _ = specops.hf.generate(
-        chameleon, ids, method=method, max_new_tokens=20, do_sample=False, **METHOD_OPTIONS[method]
-    )
-    assert torch.equal(out, ref)
-
-
-@pytest.mark.parametrize("method", ["ar", "sjd_pac"])
-def test_chameleon_image_tokens(chameleon, method):
-    """Image generation as Lumina-mGPT samples it: every token from the image vocabulary (the
-    model's own forward forbids exactly those); greedy = argmax over the image tokens of
-    lm_head(last hidden state), checked against transformers' forward without a cache."""
-    image = chameleon.model.vocabulary_mapping.image_tokens
-    ids = torch.randint(0, 63, (2, 6), generator=torch.Generator().manual_seed(5))
-    ids[:, -1] = 63  # <image>
-    out, _ = specops.hf.generate(
-        chameleon, ids, method=method, max_new_tokens=12, do_sample=False, allowed_tokens=image,
-        **METHOD_OPTIONS[method],
-    )  # fmt: skip
-    seq = ids
-    with torch.no_grad():
-        for _ in range(12):
-            h = chameleon(seq, output_hidden_states=True).hidden_states[-1][:, -1]
-            nxt = chameleon.lm_head(h)[:, image].argmax(-1)
-            seq = torch.cat([seq, torch.tensor(image)[nxt][:, None]], 1)
-    assert torch.equal(out, seq)
-    sampled, _ = specops.hf.generate(
-        chameleon, ids, method=method, max_new_tokens=12, allowed_tokens=image, seed=3,
-        **METHOD_OPTIONS[method],
-    )  # fmt: skip
-    assert bool((sampled[:, 6:] >= 64).all())
 
 
 # ---------------------------------------------------------------- statistical losslessness

@@ -30,12 +30,13 @@ METHODS = {"ar": decode.ar, "sjd": decode.sjd, "sjd_pac": decode.sjd_pac}
 _NEEDS_DRAFTER = ("speculative", "vvs")
 
 
-def _adapter(model, allowed_tokens) -> HFModel:
+def _adapter(model, allowed_tokens, prefill_inputs) -> HFModel:
+    """A fresh adapter per call (it is cheap: no weights are copied)."""
     if isinstance(model, HFModel):
-        if allowed_tokens is not None:
-            return HFModel(model.hf, allowed_tokens=allowed_tokens)
-        return model
-    return HFModel(model, allowed_tokens=allowed_tokens)
+        if allowed_tokens is None:
+            allowed_tokens = model.allowed_tokens
+        model = model.hf
+    return HFModel(model, allowed_tokens=allowed_tokens, prefill_inputs=prefill_inputs)
 
 
 def _check_ids(ids, vocab: int, device) -> torch.Tensor:
@@ -136,6 +137,7 @@ def generate(
     eos_token_id=None,
     pad_token_id=None,
     allowed_tokens=None,
+    prefill_inputs: dict | None = None,
     seed: int = 0,
     **method_options,
 ):
@@ -144,10 +146,12 @@ def generate(
     ``model``: a transformers causal LM (or an ``HFModel``).  ``eos_token_id`` / ``pad_token_id``
     default to the model's generation config (pad: EOS when it has none).  ``allowed_tokens``
     restricts sampling to those token ids (``HFModel``; e.g. Chameleon's image vocabulary).
-    ``attention_mask`` [B, P]: 0 marks padding (left padding as transformers pads prompts of
-    different lengths; the output keeps ``input_ids`` as given, as transformers returns it).
+    ``prefill_inputs``: extra inputs of the prompt's forward, e.g. ``{"pixel_values": ...}``
+    for a VLM (LLaVA).  ``attention_mask`` [B, P]: 0 marks padding (left padding as
+    transformers pads prompts of different lengths; the output keeps ``input_ids`` as given, as
+    transformers returns it).
     -> (sequences [B, P + T] int64, ``specops.decode.Stats``)."""
-    ad = _adapter(model, allowed_tokens)
+    ad = _adapter(model, allowed_tokens, prefill_inputs)
     ids = _check_ids(input_ids, ad.vocab, ad.device)
     prompts = _prompts(ids, attention_mask)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):

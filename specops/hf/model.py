@@ -58,11 +58,15 @@ class HFModel:
     ``allowed_tokens`` (token ids, or a bool mask [V]) restricts every distribution to those
     tokens (logits of the others -inf), e.g. Chameleon's image vocabulary for image generation as
     Lumina-mGPT samples it.  Then the logits are ``lm_head(hidden)`` of the decoder, without the
-    causal LM's own logit processing (Chameleon's forward forbids every image token)."""
+    causal LM's own logit processing (Chameleon's forward forbids every image token).
+
+    ``prefill_inputs``: extra keyword inputs of the model's forward for the first call only (the
+    prefill), e.g. ``pixel_values`` of a VLM such as LLaVA, whose image features replace the
+    prompt's image tokens; later calls feed token ids only."""
 
     cfg = None
 
-    def __init__(self, hf_model, *, allowed_tokens=None):
+    def __init__(self, hf_model, *, allowed_tokens=None, prefill_inputs=None):
         _check_model(hf_model)
         self.hf = hf_model.eval()
         c = decoder_config(hf_model)
@@ -73,7 +77,14 @@ class HFModel:
         self.head = hf_model.get_output_embeddings()
         self.vocab = self.head.out_features
         self.decoder = hf_model.get_decoder()
+        self.allowed_tokens = allowed_tokens
         self.blocked = None if allowed_tokens is None else ~self._mask(allowed_tokens)
+        self.pending = dict(prefill_inputs or {})
+        if self.pending and self.blocked is not None:
+            raise ValueError(
+                "specops.hf.HFModel: prefill_inputs and allowed_tokens together are not supported "
+                "(allowed_tokens runs the decoder alone, which takes no image inputs)"
+            )
         self._chain: dict = {}
 
     def _mask(self, allowed) -> torch.Tensor:
@@ -144,6 +155,8 @@ class HFModel:
             use_cache=True,
             specops_tree=(bits, cache.seqlens),
         )
+        args.update(self.pending)  # the prefill's extra inputs, once
+        self.pending = {}
         with use_tree_attention(self.hf):
             if self.blocked is not None:
                 hidden = self.decoder(**args)[0]
