@@ -6,7 +6,7 @@
   every method, with and without EOS;
 - (other architectures: tests/test_hf_models.py)
 - sampled AR / SJD / SJD-PAC reproduce the model's exact joint distribution of the first three
-  new tokens (chi-square), with top-k;
+  new tokens (chi-square), with top-k and with CFG on a negative prompt;
 - the model is left as it was (attention implementation), and bad input gets clear errors.
 """
 
@@ -150,6 +150,31 @@ def test_custom_generate(model, method):
         )  # fmt: skip
 
 
+@pytest.mark.parametrize("method", sorted(METHOD_OPTIONS))
+def test_cfg_greedy_matches_generate(model, method):
+    """CFG with a negative prompt of another length (left-padded in one row) and with none (the
+    prompt's last token): transformers' guidance_scale / negative_prompt_ids."""
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 95, (3, 7), generator=g)
+    neg = torch.randint(0, 95, (3, 4), generator=g)
+    neg_mask = torch.ones_like(neg)
+    neg_mask[2, :2] = 0
+    one = torch.ones_like(ids)
+    for kw in ({}, {"negative_prompt_ids": neg, "negative_prompt_attention_mask": neg_mask}):
+        with torch.no_grad():
+            ref = model.generate(
+                ids, attention_mask=one, do_sample=False, max_new_tokens=16, guidance_scale=2.5,
+                **kw,
+            )  # fmt: skip
+        out, _ = specops.hf.generate(
+            model, ids, method=method, max_new_tokens=16, do_sample=False, cfg_scale=2.5,
+            negative_input_ids=kw.get("negative_prompt_ids"),
+            negative_attention_mask=kw.get("negative_prompt_attention_mask"),
+            **METHOD_OPTIONS[method],
+        )  # fmt: skip
+        assert torch.equal(out, ref), kw.keys()
+
+
 # ---------------------------------------------------------------- statistical losslessness
 
 V, BATCH, NEW = 8, 2000, 3
@@ -160,19 +185,25 @@ def small():
     return llama(vocab=V, seed=3, init=0.15)
 
 
-def exact_joint(m, prompt, top_k=None):
+def exact_joint(m, prompt, top_k=None, cfg_scale=None, negative=None):
     """P(x_1, x_2, x_3 | prompt) [V, V, V] from transformers' forward on every prefix, the
-    sampling distribution of each step given by specops.probs_from_logits (top-k)."""
+    sampling distribution of each step given by specops.probs_from_logits (top-k; CFG with the
+    uncond logits of the negative prompt + the same prefix)."""
     pre = [list(t) for k in range(NEW) for t in itertools.product(range(V), repeat=k)]
+
+    def last_logits(p, rows, k):
+        tail = torch.tensor(rows).long().view(len(rows), k)
+        return m(torch.cat([p.expand(len(rows), -1), tail], 1)).logits[:, -1].float()
+
     with torch.no_grad():
         out = {}
         for k in range(NEW):
             rows = [t for t in pre if len(t) == k]
-            seq = torch.cat(
-                [prompt.expand(len(rows), -1), torch.tensor(rows).long().view(len(rows), k)], 1
-            )
-            logits = m(seq).logits[:, -1].float()
-            probs = specops.probs_from_logits(logits, top_k=top_k).double().numpy()
+            cfg = {}
+            if cfg_scale is not None:
+                cfg = dict(cfg_scale=cfg_scale, uncond_logits=last_logits(negative, rows, k))
+            logits = last_logits(prompt, rows, k)
+            probs = specops.probs_from_logits(logits, top_k=top_k, **cfg).double().numpy()
             out.update({tuple(t): probs[i] for i, t in enumerate(rows)})
     joint = np.zeros((V, V, V))
     for x, y, z in itertools.product(range(V), repeat=3):
@@ -181,19 +212,24 @@ def exact_joint(m, prompt, top_k=None):
 
 
 @pytest.mark.parametrize(
-    "method,opts,top_k",
-    [("ar", {}, None), ("sjd", {"window": 4}, None), ("sjd", {"window": 4}, 5),
-     ("sjd_pac", {"window": 6, "branch": 2, "depth": 2}, None)],
+    "method,opts,top_k,cfg",
+    [("ar", {}, None, None), ("sjd", {"window": 4}, None, None), ("sjd", {"window": 4}, 5, None),
+     ("sjd_pac", {"window": 6, "branch": 2, "depth": 2}, None, None),
+     ("sjd", {"window": 4}, None, 1.5)],
 )  # fmt: skip
-def test_sampled_lossless(small, method, opts, top_k):
+def test_sampled_lossless(small, method, opts, top_k, cfg):
     prompt = torch.tensor([[1, 5, 2]])
+    negative = torch.tensor([[6, 3]])  # CFG's unconditional prompt (another length)
     ids = prompt.expand(BATCH, -1).contiguous()
+    extra = {}
+    if cfg is not None:
+        extra = dict(cfg_scale=cfg, negative_input_ids=negative.expand(BATCH, -1).contiguous())
     out, stats = specops.hf.generate(
-        small, ids, method=method, max_new_tokens=NEW, top_k=top_k, seed=21, **opts
+        small, ids, method=method, max_new_tokens=NEW, top_k=top_k, seed=21, **opts, **extra
     )
     x = out[:, 3:].numpy()
     counts = np.bincount(x[:, 0] * V * V + x[:, 1] * V + x[:, 2], minlength=V**3)
-    p = chi2_pvalue(counts, exact_joint(small, prompt, top_k))
+    p = chi2_pvalue(counts, exact_joint(small, prompt, top_k, cfg, negative))
     assert p > 1e-3, p
     if method != "ar":
         assert stats.step_compression > 1.0
@@ -227,8 +263,12 @@ def test_bad_inputs(model):
             max_new_tokens=4,
             attention_mask=torch.tensor([[0, 1, 1], [0] * 3]),
         )
-    with pytest.raises(ValueError, match="attention_mask must be a tensor of input_ids' shape"):
+    with pytest.raises(ValueError, match=r"attention_mask must be a tensor of shape \(2, 3\)"):
         gen(model, ids, method="ar", max_new_tokens=4, attention_mask=torch.ones(2, 4))
+    with pytest.raises(ValueError, match="negative_input_ids needs cfg_scale"):
+        gen(model, ids, method="ar", max_new_tokens=4, negative_input_ids=ids)
+    with pytest.raises(ValueError, match="negative_input_ids must have input_ids' batch 2"):
+        gen(model, ids, method="ar", max_new_tokens=4, cfg_scale=2.0, negative_input_ids=ids[:1])
     with pytest.raises(TypeError, match="PreTrainedModel"):
         specops.hf.HFModel(torch.nn.Linear(2, 2))
     with pytest.raises(ValueError, match=r"allowed_tokens must lie in \[0, 96\)"):

@@ -113,6 +113,8 @@ class TargetRunner:
         self.sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
         self.prompt = prompt
         if self.cfg:
+            if uncond_prompt is None and callable(getattr(model, "uncond_prompt", None)):
+                uncond_prompt = model.uncond_prompt(prompt)  # e.g. a negative prompt [B, P']
             if uncond_prompt is None:
                 null = model.cfg.null_class
                 uncond_prompt = torch.full_like(prompt, null)
@@ -129,45 +131,58 @@ class TargetRunner:
         return torch.cat([t, t]) if (self.cfg and t is not None) else t
 
     def forward(self, tokens, positions, tree=None, *, charged, _uncond_tokens=None):
-        """-> probs [B, N, V] float32, hidden [B, N, H]; one target pass charged to ``charged``."""
+        """-> probs [B, N, V] float32, hidden [B, N, H]; one target pass charged to ``charged``.
+        ``positions`` are the cond rows'; an uncond row whose prompt had another length sits at
+        the same depth after its own committed prefix."""
         b = self.batch
         if isinstance(tree, Tree):
             tree = tree.expand(b).mask_bits if tree.batch_size == 1 else tree.mask_bits
         if self.cfg:
             unc = _uncond_tokens if _uncond_tokens is not None else tokens
             tokens = torch.cat([tokens, unc])
-            positions = self._pair(positions)
+            shift = (self.cache.seqlens[b:] - self.cache.seqlens[:b]).long()[:, None]
+            positions = torch.cat([positions, positions + shift])
             tree = self._pair(tree)
         with self.rec.timer("model"):
             logits, hidden = self.model(tokens, positions, self.cache, tree)
         self.rec.target_pass(charged)
+        return self._probs(logits), hidden[:b]
+
+    def _probs(self, logits):
+        """Rows [B (cond) + B (uncond) with CFG, ..., V] -> float32 probabilities [B, ..., V]."""
+        b = self.batch
         with self.rec.timer("specops"):
             if self.cfg:
-                probs = specops.probs_from_logits(
+                return specops.probs_from_logits(
                     logits[:b], cfg_scale=self.cfg_scale, uncond_logits=logits[b:], **self.sampling
                 )
-            else:
-                probs = specops.probs_from_logits(logits, **self.sampling)
-        return probs, hidden[:b]
+            return specops.probs_from_logits(logits, **self.sampling)
 
     def prefill(self):
-        """Read the prompt [B, P]; commit it.  Ragged prompts are -1 padded on the right: request
-        b's first n_b = #(prompt[b] >= 0) entries are its prompt (the padding comes after them in
-        the causal chain, so no real token sees it, and only n_b slots are committed).
+        """Read the prompt [B, P] (and the uncond prompt [B, P'] with CFG); commit it.  Ragged
+        prompts are -1 padded on the right: row r's first n_r = #(prompt[r] >= 0) entries are its
+        prompt (the padding comes after them in the causal chain, so no real token sees it, and
+        only n_r slots are committed); cond and uncond prompts may differ in length.
         -> (probs [B, V] of the first token, hidden [B, P, H] of the prompt)."""
-        b, p = self.prompt.shape
-        pos = torch.arange(p, device=self.device).expand(b, p)
-        probs, hidden = self.forward(
-            self.prompt,
-            pos,
-            None,
-            charged=torch.ones(b, dtype=torch.bool, device=self.device),
-            _uncond_tokens=self.uncond_prompt if self.cfg else None,
-        )
-        n = (self.prompt >= 0).sum(1)
-        cols = torch.arange(p, device=self.device, dtype=torch.int32).expand(b, p)
-        self.commit(torch.where(cols < n[:, None], cols, -1))
-        return probs[torch.arange(b, device=self.device), n - 1], hidden
+        b, dev = self.batch, self.device
+        rows = self.prompt
+        if self.cfg:
+            unc = self.uncond_prompt
+            width = max(rows.shape[1], unc.shape[1])
+            pad = lambda t: torch.nn.functional.pad(t, (0, width - t.shape[1]), value=-1)
+            rows = torch.cat([pad(rows), pad(unc.to(rows.dtype))])
+        r, p = rows.shape
+        with self.rec.timer("model"):
+            logits, hidden = self.model(rows, torch.arange(p, device=dev).expand(r, p), self.cache)
+        self.rec.target_pass(torch.ones(b, dtype=torch.bool, device=dev))
+        n = (rows >= 0).sum(1)
+        cols = torch.arange(p, device=dev, dtype=torch.int32).expand(r, p)
+        with self.rec.timer("specops"):
+            specops.commit_kv(
+                self.cache.kv, self.cache.seqlens, torch.where(cols < n[:, None], cols, -1)
+            )
+        last = logits[torch.arange(r, device=dev), n - 1]  # each row's last prompt token
+        return self._probs(last), hidden[:b, : self.prompt.shape[1]]
 
     def commit(self, slots: torch.Tensor) -> None:
         """Keep the tree slots ``slots`` [B, M] (offsets from seqlens, path order, -1 padded)."""

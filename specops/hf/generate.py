@@ -30,49 +30,70 @@ METHODS = {"ar": decode.ar, "sjd": decode.sjd, "sjd_pac": decode.sjd_pac}
 _NEEDS_DRAFTER = ("speculative", "vvs")
 
 
-def _adapter(model, allowed_tokens, prefill_inputs) -> HFModel:
+def _adapter(model, allowed_tokens, prefill_inputs, negative) -> HFModel:
     """A fresh adapter per call (it is cheap: no weights are copied)."""
     if isinstance(model, HFModel):
         if allowed_tokens is None:
             allowed_tokens = model.allowed_tokens
         model = model.hf
-    return HFModel(model, allowed_tokens=allowed_tokens, prefill_inputs=prefill_inputs)
+    return HFModel(
+        model, allowed_tokens=allowed_tokens, prefill_inputs=prefill_inputs,
+        negative_prompt=negative,
+    )  # fmt: skip
 
 
-def _check_ids(ids, vocab: int, device) -> torch.Tensor:
-    if not isinstance(ids, torch.Tensor):
-        raise TypeError(
-            f"specops.hf.generate: input_ids must be a tensor, got {type(ids).__name__}"
+def _negative(prompts, cfg_scale, neg, neg_mask, vocab, device):
+    """The unconditional prompt of CFG as the loop takes it ([B, P'], -1 padded on the right):
+    ``negative_input_ids`` (with its attention mask), else the prompt's last token, as
+    transformers' ``guidance_scale`` does without a negative prompt."""
+    if cfg_scale is None:
+        if neg is not None:
+            raise ValueError("specops.hf.generate: negative_input_ids needs cfg_scale")
+        return None
+    if neg is None:  # each prompt's last token
+        last = (prompts >= 0).sum(1) - 1
+        return prompts.gather(1, last[:, None])
+    neg = _check_ids(neg, vocab, device, "negative_input_ids")
+    if neg.shape[0] != prompts.shape[0]:
+        raise ValueError(
+            f"specops.hf.generate: negative_input_ids must have input_ids' batch "
+            f"{prompts.shape[0]}, got shape {tuple(neg.shape)}"
         )
+    return _prompts(neg, neg_mask, "negative_attention_mask")
+
+
+def _check_ids(ids, vocab: int, device, name: str = "input_ids") -> torch.Tensor:
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"specops.hf.generate: {name} must be a tensor, got {type(ids).__name__}")
     if ids.dim() != 2 or ids.shape[0] == 0 or ids.shape[1] == 0:
         raise ValueError(
-            f"specops.hf.generate: input_ids must have shape [B, P] with B, P >= 1, got "
+            f"specops.hf.generate: {name} must have shape [B, P] with B, P >= 1, got "
             f"{tuple(ids.shape)}"
         )
     if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-        raise TypeError(f"specops.hf.generate: input_ids must be integer ids, got {ids.dtype}")
+        raise TypeError(f"specops.hf.generate: {name} must be integer ids, got {ids.dtype}")
     if ids.device != device:
         raise ValueError(
-            f"specops.hf.generate: input_ids is on {ids.device} but the model is on {device}"
+            f"specops.hf.generate: {name} is on {ids.device} but the model is on {device}"
         )
     if validating() and bool(((ids < 0) | (ids >= vocab)).any()):
-        raise ValueError(f"specops.hf.generate: input_ids must lie in [0, {vocab})")
+        raise ValueError(f"specops.hf.generate: {name} must lie in [0, {vocab})")
     return ids.long()
 
 
-def _prompts(ids, mask) -> torch.Tensor:
+def _prompts(ids, mask, name: str = "attention_mask") -> torch.Tensor:
     """input_ids [B, P] with ``attention_mask`` (0 = padding, on either side, as transformers
     takes it) -> the loop's prompts: each request's real tokens first, in order, then -1."""
     if mask is None:
         return ids
     if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != tuple(ids.shape):
         raise ValueError(
-            f"specops.hf.generate: attention_mask must be a tensor of input_ids' shape "
-            f"{tuple(ids.shape)}, got {getattr(mask, 'shape', type(mask).__name__)}"
+            f"specops.hf.generate: {name} must be a tensor of shape {tuple(ids.shape)}, got "
+            f"{getattr(mask, 'shape', type(mask).__name__)}"
         )
     real = mask.to(ids.device) != 0
     if not bool(real.any(1).all()):  # one host read, before any work
-        raise ValueError("specops.hf.generate: attention_mask leaves a request with no token")
+        raise ValueError(f"specops.hf.generate: {name} leaves a request with no token")
     order = torch.sort((~real).to(torch.uint8), dim=1, stable=True).indices  # real ones first
     return torch.where(real.gather(1, order), ids.gather(1, order), -1)
 
@@ -136,6 +157,9 @@ def generate(
     top_p=None,
     eos_token_id=None,
     pad_token_id=None,
+    cfg_scale: float | None = None,
+    negative_input_ids: torch.Tensor | None = None,
+    negative_attention_mask: torch.Tensor | None = None,
     allowed_tokens=None,
     prefill_inputs: dict | None = None,
     seed: int = 0,
@@ -146,14 +170,25 @@ def generate(
     ``model``: a transformers causal LM (or an ``HFModel``).  ``eos_token_id`` / ``pad_token_id``
     default to the model's generation config (pad: EOS when it has none).  ``allowed_tokens``
     restricts sampling to those token ids (``HFModel``; e.g. Chameleon's image vocabulary).
+    ``cfg_scale``: classifier-free guidance, logits uncond + s (cond - uncond), the uncond rows
+    reading ``negative_input_ids`` [B, P'] (with ``negative_attention_mask``), by default each
+    prompt's last token (transformers' ``guidance_scale`` / ``negative_prompt_ids``).
     ``prefill_inputs``: extra inputs of the prompt's forward, e.g. ``{"pixel_values": ...}``
     for a VLM (LLaVA).  ``attention_mask`` [B, P]: 0 marks padding (left padding as
     transformers pads prompts of different lengths; the output keeps ``input_ids`` as given, as
     transformers returns it).
     -> (sequences [B, P + T] int64, ``specops.decode.Stats``)."""
-    ad = _adapter(model, allowed_tokens, prefill_inputs)
+    if cfg_scale is not None and prefill_inputs:
+        raise ValueError(
+            "specops.hf.generate: cfg_scale with prefill_inputs is not supported (the uncond "
+            "rows would need their own image inputs)"
+        )
+    ad = _adapter(model, allowed_tokens, prefill_inputs, None)
     ids = _check_ids(input_ids, ad.vocab, ad.device)
     prompts = _prompts(ids, attention_mask)
+    ad.negative_prompt = _negative(
+        prompts, cfg_scale, negative_input_ids, negative_attention_mask, ad.vocab, ad.device
+    )
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):
         raise TypeError(
             f"specops.hf.generate: max_new_tokens must be an int, got {max_new_tokens!r}"
@@ -168,6 +203,7 @@ def generate(
         temperature=temperature if do_sample else 0.0,
         top_k=top_k,
         top_p=top_p,
+        cfg_scale=cfg_scale,
         seed=seed,
         **method_options,
     )

@@ -62,11 +62,14 @@ class HFModel:
 
     ``prefill_inputs``: extra keyword inputs of the model's forward for the first call only (the
     prefill), e.g. ``pixel_values`` of a VLM such as LLaVA, whose image features replace the
-    prompt's image tokens; later calls feed token ids only."""
+    prompt's image tokens; later calls feed token ids only.
+
+    ``negative_prompt`` [B, P'] (token ids, -1 padded on the right): the unconditional prompt of
+    classifier-free guidance, handed to the loop by ``uncond_prompt``."""
 
     cfg = None
 
-    def __init__(self, hf_model, *, allowed_tokens=None, prefill_inputs=None):
+    def __init__(self, hf_model, *, allowed_tokens=None, prefill_inputs=None, negative_prompt=None):
         _check_model(hf_model)
         self.hf = hf_model.eval()
         c = decoder_config(hf_model)
@@ -79,6 +82,7 @@ class HFModel:
         self.decoder = hf_model.get_decoder()
         self.allowed_tokens = allowed_tokens
         self.blocked = None if allowed_tokens is None else ~self._mask(allowed_tokens)
+        self.negative_prompt = negative_prompt
         self.pending = dict(prefill_inputs or {})
         if self.pending and self.blocked is not None:
             raise ValueError(
@@ -111,6 +115,10 @@ class HFModel:
         if not bool(mask.any()):
             raise ValueError("specops.hf.HFModel: allowed_tokens allows no token")
         return mask
+
+    def uncond_prompt(self, prompt: torch.Tensor) -> torch.Tensor | None:
+        """The loop's unconditional prompt under CFG (``TargetRunner``): the negative prompt."""
+        return self.negative_prompt
 
     @property
     def device(self) -> torch.device:
