@@ -88,18 +88,21 @@ def test_greedy_matches_generate(model, method):
     assert model.config._attn_implementation == "sdpa"  # switched only inside the adapter's calls
 
 
-@pytest.mark.parametrize("method", ["ar", "sjd_pac"])
+@pytest.mark.parametrize("method", sorted(METHOD_OPTIONS))
 def test_greedy_eos_matches_generate(model, method):
     ids = torch.randint(0, 96, (3, 7), generator=torch.Generator().manual_seed(2))
     free = hf_greedy(model, ids, 24)[:, 7:]
-    # EOS = a token each row emits, at different steps; a row without EOS keeps generating
-    for eos in (int(free[0, 5]), [int(free[0, 3]), int(free[1, 9])]):
+    # EOS = a token each row emits, at different steps; a row without EOS keeps generating; the
+    # last set stops every row within 4 tokens, and the loop with it
+    early = [int(free[r, 3 - r]) for r in range(3)]
+    for eos in (int(free[0, 5]), [int(free[0, 3]), int(free[1, 9])], early):
         ref = hf_greedy(model, ids, 24, eos_token_id=eos, pad_token_id=95)
-        out, _ = specops.hf.generate(
+        out, stats = specops.hf.generate(
             model, ids, method=method, max_new_tokens=24, do_sample=False, eos_token_id=eos,
             pad_token_id=95, **METHOD_OPTIONS[method],
         )  # fmt: skip
         assert torch.equal(out, ref), (eos, out, ref)
+    assert out.shape[1] <= 7 + 4 and stats.target_passes <= 4
 
 
 @pytest.mark.parametrize("method", sorted(METHOD_OPTIONS))

@@ -47,3 +47,21 @@ def test_greedy_methods_agree(tiny, ragged):
     if ragged:
         alone, _ = ar(tiny, prompt[1:2, :2], length=40, temperature=0)
         assert torch.equal(alone[0], ref[1])
+
+
+@pytest.mark.parametrize("fn,kw", [(ar, {}), (sjd, {"window": 8}), (sjd_pac, {"window": 16})])
+def test_eos_stops_requests(tiny, fn, kw):
+    """A model with ``eos_token_ids``: each request stops at its first EOS (same tokens up to it
+    as without EOS), and the loop stops when every request has."""
+    prompt = torch.randint(0, 64, (2, 6), generator=torch.Generator().manual_seed(2))
+    free, st_free = fn(tiny, prompt, length=40, temperature=0, **kw)
+    eos = torch.tensor([int(free[0, 3]), int(free[1, 6])])
+    tiny.eos_token_ids = eos
+    try:
+        got, st = fn(tiny, prompt, length=40, temperature=0, **kw)
+    finally:
+        del tiny.eos_token_ids
+    for r in range(2):
+        first = int(torch.isin(free[r], eos).nonzero()[0])
+        assert torch.equal(got[r, : first + 1], free[r, : first + 1])
+    assert st.target_passes < st_free.target_passes

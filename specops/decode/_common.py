@@ -71,7 +71,8 @@ def start(name, model, prompt, length: int, *, width, slack, cfg_scale, sampling
     rec.timer.start()
     cap = prompt.shape[1] + length + slack
     tgt = TargetRunner(model, prompt, capacity=cap, rec=rec, cfg_scale=cfg_scale, **sampling)
-    out = Output(b, length, width if out_slack is None else out_slack, dev)
+    eos = getattr(model, "eos_token_ids", None)  # a model may stop requests at these tokens
+    out = Output(b, length, width if out_slack is None else out_slack, dev, eos=eos)
     return rec, rng, tgt, out, cap
 
 
@@ -235,13 +236,17 @@ class DraftRunner:
 
 
 class Output:
-    """Emitted tokens [B, T] (int32, -1 until written), written at each request's count."""
+    """Emitted tokens [B, T] (int32, -1 until written), written at each request's count.  With
+    ``eos`` (token ids [E]) a request stops at its first EOS: its count jumps to T, so it is no
+    longer active; what its row holds after the EOS is unspecified (-1 or the rest of that step's
+    tokens)."""
 
-    def __init__(self, batch: int, length: int, slack: int, device):
+    def __init__(self, batch: int, length: int, slack: int, device, eos=None):
         self.length = length
         self.buf = torch.full((batch, length + slack + 1), -1, dtype=torch.int32, device=device)
         self.count = torch.zeros(batch, dtype=torch.int64, device=device)
         self._trash = length + slack
+        self.eos = None if eos is None else torch.as_tensor(eos, device=device).reshape(-1)
 
     @property
     def active(self) -> torch.Tensor:
@@ -255,6 +260,9 @@ class Output:
         idx = torch.where(ok, (self.count[:, None] + cols).clamp(max=self._trash), self._trash)
         self.buf.scatter_(1, idx, tokens.to(torch.int32))
         self.count += n.long()
+        if self.eos is not None:  # a request that wrote an EOS is finished
+            hit = (torch.isin(tokens, self.eos) & ok).any(1)
+            self.count = torch.where(hit, self.count.clamp(min=self.length), self.count)
 
     def done(self) -> bool:
         """The loop's one host read per step; it also feeds the progress hook, if one is set."""

@@ -33,20 +33,23 @@ def ar(
         "ar", model, prompt, length, width=1, slack=1, cfg_scale=cfg_scale, sampling=sampling,
         out_slack=0,
     )  # fmt: skip
-    ones = torch.ones(b, dtype=torch.bool, device=dev)
     slot0 = torch.zeros(b, 1, dtype=torch.int32, device=dev)
 
     probs, _ = tgt.prefill()  # p(x_1 | prompt)
     for i in range(length):
+        active = out.active  # all True unless a request stopped at EOS
         with rec.timer("specops"):
             tok = specops.sample(probs, seed=seed, offset=rng())  # x ~ p (argmax at T = 0)
-        out.write(tok[:, None], ones.long())
-        rec.emitted(ones.long(), ones)
-        out.report()
+        out.write(tok[:, None], active.long())
+        rec.emitted(active.long(), active)
+        if out.eos is None:
+            out.report()
+        elif out.done():  # with EOS: the stop check, one host read per step
+            break
         if i == length - 1:
             break
         # feed x at position c = seqlens, then commit it (slot 0)
-        probs, _ = tgt.forward(tok[:, None], tgt.seqlens.long()[:, None], None, charged=ones)
+        probs, _ = tgt.forward(tok[:, None], tgt.seqlens.long()[:, None], None, charged=out.active)
         probs = probs[:, 0]
         tgt.commit(slot0)
     return out.tokens(), rec.finish()

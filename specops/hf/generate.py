@@ -10,7 +10,8 @@ whatever the method.  Sampled decoding is lossless (every method samples from th
 distribution after temperature / top-k / top-p) but draws its own random numbers (Philox,
 ``seed``), so it is not token-identical to transformers' sampling.
 
-EOS is applied to the output: the loop still runs every request for ``max_new_tokens`` tokens.
+A request stops at its first EOS (the loop runs while any request is active); its row is padded
+with the pad token after the EOS.
 """
 
 from __future__ import annotations
@@ -196,6 +197,8 @@ def generate(
     if max_new_tokens < 1:
         raise ValueError(f"specops.hf.generate: max_new_tokens must be >= 1, got {max_new_tokens}")
     fn = _method(method, method_options)
+    eos = _eos_ids(eos_token_id, ad)
+    ad.eos_token_ids = torch.tensor(eos, device=ad.device) if eos else None
     toks, stats = fn(
         ad,
         prompts,
@@ -208,7 +211,6 @@ def generate(
         **method_options,
     )
     seqs = torch.cat([ids, toks.long()], 1)
-    eos = _eos_ids(eos_token_id, ad)
     if pad_token_id is None:
         pad_token_id = getattr(ad.hf.generation_config, "pad_token_id", None)
     if pad_token_id is None:

@@ -83,6 +83,7 @@ class HFModel:
         self.allowed_tokens = allowed_tokens
         self.blocked = None if allowed_tokens is None else ~self._mask(allowed_tokens)
         self.negative_prompt = negative_prompt
+        self.eos_token_ids = None  # set by generate: the loop stops a request at its first EOS
         self.pending = dict(prefill_inputs or {})
         if self.pending and self.blocked is not None:
             raise ValueError(
