@@ -175,3 +175,18 @@ def test_llava_ragged(llava):
         do_sample=False, prefill_inputs={"pixel_values": pix},
     )  # fmt: skip
     assert torch.equal(out, ref)
+
+
+# ---------------------------------------------------------------- Qwen2 (q/k/v biases)
+
+
+def test_qwen2_greedy():
+    """Qwen2 keeps a sliding_window in its config that it does not use (layer_types say full)."""
+    torch.manual_seed(3)
+    cfg = transformers.Qwen2Config(
+        vocab_size=96, bos_token_id=None, eos_token_id=None, pad_token_id=None, **SMALL
+    )
+    m = transformers.Qwen2ForCausalLM(cfg).eval()
+    ids = torch.randint(0, 96, (2, 6), generator=torch.Generator().manual_seed(10))
+    for method in sorted(METHOD_OPTIONS):
+        check_greedy(m, ids, method)

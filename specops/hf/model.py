@@ -42,11 +42,14 @@ def _check_model(hf_model) -> None:
             "transformers' AttentionInterface, so specops cannot run tree attention inside it"
         )
     cfg = decoder_config(hf_model)
-    types = set(getattr(cfg, "layer_types", None) or ["full_attention"])
-    if types != {"full_attention"} or getattr(cfg, "sliding_window", None):
+    types = getattr(cfg, "layer_types", None)  # the authority where the config has it (Qwen2
+    if types is None:  # keeps a sliding_window it does not use)
+        sliding = getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True)
+        types = ["sliding_attention" if sliding else "full_attention"]
+    if set(types) != {"full_attention"}:
         raise ValueError(
             f"specops.hf.HFModel: only full-attention decoders are supported, "
-            f"{type(hf_model).__name__} has layer types {sorted(types)} "
+            f"{type(hf_model).__name__} has layer types {sorted(set(types))} "
             f"(sliding_window={getattr(cfg, 'sliding_window', None)})"
         )
 
