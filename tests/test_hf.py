@@ -105,6 +105,20 @@ def test_greedy_eos_matches_generate(model, method):
     assert out.shape[1] <= 7 + 4 and stats.target_passes <= 4
 
 
+def test_progress_hook(model):
+    ids = torch.randint(0, 96, (2, 5), generator=torch.Generator().manual_seed(11))
+    seen = []
+    out, stats = specops.hf.generate(
+        model, ids, method="sjd", window=6, max_new_tokens=12, do_sample=False,
+        progress=lambda counts, length: seen.append((counts.tolist(), length)),
+    )  # fmt: skip
+    assert len(seen) == stats.target_passes and seen[-1][1] == 12
+    assert min(seen[-1][0]) >= 12  # the last call sees every request done
+    ref, _ = specops.hf.generate(model, ids, method="sjd", window=6, max_new_tokens=12,
+                                 do_sample=False)  # fmt: skip
+    assert torch.equal(out, ref)
+
+
 @pytest.mark.parametrize("method", sorted(METHOD_OPTIONS))
 def test_ragged_prompts_match_generate(model, method):
     """Prompts of lengths 7, 3, 5, left-padded with the pad token as a tokenizer pads them."""

@@ -163,6 +163,7 @@ def generate(
     negative_attention_mask: torch.Tensor | None = None,
     allowed_tokens=None,
     prefill_inputs: dict | None = None,
+    progress=None,
     seed: int = 0,
     **method_options,
 ):
@@ -174,6 +175,8 @@ def generate(
     ``cfg_scale``: classifier-free guidance, logits uncond + s (cond - uncond), the uncond rows
     reading ``negative_input_ids`` [B, P'] (with ``negative_attention_mask``), by default each
     prompt's last token (transformers' ``guidance_scale`` / ``negative_prompt_ids``).
+    ``progress(counts [B], length)``: called once per step with the tokens emitted so far per
+    request (``specops.decode.progress``; at the loop's stop check, no extra host read).
     ``prefill_inputs``: extra inputs of the prompt's forward, e.g. ``{"pixel_values": ...}``
     for a VLM (LLaVA).  ``attention_mask`` [B, P]: 0 marks padding (left padding as
     transformers pads prompts of different lengths; the output keeps ``input_ids`` as given, as
@@ -199,17 +202,18 @@ def generate(
     fn = _method(method, method_options)
     eos = _eos_ids(eos_token_id, ad)
     ad.eos_token_ids = torch.tensor(eos, device=ad.device) if eos else None
-    toks, stats = fn(
-        ad,
-        prompts,
-        length=int(max_new_tokens),
-        temperature=temperature if do_sample else 0.0,
-        top_k=top_k,
-        top_p=top_p,
-        cfg_scale=cfg_scale,
-        seed=seed,
-        **method_options,
-    )
+    with decode.progress(progress):
+        toks, stats = fn(
+            ad,
+            prompts,
+            length=int(max_new_tokens),
+            temperature=temperature if do_sample else 0.0,
+            top_k=top_k,
+            top_p=top_p,
+            cfg_scale=cfg_scale,
+            seed=seed,
+            **method_options,
+        )
     seqs = torch.cat([ids, toks.long()], 1)
     if pad_token_id is None:
         pad_token_id = getattr(ad.hf.generation_config, "pad_token_id", None)
