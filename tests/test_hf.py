@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import numpy as np
@@ -192,6 +193,46 @@ def test_cfg_greedy_matches_generate(model, method):
         assert torch.equal(out, ref), kw.keys()
 
 
+# ---------------------------------------------------------------- standalone draft model
+
+SPEC_TREES = {
+    "chain": dict(tree=None, num_draft=4),
+    "dynamic": dict(tree="dynamic", branch=2, depth=3, num_nodes=6),
+    "static": dict(tree=Tree.kary(2, 3)),
+}
+
+
+def test_identical_draft_model_accepts_every_draft(model):
+    """A draft model identical to the target: chain speculative decoding accepts all K = 4
+    drafts at every step (24 tokens = the prefill's + 23 in 5 passes of 5), greedy and sampled;
+    the drafter reads the prompt first."""
+    ids = torch.randint(0, 95, (2, 7), generator=torch.Generator().manual_seed(3))
+    twin = copy.deepcopy(model)
+    ref = hf_greedy(model, ids, 24)
+    for sample in (False, True):
+        out, stats = specops.hf.generate(
+            model, ids, method="speculative", drafter=twin, max_new_tokens=24,
+            do_sample=sample, seed=1, **SPEC_TREES["chain"],
+        )  # fmt: skip
+        assert stats.step_compression == pytest.approx(24 / 6), stats.accept_hist
+        if not sample:
+            assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("tree", sorted(SPEC_TREES))
+def test_draft_model_greedy_matches_generate(model, tree):
+    ids = torch.randint(0, 95, (2, 7), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    with torch.no_grad():
+        ref = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=20)
+    out, _ = specops.hf.generate(
+        model, ids, attention_mask=mask, method="speculative", drafter=llama(seed=9),
+        max_new_tokens=20, do_sample=False, **SPEC_TREES[tree],
+    )  # fmt: skip
+    assert torch.equal(out, ref)
+
+
 # ---------------------------------------------------------------- statistical losslessness
 
 V, BATCH, NEW = 8, 2000, 3
@@ -232,13 +273,17 @@ def exact_joint(m, prompt, top_k=None, cfg_scale=None, negative=None):
     "method,opts,top_k,cfg",
     [("ar", {}, None, None), ("sjd", {"window": 4}, None, None), ("sjd", {"window": 4}, 5, None),
      ("sjd_pac", {"window": 6, "branch": 2, "depth": 2}, None, None),
-     ("sjd", {"window": 4}, None, 1.5)],
+     ("sjd", {"window": 4}, None, 1.5),
+     ("speculative", {"tree": None, "num_draft": 2}, None, None),
+     ("speculative", {"tree": Tree.kary(2, 2)}, 5, None)],
 )  # fmt: skip
 def test_sampled_lossless(small, method, opts, top_k, cfg):
     prompt = torch.tensor([[1, 5, 2]])
     negative = torch.tensor([[6, 3]])  # CFG's unconditional prompt (another length)
     ids = prompt.expand(BATCH, -1).contiguous()
     extra = {}
+    if method == "speculative":
+        extra["drafter"] = llama(vocab=V, seed=4, init=0.15)
     if cfg is not None:
         extra = dict(cfg_scale=cfg, negative_input_ids=negative.expand(BATCH, -1).contiguous())
     out, stats = specops.hf.generate(
@@ -260,8 +305,14 @@ def test_bad_inputs(model):
     gen = specops.hf.generate
     with pytest.raises(ValueError, match="method must be one of"):
         gen(model, ids, method="beam", max_new_tokens=4)
-    with pytest.raises(ValueError, match="needs a feature drafter"):
+    with pytest.raises(ValueError, match="needs a feature drafter and a VQ codebook"):
+        gen(model, ids, method="vvs", max_new_tokens=4)
+    with pytest.raises(ValueError, match="'speculative' needs a drafter="):
         gen(model, ids, method="speculative", max_new_tokens=4)
+    with pytest.raises(ValueError, match="'sjd' takes no drafter"):
+        gen(model, ids, method="sjd", max_new_tokens=4, drafter=model)
+    with pytest.raises(ValueError, match=r"drafter's vocabulary \(64 tokens\) differs"):
+        gen(model, ids, method="speculative", max_new_tokens=4, drafter=llama(vocab=64))
     with pytest.raises(TypeError, match="takes the options"):
         gen(model, ids, method="sjd", max_new_tokens=4, branch=3)
     with pytest.raises(ValueError, match=r"input_ids must have shape \[B, P\]"):

@@ -201,6 +201,22 @@ class DraftRunner:
         self.cache = drafter.new_cache(batch, capacity, device=device)
         self.batch = batch
 
+    def prefill(self, prompt: torch.Tensor) -> None:
+        """A standalone draft model (``drafter.reads_prompt``) first reads the prompt [B, P] (-1
+        padded on the right) into its cache, so its entry i then holds s_{i+1} at the target's
+        position of s_{i+1}.  A feature drafter starts from the first generated token."""
+        if not getattr(self.drafter, "reads_prompt", False):
+            return
+        b, p = prompt.shape
+        cols = torch.arange(p, device=prompt.device)
+        with self.rec.timer("model"):
+            self.drafter(prompt, None, 0, cols.expand(b, p), self.cache)
+        self.rec.stats.drafter_passes += 1
+        n = (prompt >= 0).sum(1)
+        with self.rec.timer("specops"):
+            slots = torch.where(cols < n[:, None], cols, -1).int()
+            specops.commit_kv(self.cache.kv, self.cache.seqlens, slots)
+
     def update(self, tokens, feats, n):
         """Append the committed entries (tokens [B, M] = s_{i+1}, feats [B, M, H] = f_i, the
         first n[b] valid), commit them, and return (logits, feature) of the last one [B, V],

@@ -208,6 +208,7 @@ def speculative(
         sampling=sampling,
     )  # fmt: skip
     dr = DraftRunner(drafter, b, cap, rec, dev)
+    dr.prefill(prompt)  # a standalone draft model reads the prompt
     rows = torch.arange(b, device=dev)
     cols = torch.arange(width, device=dev)[None, :]
 

@@ -99,6 +99,7 @@ def vvs(
         cfg_scale=cfg_scale, sampling=sampling,
     )  # fmt: skip
     dr = DraftRunner(drafter, b, cap, rec, dev)
+    dr.prefill(prompt)  # a standalone draft model reads the prompt
     codebook = codebook.to(dev)
     rows = torch.arange(b, device=dev)
     M = G + width  # widest drafter update: gamma stale entries redone + a + 1

@@ -22,11 +22,13 @@ require("specops.hf", "transformers", extra="hf")
 from specops.hf.attention import ATTN_NAME, tree_attention_forward  # noqa: E402
 from specops.hf.cache import SpecopsCache  # noqa: E402
 from specops.hf.custom import custom_generate  # noqa: E402
+from specops.hf.drafter import HFDrafter  # noqa: E402
 from specops.hf.generate import METHODS, generate  # noqa: E402
 from specops.hf.model import HFModel  # noqa: E402
 
 __all__ = [
     "HFModel",
+    "HFDrafter",
     "SpecopsCache",
     "generate",
     "custom_generate",

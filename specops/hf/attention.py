@@ -4,7 +4,8 @@ transformers' attention layers compute q, k, v, rotate them by the ``position_id
 given, hand k, v to ``past_key_values.update`` and call the function registered under
 ``config._attn_implementation`` as ``fn(module, query [B, Hq, N, D], key, value, attention_mask,
 scaling=..., **kwargs)``, the keyword arguments of the model's forward passed through.  The
-adapter calls the model with ``specops_tree=(mask_bits [B, N, W] int32, seqlens [B] int32)`` and a
+adapter calls the model with ``specops_tree=(mask_bits [B, N, W] int32, seqlens [B] int32,
+n_old)`` (n_old: tree slots an earlier call wrote, whose queries are not recomputed) and a
 ``SpecopsCache`` whose ``update`` returned the layer's whole cache as [B, Hkv, S, D] views, so::
 
     out[b, n] = softmax_j(scaling * q[b, n] . k[b, j]) v[b, j]   over the committed prefix
@@ -50,7 +51,7 @@ def tree_attention_forward(
             "specops.hf.HFModel (it needs the tree bits and a SpecopsCache); use 'sdpa' or "
             "'eager' for other calls"
         )
-    bits, seqlens = specops_tree
+    bits, seqlens, n_old = specops_tree  # n_old: tree slots written by earlier calls
     for name in ("softcap", "sliding_window"):
         if kwargs.get(name) is not None:
             raise ValueError(
@@ -65,10 +66,11 @@ def tree_attention_forward(
             "specops.hf: the attention layer did not get a SpecopsCache's keys (key "
             f"{tuple(key.shape)}); the model must be called with past_key_values=SpecopsCache"
         )
-    out = specops.tree_attention(
-        query.transpose(1, 2), k_cache, v_cache, seqlens, bits, sm_scale=scaling
-    )
-    return out, None
+    q = query.transpose(1, 2)  # [B, N, Hq, D]
+    if n_old:  # queries of the earlier slots: dummies whose outputs are dropped
+        q = torch.cat([q.new_zeros(q.shape[0], n_old, *q.shape[2:]), q], 1)
+    out = specops.tree_attention(q, k_cache, v_cache, seqlens, bits, sm_scale=scaling)
+    return out[:, n_old:], None
 
 
 AttentionInterface.register(ATTN_NAME, tree_attention_forward)

@@ -24,9 +24,9 @@ class SpecopsLayer(CacheLayerMixin):
 
     is_compileable = True
 
-    def __init__(self, k: torch.Tensor, v: torch.Tensor, seqlens: torch.Tensor):
+    def __init__(self, k: torch.Tensor, v: torch.Tensor, seqlens: torch.Tensor, owner=None):
         super().__init__()
-        self.k, self.v, self.seqlens = k, v, seqlens
+        self.k, self.v, self.seqlens, self.owner = k, v, seqlens, owner
         # what transformers code that inspects a layer expects: [B, Hkv, S, D]
         self.keys, self.values = k.transpose(1, 2), v.transpose(1, 2)
         self.dtype, self.device = k.dtype, k.device
@@ -36,9 +36,13 @@ class SpecopsLayer(CacheLayerMixin):
         pass  # allocated up front
 
     def update(self, key_states, value_states, *args, **kwargs):
-        """key_states, value_states [B, Hkv, N, D] -> the layer's whole cache as [B, Hkv, S, D]."""
+        """key_states, value_states [B, Hkv, N, D] -> the layer's whole cache as [B, Hkv, S, D].
+        The new entries land at seqlens + offset + n (offset: the owner's, 0 but while a drafter
+        extends a tree whose first ``offset`` slots are already written)."""
+        off = getattr(self.owner, "offset", 0)
+        at = self.seqlens if off == 0 else self.seqlens + off
         specops.append_kv(
-            self.k, self.v, key_states.transpose(1, 2), value_states.transpose(1, 2), self.seqlens
+            self.k, self.v, key_states.transpose(1, 2), value_states.transpose(1, 2), at
         )
         return self.keys, self.values
 
@@ -68,8 +72,12 @@ class SpecopsCache(Cache):
             layers, 2, batch, capacity, kv_heads, head_dim, dtype=dtype, device=device
         )
         self.seqlens = torch.zeros(batch, dtype=torch.int32, device=device)
+        self.offset = 0  # tree slots already written past seqlens (drafter extension)
         super().__init__(
-            layers=[SpecopsLayer(self.kv[i, 0], self.kv[i, 1], self.seqlens) for i in range(layers)]
+            layers=[
+                SpecopsLayer(self.kv[i, 0], self.kv[i, 1], self.seqlens, self)
+                for i in range(layers)
+            ]
         )
 
     @property

@@ -22,13 +22,19 @@ import numbers
 import torch
 
 from specops import decode
+from specops.hf.drafter import HFDrafter, check_drafter
 from specops.hf.model import HFModel
 from specops.ops._common import validating
 
 __all__ = ["generate", "METHODS"]
 
-METHODS = {"ar": decode.ar, "sjd": decode.sjd, "sjd_pac": decode.sjd_pac}
-_NEEDS_DRAFTER = ("speculative", "vvs")
+METHODS = {
+    "ar": decode.ar,
+    "sjd": decode.sjd,
+    "sjd_pac": decode.sjd_pac,
+    "speculative": decode.speculative,
+}
+_NEEDS_DRAFTER = ("speculative",)
 
 
 def _adapter(model, allowed_tokens, prefill_inputs, negative) -> HFModel:
@@ -99,19 +105,25 @@ def _prompts(ids, mask, name: str = "attention_mask") -> torch.Tensor:
     return torch.where(real.gather(1, order), ids.gather(1, order), -1)
 
 
-def _method(method: str, options: dict):
-    if method in _NEEDS_DRAFTER:
+def _method(method: str, options: dict, drafter):
+    if method == "vvs":
         raise ValueError(
-            f"specops.hf.generate: method {method!r} needs a feature drafter, which specops.hf "
-            f"does not provide yet; use one of {sorted(METHODS)}"
+            "specops.hf.generate: method 'vvs' needs a feature drafter and a VQ codebook, which "
+            f"specops.hf does not provide yet; use one of {sorted(METHODS)}"
         )
     if method not in METHODS:
         raise ValueError(
             f"specops.hf.generate: method must be one of {sorted(METHODS)}, got {method!r}"
         )
+    if (method in _NEEDS_DRAFTER) != (drafter is not None):
+        raise ValueError(
+            f"specops.hf.generate: method {method!r} "
+            + ("needs a drafter= (a draft causal LM)" if drafter is None else "takes no drafter")
+        )
     fn = METHODS[method]
     allowed = set(inspect.signature(fn).parameters) - {
-        "model", "classes", "length", "temperature", "top_k", "top_p", "seed", "cfg_scale",
+        "model", "drafter", "classes", "length", "temperature", "top_k", "top_p", "seed",
+        "cfg_scale",
     }  # fmt: skip
     bad = sorted(set(options) - allowed)
     if bad:
@@ -151,6 +163,7 @@ def generate(
     *,
     method: str = "sjd_pac",
     max_new_tokens: int,
+    drafter=None,
     attention_mask: torch.Tensor | None = None,
     do_sample: bool = True,
     temperature: float = 1.0,
@@ -168,7 +181,9 @@ def generate(
     **method_options,
 ):
     """Decode ``max_new_tokens`` tokens after each prompt of ``input_ids`` [B, P] with
-    ``method`` ("ar", "sjd", "sjd_pac"; their options, e.g. ``window=16``, as keywords).
+    ``method`` ("ar", "sjd", "sjd_pac", "speculative" with ``drafter=`` a draft causal LM of the
+    same vocabulary; the method's options, e.g. ``window=16`` or ``tree=None, num_draft=4``, as
+    keywords).
     ``model``: a transformers causal LM (or an ``HFModel``).  ``eos_token_id`` / ``pad_token_id``
     default to the model's generation config (pad: EOS when it has none).  ``allowed_tokens``
     restricts sampling to those token ids (``HFModel``; e.g. Chameleon's image vocabulary).
@@ -199,12 +214,17 @@ def generate(
         )
     if max_new_tokens < 1:
         raise ValueError(f"specops.hf.generate: max_new_tokens must be >= 1, got {max_new_tokens}")
-    fn = _method(method, method_options)
+    fn = _method(method, method_options, drafter)
+    models = (ad,)
+    if drafter is not None:  # a standalone draft model: speculative(model, drafter, prompts, ...)
+        drafter = drafter if isinstance(drafter, HFDrafter) else HFDrafter(drafter)
+        check_drafter(drafter, ad)
+        models = (ad, drafter)
     eos = _eos_ids(eos_token_id, ad)
     ad.eos_token_ids = torch.tensor(eos, device=ad.device) if eos else None
     with decode.progress(progress):
         toks, stats = fn(
-            ad,
+            *models,
             prompts,
             length=int(max_new_tokens),
             temperature=temperature if do_sample else 0.0,

@@ -145,10 +145,12 @@ class HFModel:
         return self._chain[key]
 
     @torch.no_grad()
-    def __call__(self, tokens, positions, cache: SpecopsCache, tree=None):
+    def __call__(self, tokens, positions, cache: SpecopsCache, tree=None, *, n_old: int = 0):
         """tokens, positions [B, N]; tree: None (a causal chain), a Tree, or mask_bits
         [B, N, ceil(N/32)].  -> (logits [B, N, V], hidden [B, N, H]).  Token -1 marks a padding
-        node (fed as token 0; its outputs are never used)."""
+        node (fed as token 0; its outputs are never used).  ``n_old`` > 0 (drafting a tree one
+        depth at a time): the tokens are tree slots n_old .. of a tree whose first n_old slots
+        were written by earlier calls; ``tree`` then covers all n_old + N slots."""
         b, n = tokens.shape
         if not isinstance(cache, SpecopsCache):
             raise TypeError(
@@ -165,10 +167,17 @@ class HFModel:
             position_ids=positions.long(),
             past_key_values=cache,
             use_cache=True,
-            specops_tree=(bits, cache.seqlens),
+            specops_tree=(bits, cache.seqlens, n_old),
         )
         args.update(self.pending)  # the prefill's extra inputs, once
         self.pending = {}
+        cache.offset = n_old
+        try:
+            return self._forward(args)
+        finally:
+            cache.offset = 0
+
+    def _forward(self, args):
         with use_tree_attention(self.hf):
             if self.blocked is not None:
                 hidden = self.decoder(**args)[0]
