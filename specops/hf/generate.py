@@ -37,16 +37,13 @@ METHODS = {
 _NEEDS_DRAFTER = ("speculative",)
 
 
-def _adapter(model, allowed_tokens, prefill_inputs, negative) -> HFModel:
+def _adapter(model, allowed_tokens, prefill_inputs) -> HFModel:
     """A fresh adapter per call (it is cheap: no weights are copied)."""
     if isinstance(model, HFModel):
         if allowed_tokens is None:
             allowed_tokens = model.allowed_tokens
         model = model.hf
-    return HFModel(
-        model, allowed_tokens=allowed_tokens, prefill_inputs=prefill_inputs,
-        negative_prompt=negative,
-    )  # fmt: skip
+    return HFModel(model, allowed_tokens=allowed_tokens, prefill_inputs=prefill_inputs)
 
 
 def _negative(prompts, cfg_scale, neg, neg_mask, vocab, device):
@@ -202,7 +199,7 @@ def generate(
             "specops.hf.generate: cfg_scale with prefill_inputs is not supported (the uncond "
             "rows would need their own image inputs)"
         )
-    ad = _adapter(model, allowed_tokens, prefill_inputs, None)
+    ad = _adapter(model, allowed_tokens, prefill_inputs)
     ids = _check_ids(input_ids, ad.vocab, ad.device)
     prompts = _prompts(ids, attention_mask)
     ad.negative_prompt = _negative(
