@@ -120,6 +120,18 @@ def test_progress_hook(model):
     assert torch.equal(out, ref)
 
 
+def test_seed_tensors(model):
+    """Seeds as int64 tensors (one compilation under torch.compile), also one per request."""
+    ids = torch.randint(0, 95, (2, 5), generator=torch.Generator().manual_seed(3))
+    run = lambda seed: specops.hf.generate(
+        model, ids, method="sjd", window=6, max_new_tokens=10, seed=seed
+    )[0]
+    a = run(5)
+    assert torch.equal(run(torch.tensor(5)), a)
+    per = run(torch.tensor([5, 6]))
+    assert torch.equal(per[0], a[0]) and not torch.equal(per[1], a[1])
+
+
 @pytest.mark.parametrize("method", sorted(METHOD_OPTIONS))
 def test_ragged_prompts_match_generate(model, method):
     """Prompts of lengths 7, 3, 5, left-padded with the pad token as a tokenizer pads them."""
