@@ -215,7 +215,8 @@ def speculative(
     probs, hidden = tgt.prefill()
     root, ones = emit_first(probs, out, rec, seed, rng)
     # the drafter's first entry: [e(s_1) || f_0] (f_0 = hidden state of the prompt's last token)
-    upd_tok, upd_feat, upd_n = root[:, None], hidden[:, -1:], ones
+    last = (prompt >= 0).sum(1) - 1  # each prompt's last token (ragged: -1 padded)
+    upd_tok, upd_feat, upd_n = root[:, None], hidden[rows, last][:, None], ones
     while not out.done():
         active = out.active
         logits, g = dr.update(upd_tok, upd_feat, upd_n)

@@ -114,7 +114,8 @@ def vvs(
     unver = torch.full((b, G), -1, dtype=torch.int32, device=dev)  # x°, left-aligned
     droot = root.clone()  # the drafting root: last emitted token
     since = torch.zeros(b, dtype=torch.long, device=dev)  # verified steps since the last skip
-    upd_tok, upd_feat, upd_n = root[:, None], hidden[:, -1:], ones
+    last = (prompt >= 0).sum(1) - 1  # each prompt's last token (ragged: -1 padded)
+    upd_tok, upd_feat, upd_n = root[:, None], hidden[rows, last][:, None], ones
     rewind = torch.zeros(b, dtype=torch.long, device=dev)
     skipped_steps = torch.zeros((), dtype=torch.long, device=dev)
     skipped_tokens = torch.zeros((), dtype=torch.long, device=dev)
