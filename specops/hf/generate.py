@@ -37,13 +37,17 @@ METHODS = {
 _NEEDS_DRAFTER = ("speculative",)
 
 
-def _adapter(model, allowed_tokens, prefill_inputs) -> HFModel:
+def _adapter(model, allowed_tokens, prefill_inputs, image_head) -> HFModel:
     """A fresh adapter per call (it is cheap: no weights are copied)."""
     if isinstance(model, HFModel):
         if allowed_tokens is None:
             allowed_tokens = model.allowed_tokens
+        image_head = image_head or model.image_head
         model = model.hf
-    return HFModel(model, allowed_tokens=allowed_tokens, prefill_inputs=prefill_inputs)
+    return HFModel(
+        model, allowed_tokens=allowed_tokens, prefill_inputs=prefill_inputs,
+        image_head=image_head,
+    )  # fmt: skip
 
 
 def _negative(prompts, cfg_scale, neg, neg_mask, vocab, device):
@@ -173,6 +177,7 @@ def generate(
     negative_attention_mask: torch.Tensor | None = None,
     allowed_tokens=None,
     prefill_inputs: dict | None = None,
+    image_head: bool = False,
     progress=None,
     seed: int = 0,
     **method_options,
@@ -190,20 +195,21 @@ def generate(
     ``progress(counts [B], length)``: called once per step with the tokens emitted so far per
     request (``specops.decode.progress``; at the loop's stop check, no extra host read).
     ``prefill_inputs``: extra inputs of the prompt's forward, e.g. ``{"pixel_values": ...}``
-    for a VLM (LLaVA).  ``attention_mask`` [B, P]: 0 marks padding (left padding as
-    transformers pads prompts of different lengths; the output keeps ``input_ids`` as given, as
-    transformers returns it).
+    for a VLM (LLaVA).  ``image_head=True``: Janus image generation (the new tokens are VQ codes
+    from its image-generation head; ``HFModel``).  ``attention_mask`` [B, P]: 0 marks padding
+    (left padding as transformers pads prompts of different lengths; the output keeps
+    ``input_ids`` as given, as transformers returns it).
     -> (sequences [B, P + T] int64, ``specops.decode.Stats``)."""
     if cfg_scale is not None and prefill_inputs:
         raise ValueError(
             "specops.hf.generate: cfg_scale with prefill_inputs is not supported (the uncond "
             "rows would need their own image inputs)"
         )
-    ad = _adapter(model, allowed_tokens, prefill_inputs)
-    ids = _check_ids(input_ids, ad.vocab, ad.device)
+    ad = _adapter(model, allowed_tokens, prefill_inputs, image_head)
+    ids = _check_ids(input_ids, ad.prompt_vocab, ad.device)
     prompts = _prompts(ids, attention_mask)
     ad.negative_prompt = _negative(
-        prompts, cfg_scale, negative_input_ids, negative_attention_mask, ad.vocab, ad.device
+        prompts, cfg_scale, negative_input_ids, negative_attention_mask, ad.prompt_vocab, ad.device
     )
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):
         raise TypeError(

@@ -36,7 +36,11 @@ def _check_model(hf_model) -> None:
             f"specops.hf.HFModel: hf_model must be a causal LM with an output head (e.g. "
             f"LlamaForCausalLM), got {type(hf_model).__name__}"
         )
-    if not getattr(hf_model, "_supports_attention_backend", False):
+    dec = hf_model.get_decoder()
+    if not (
+        getattr(hf_model, "_supports_attention_backend", False)
+        or getattr(dec, "_supports_attention_backend", False)
+    ):
         raise ValueError(
             f"specops.hf.HFModel: {type(hf_model).__name__} does not route its attention through "
             "transformers' AttentionInterface, so specops cannot run tree attention inside it"
@@ -54,6 +58,19 @@ def _check_model(hf_model) -> None:
         )
 
 
+def _image_head(hf_model):
+    """(embedding, head) of an image-generation head (Janus), or a ValueError."""
+    embed = getattr(hf_model, "prepare_embeddings_for_image_generation", None)
+    head = getattr(getattr(hf_model, "model", None), "generation_head", None)
+    if embed is None or head is None:
+        raise ValueError(
+            f"specops.hf.HFModel: image_head=True needs a model with an image-generation head "
+            f"(prepare_embeddings_for_image_generation, model.generation_head: Janus), got "
+            f"{type(hf_model).__name__}"
+        )
+    return embed, head
+
+
 class HFModel:
     """Adapter; ``hf_model`` is put in eval mode.  ``cfg`` is None: no class-token prompts (pass
     prompts as token ids [B, P]).
@@ -68,11 +85,19 @@ class HFModel:
     prompt's image tokens; later calls feed token ids only.
 
     ``negative_prompt`` [B, P'] (token ids, -1 padded on the right): the unconditional prompt of
-    classifier-free guidance, handed to the loop by ``uncond_prompt``."""
+    classifier-free guidance, handed to the loop by ``uncond_prompt``.
+
+    ``image_head=True`` (Janus): the prompt is read as text, every later token is an image token
+    fed through the model's image-generation embedding
+    (``prepare_embeddings_for_image_generation``) and every distribution comes from its
+    ``generation_head`` over the VQ codebook (vocabulary = the codebook's size)."""
 
     cfg = None
 
-    def __init__(self, hf_model, *, allowed_tokens=None, prefill_inputs=None, negative_prompt=None):
+    def __init__(
+        self, hf_model, *, allowed_tokens=None, prefill_inputs=None, negative_prompt=None,
+        image_head: bool = False,
+    ):  # fmt: skip
         _check_model(hf_model)
         self.hf = hf_model.eval()
         c = decoder_config(hf_model)
@@ -81,19 +106,26 @@ class HFModel:
         self.kv_heads = getattr(c, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // self.heads
         self.head = hf_model.get_output_embeddings()
-        self.vocab = self.head.out_features
+        self.vocab = self.prompt_vocab = self.head.out_features  # prompts: text tokens
         self.decoder = hf_model.get_decoder()
+        self.embed = None  # the embedding of tokens after the prefill, when not the text one
+        self.image_head = image_head
+        if image_head:
+            self.embed, self.head = _image_head(hf_model)
+            self.vocab = hf_model.config.vq_config.num_embeddings
+        self.direct = image_head or allowed_tokens is not None  # decoder + head, not hf_model()
         self.allowed_tokens = allowed_tokens
         self.blocked = None if allowed_tokens is None else ~self._mask(allowed_tokens)
         self.negative_prompt = negative_prompt
         self.eos_token_ids = None  # set by generate: the loop stops a request at its first EOS
         self.pending = dict(prefill_inputs or {})
-        if self.pending and self.blocked is not None:
+        if self.pending and self.direct:
             raise ValueError(
-                "specops.hf.HFModel: prefill_inputs and allowed_tokens together are not supported "
-                "(allowed_tokens runs the decoder alone, which takes no image inputs)"
+                "specops.hf.HFModel: prefill_inputs with allowed_tokens or image_head is not "
+                "supported (they run the decoder alone, which takes no image inputs)"
             )
         self._chain: dict = {}
+        self._prefilled = False
 
     def _mask(self, allowed) -> torch.Tensor:
         a = torch.as_tensor(allowed, device=self.device)
@@ -171,6 +203,9 @@ class HFModel:
         )
         args.update(self.pending)  # the prefill's extra inputs, once
         self.pending = {}
+        if self.embed is not None and self._prefilled:  # image tokens after the text prompt
+            args["inputs_embeds"] = self.embed(args.pop("input_ids"))
+        self._prefilled = True
         cache.offset = n_old
         try:
             return self._forward(args)
@@ -179,9 +214,11 @@ class HFModel:
 
     def _forward(self, args):
         with use_tree_attention(self.hf):
-            if self.blocked is not None:
+            if self.direct:
                 hidden = self.decoder(**args)[0]
-                logits = self.head(hidden).masked_fill(self.blocked, float("-inf"))
+                logits = self.head(hidden)
+                if self.blocked is not None:
+                    logits = logits.masked_fill(self.blocked, float("-inf"))
                 return logits, hidden
             kept = []  # the decoder's last hidden state, by a hook for this call only
             hook = self.decoder.register_forward_hook(lambda m, a, out: kept.append(out[0]))
