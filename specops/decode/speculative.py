@@ -174,6 +174,7 @@ def speculative(
     depth: int = 5,
     num_nodes: int = 24,
     without_replacement: bool = True,
+    relax=None,
     length: int | None = None,
     temperature: float = 1.0,
     top_k=None,
@@ -186,9 +187,15 @@ def speculative(
     ``tree``: None (chain of ``num_draft`` sampled drafts), "dynamic" (EAGLE-2: ``branch`` = top-k
     per node and frontier width, ``depth`` levels, ``num_nodes`` nodes including the root) or a
     static ``Tree`` (children sampled; ``without_replacement`` picks the sibling scheme).
-    ``temperature=0``: greedy drafts and greedy verification.  -> (tokens [B, length], Stats)."""
+    ``temperature=0``: greedy drafts and greedy verification.  ``relax``: LANTERN relaxed
+    acceptance (``specops.decode.lantern(codebook, k, delta)``; LOSSY, the LANTERN baseline of
+    the VVS paper).  -> (tokens [B, length], Stats)."""
     prompt = prompt_tokens(model, classes)
     dev = prompt.device
+    if relax is not None:
+        if temperature == 0:
+            raise ValueError("speculative: relax (LANTERN) needs sampling; greedy is exact")
+        relax = specops.Relaxation(relax.neighbors.to(dev), relax.delta)
     b = prompt.shape[0]
     length = length or model.cfg.grid**2
     greedy = temperature == 0
@@ -238,6 +245,7 @@ def speculative(
                     dft.draft_probs,
                     seed=seed,
                     offset=rng(),
+                    relax=relax,
                     greedy=greedy,
                 )
                 path = torch.where(cols <= r.num_accepted[:, None], cols, -1)
@@ -250,6 +258,7 @@ def speculative(
                     without_replacement=without_replacement and mode == "static",
                     seed=seed,
                     offset=rng(),
+                    relax=relax,
                     greedy=greedy,
                 )
                 path = r.path
