@@ -3,8 +3,8 @@ distribution is known exactly: a second-order Markov chain over a few tokens, wr
 model protocol.  Its "KV cache" stores the token ids (so a wrong ``commit_kv`` or a wrong tree
 mask changes the distribution), and the parent of every tree node is read from the mask bits.
 
-Every sampling method must reproduce the chain's exact joint distribution of tokens 1-3 and of
-the last three tokens (chi-square, fixed seeds); a deliberately wrong verification (sampled
+Every sampling method must reproduce the chain's exact joint distribution of every three
+consecutive tokens (chi-square, fixed seeds); a deliberately wrong verification (sampled
 drafts verified as if they were deterministic) must fail the same test.
 """
 
@@ -127,9 +127,9 @@ def _counts(tokens: torch.Tensor, start: int) -> np.ndarray:
 
 
 def _check(model, tokens, *, expect_pass=True):
-    assert tokens.shape == (BATCH, LENGTH)
+    assert tokens.shape[1] == LENGTH
     assert int(tokens.min()) >= 0 and int(tokens.max()) < V
-    pvals = [chi2_pvalue(_counts(tokens, s), model.joint(s)) for s in (1, LENGTH - 2)]
+    pvals = [chi2_pvalue(_counts(tokens, s), model.joint(s)) for s in range(1, LENGTH - 1)]
     if expect_pass:
         assert min(pvals) > 1e-3, pvals
     else:
@@ -143,6 +143,9 @@ def markov():
 
 
 CLASSES = torch.zeros(BATCH, dtype=torch.long)
+# SJD-PAC's branch continuation biases only some windows slightly when wired wrong: its test and
+# negative control use 4x the samples
+CLASSES_PAC = torch.zeros(4 * BATCH, dtype=torch.long)
 
 
 def test_exact_joint_is_a_distribution(markov):
@@ -175,29 +178,79 @@ def test_speculative_lossless(markov, kw):
     assert stats.step_compression > 1.2
 
 
-def test_sjd_lossless(markov):
+@pytest.mark.parametrize("init", ["target", "uniform"])
+def test_sjd_lossless(markov, init):
     m, _ = markov
-    tokens, stats = sjd(m, CLASSES, window=4, length=LENGTH, seed=13)
+    tokens, stats = sjd(m, CLASSES, window=4, init=init, length=LENGTH, seed=13)
     _check(m, tokens)
     assert stats.step_compression > 1.0
 
 
-@pytest.mark.parametrize("ac,pd", [(True, True), (True, False), (False, True)])
-def test_sjd_pac_lossless(markov, ac, pd):
+@pytest.mark.parametrize(
+    "ac,pd,bc,init",
+    [
+        (True, True, True, "target"),
+        (True, True, True, "uniform"),
+        (True, True, False, "target"),
+        (False, True, True, "target"),
+        (True, False, True, "target"),
+    ],
+    ids=["pac", "pac-uniform-init", "no-branch-continuation", "pd-only", "ac-only"],
+)
+def test_sjd_pac_lossless(markov, ac, pd, bc, init):
+    """Every SJD-PAC variant, the branch continuation (a non-first leaf of the K-ary part accepted:
+    the next window continues along the chain) exercised thousands of times."""
     m, _ = markov
     tokens, stats = sjd_pac(
         m,
-        CLASSES,
+        CLASSES_PAC,
         window=6,
         branch=2,
         depth=2,
         continuation=ac,
         proactive=pd,
+        branch_continuation=bc,
+        init=init,
         length=LENGTH,
         seed=14,
     )
     _check(m, tokens)
     assert stats.step_compression > 1.0
+    if pd and bc:
+        assert stats.extra["branch_continuations"] > 2000, stats.extra
+    else:
+        assert stats.extra["branch_continuations"] == 0
+
+
+def test_sjd_pac_branch_continuation_without_ac_is_detected(markov, monkeypatch):
+    """Negative control: the chain continued after a non-first leaf WITHOUT its continuation
+    check (the chain tokens, drawn from the chain's draft rows, passed on as if they were draws
+    of the chain's stale target rows) must fail the exactness test."""
+    m, _ = markov
+    real = specops.verify_jacobi
+
+    def no_ac(target_probs, window_tokens, draft_probs, **kw):
+        r = real(target_probs, window_tokens, draft_probs, **kw)
+        if kw.get("tree") is None:  # the chain-mode continuation call
+            keep = torch.where(window_tokens >= 0, window_tokens, r.next_window)
+            r = r._replace(next_window=keep.int())
+        return r
+
+    monkeypatch.setattr(specops, "verify_jacobi", no_ac)
+    tokens, st = sjd_pac(m, CLASSES_PAC, window=6, branch=2, depth=2, length=LENGTH, seed=14)
+    assert st.extra["branch_continuations"] > 2000
+    _check(m, tokens, expect_pass=False)
+
+
+def test_sjd_pac_init_mask_and_errors(markov):
+    m, _ = markov
+    mask = torch.tensor([True, True, False, True])
+    tokens, _ = sjd_pac(m, CLASSES[:50], window=6, branch=2, depth=2, init=mask, length=LENGTH)
+    assert tokens.shape == (50, LENGTH)
+    with pytest.raises(ValueError, match="init"):
+        sjd_pac(m, CLASSES[:2], window=6, branch=2, depth=2, init="zeros", length=LENGTH)
+    with pytest.raises(ValueError, match="init"):
+        sjd(m, CLASSES[:2], window=4, init=torch.zeros(V, dtype=torch.bool), length=LENGTH)
 
 
 def test_wrong_verification_is_detected(markov, monkeypatch):
