@@ -166,10 +166,12 @@ def test_ar_matches_chain(markov):
     [
         dict(tree=None, num_draft=3),
         dict(tree="dynamic", branch=2, depth=3, num_nodes=6),
+        dict(tree="confidence", branch=3, depth=3, num_nodes=8, threshold=0.95),
+        dict(tree="confidence", branch=3, depth=3, num_nodes=8, confidence="top1", threshold=0.5),
         dict(tree=Tree.kary(2, 3), without_replacement=False),
         dict(tree=Tree.kary(2, 3), without_replacement=True),
     ],
-    ids=["chain", "dynamic", "static-iid", "static-wor"],
+    ids=["chain", "dynamic", "confidence", "confidence-top1", "static-iid", "static-wor"],
 )
 def test_speculative_lossless(markov, kw):
     m, d = markov
@@ -272,9 +274,32 @@ def test_wrong_verification_is_detected(markov, monkeypatch):
 def test_greedy_speculative_equals_greedy_ar(markov):
     m, d = markov
     ref, _ = ar(m, CLASSES[:64], length=LENGTH, temperature=0)
-    for kw in (dict(tree=None), dict(tree="dynamic", branch=2, depth=3, num_nodes=6)):
+    for kw in (
+        dict(tree=None),
+        dict(tree="dynamic", branch=2, depth=3, num_nodes=6),
+        dict(tree="confidence", branch=3, depth=3, num_nodes=8, threshold=0.95),
+    ):
         got, _ = speculative(m, d, CLASSES[:64], length=LENGTH, temperature=0, **kw)
         assert torch.equal(got, ref)
+
+
+def test_confidence_tree_extremes(markov):
+    """Spec-LLaVA's confidence tree: never confident (entropy threshold < 0) is the EAGLE-2 tree
+    (same tokens, same draws); always confident (top-1 probability >= 0) offers one child per
+    node, a chain of ``depth`` drafts whatever the budget; padding is never accepted."""
+    m, d = markov
+    kw = dict(branch=2, depth=3, num_nodes=6, length=LENGTH, seed=21)
+    ref, st_ref = speculative(m, d, CLASSES[:300], tree="dynamic", **kw)
+    got, st = speculative(m, d, CLASSES[:300], tree="confidence", threshold=-1.0, **kw)
+    assert torch.equal(got, ref)
+    assert st.extra["mean_tree_nodes"] == st_ref.extra["mean_tree_nodes"] == 6
+    _, chain = speculative(
+        m, d, CLASSES[:300], tree="confidence", confidence="top1", threshold=0.0, **kw
+    )
+    assert chain.extra["mean_tree_nodes"] == 4  # root + 3 drafts
+    assert max(n for n, c in enumerate(chain.accept_hist) if c) <= 4
+    with pytest.raises(ValueError, match="confidence"):
+        speculative(m, d, CLASSES[:2], tree="confidence", confidence="margin", **kw)
 
 
 def test_vvs_without_skips_is_lossless(markov):
