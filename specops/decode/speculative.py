@@ -138,7 +138,7 @@ def draft_dynamic(
         par_slot = lo + ps
     with rec.timer("specops"):
         t = specops.build_dynamic_tree(root.int(), tokens, logps, frontier, num_nodes)
-    t.tree.__dict__["_path_width"] = depth + 1
+    t.tree.__dict__["_path_width"] = min(depth + 1, num_nodes)  # a path holds <= N nodes
     return Drafted(t.tree, t.draft_tokens, None, beams=path)
 
 
@@ -251,7 +251,7 @@ def speculative(
             raise ValueError(
                 f"speculative: confidence must be 'entropy' or 'top1', got {confidence!r}"
             )
-        mode, width, nodes = tree, depth + 1, num_nodes
+        mode, width, nodes = tree, min(depth + 1, num_nodes), num_nodes
     else:
         mode, width, nodes = "static", tree.max_depth() + 1, tree.num_nodes
         plan = StaticPlan(tree, dev)
