@@ -28,7 +28,8 @@ from specops.decode.speculative import speculative
 from specops.decode.vvs import vvs
 from specops.models.loading import load_default
 
-METHODS = ("ar", "spec-chain", "spec-tree", "sjd", "sjd-pac", "vvs")
+METHODS = ("ar", "spec-chain", "spec-tree", "spec-conf", "sjd", "sjd-pac", "vvs")
+WINDOW = 64  # SJD and SJD-PAC at the same window: the SJD-PAC paper's L
 
 
 def run_method(name: str, m, classes, *, seed: int, temperature: float, cfg_scale=None):
@@ -41,10 +42,13 @@ def run_method(name: str, m, classes, *, seed: int, temperature: float, cfg_scal
         return speculative(m.target, m.drafter, classes, tree=None, num_draft=4, **kw)
     if name == "spec-tree":
         return speculative(m.target, m.drafter, classes, tree="dynamic", **tree, **kw)
+    if name == "spec-conf":
+        return speculative(m.target, m.drafter, classes, tree="confidence", threshold=0.5, **tree,
+                           **kw)  # fmt: skip
     if name == "sjd":
-        return sjd(m.target, classes, window=16, **kw)
+        return sjd(m.target, classes, window=WINDOW, **kw)
     if name == "sjd-pac":
-        return sjd_pac(m.target, classes, window=32, branch=3, depth=3, **kw)
+        return sjd_pac(m.target, classes, window=WINDOW, branch=4, depth=3, **kw)
     if name == "vvs":
         return vvs(m.target, m.drafter, classes, m.vq.latents, threshold=0.85, **tree, **kw)
     raise ValueError(f"unknown method {name!r}; choose from {METHODS}")
