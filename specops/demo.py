@@ -50,7 +50,7 @@ def run_method(name: str, m, classes, *, seed: int, temperature: float, cfg_scal
     if name == "sjd-pac":
         return sjd_pac(m.target, classes, window=WINDOW, branch=4, depth=3, **kw)
     if name == "vvs":
-        return vvs(m.target, m.drafter, classes, m.vq.latents, threshold=0.85, **tree, **kw)
+        return vvs(m.target, m.drafter, classes, m.vq.latents, threshold=0.7, **tree, **kw)
     raise ValueError(f"unknown method {name!r}; choose from {METHODS}")
 
 

@@ -106,6 +106,12 @@ def sjd_pac(
     with extra["branch_continuations"])."""
     L, K = window, branch
     proactive = proactive and K > 1
+    n_tree = (K**depth - 1) // (K - 1) if K > 1 else depth
+    if window < n_tree:
+        raise ValueError(
+            f"sjd_pac: window must hold the {K}-ary depth-{depth} tree ({n_tree} nodes), "
+            f"got {window}"
+        )
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     prompt = prompt_tokens(model, classes)
     b, dev = prompt.shape[0], prompt.device

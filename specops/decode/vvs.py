@@ -131,7 +131,7 @@ def vvs(
     *,
     schedule: str = "similarity",
     paths: str = "tree",
-    threshold: float = 0.85,
+    threshold: float = 0.7,
     interval: int = 2,
     alpha: float = 0.9,
     stride: int = 2,
@@ -147,7 +147,8 @@ def vvs(
     seed: int = 0,
 ):
     """VVS on top of EAGLE-2 drafting (``branch``/``depth``/``num_nodes`` as in
-    ``speculative``); ``codebook`` [V, C] = the VQ latent embeddings.  ``paths``: "tree" (the
+    ``speculative``); ``codebook`` [V, C] = the VQ latent embeddings; ``threshold`` = T_sim
+    (the paper runs 0.65 - 0.80).  ``paths``: "tree" (the
     skip decision over all root-to-leaf paths of the pruned tree, as published) or "frontier"
     (the final beam frontier's paths; cheaper).  ``relax``: LANTERN relaxed acceptance for the
     verified steps (``lantern(codebook, k, delta)``; LOSSY, delta 0 = exact), None = exact.
