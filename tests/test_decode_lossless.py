@@ -476,3 +476,44 @@ def test_speculative_relax_delta0_equals_exact(markov, tree):
     exact, _ = speculative(m, d, CLASSES[:300], **kw)
     relaxed, _ = speculative(m, d, CLASSES[:300], relax=lantern(codebook, 2, 0.0), **kw)
     assert torch.equal(exact, relaxed)
+
+
+# top-k / top-p sampling: every lossless mode samples the filtered chain ------------------------
+def _filtered(m, **sampling):
+    """The chain whose rows are the target's rows after top-k / top-p filtering (the exact
+    distribution a lossless decoder with these settings must reproduce)."""
+    import copy
+
+    f = copy.copy(m)
+    f.table = specops.probs_from_logits(m.table.log().float(), **sampling).double()
+    return f
+
+
+_FILTERED_MODES = {
+    "ar": lambda m, d, **kw: ar(m, CLASSES, **kw),
+    "chain": lambda m, d, **kw: speculative(m, d, CLASSES, tree=None, num_draft=3, **kw),
+    "dynamic": lambda m, d, **kw: speculative(
+        m, d, CLASSES, tree="dynamic", branch=2, depth=3, num_nodes=6, **kw
+    ),
+    "confidence": lambda m, d, **kw: speculative(
+        m, d, CLASSES, tree="confidence", branch=3, depth=3, num_nodes=8, threshold=0.95, **kw
+    ),
+    "static-wor": lambda m, d, **kw: speculative(m, d, CLASSES, tree=Tree.kary(2, 3), **kw),
+    "sjd": lambda m, d, **kw: sjd(m, CLASSES, window=4, **kw),
+    "sjd-pac": lambda m, d, **kw: sjd_pac(m, CLASSES, window=6, branch=2, depth=2, **kw),
+}
+
+
+@pytest.mark.parametrize("sampling", [dict(top_k=2), dict(top_p=0.7)], ids=["top_k", "top_p"])
+@pytest.mark.parametrize("mode", list(_FILTERED_MODES))
+def test_filtered_sampling_lossless(markov, mode, sampling):
+    m, d = markov
+    tokens, _ = _FILTERED_MODES[mode](m, d, length=LENGTH, seed=22, **sampling)
+    _check(_filtered(m, **sampling), tokens)
+
+
+def test_filtered_sampling_detects_unfiltered(markov):
+    """Negative control: output of the unfiltered chain fails the filtered chain's test."""
+    m, _ = markov
+    tokens, _ = ar(m, CLASSES, length=LENGTH, seed=22)
+    _check(_filtered(m, top_k=2), tokens, expect_pass=False)
