@@ -76,10 +76,14 @@ class MarkovLM:
         last = kc[torch.arange(b), (cache.seqlens.long() - 1).clamp(min=0), 0, 0].long() - 1
         last = torch.where(cache.seqlens > 0, last, V + 1)  # nothing before: 'start'
         prev = torch.where(par >= 0, tokens.gather(1, par.clamp(min=0)), last[:, None])
-        cur = tokens.long().clamp(min=0)
-        probs = self.table[prev.long(), cur]
+        cur = tokens.long().clamp(0, V)  # (a CFG null prompt reads as the prompt, index V)
+        probs = self._rows(kc, b)[torch.arange(b)[:, None], prev.long(), cur]
         hidden = torch.nn.functional.one_hot(cur, HIDDEN).float()
         return probs.log().float(), hidden
+
+    def _rows(self, kc, b):
+        """The transition table of every cache row [B, V + 2, V + 1, V]."""
+        return self.table.expand(b, -1, -1, -1)
 
     def joint(self, start: int) -> np.ndarray:
         """Exact P(x_start, x_start+1, x_start+2) (tokens 1-based, x_0 = prompt) [V, V, V]."""
@@ -517,3 +521,55 @@ def test_filtered_sampling_detects_unfiltered(markov):
     m, _ = markov
     tokens, _ = ar(m, CLASSES, length=LENGTH, seed=22)
     _check(_filtered(m, top_k=2), tokens, expect_pass=False)
+
+
+# classifier-free guidance: cond + uncond rows share the drafts --------------------------------
+class CFGMarkovLM(MarkovLM):
+    """MarkovLM whose unconditional rows (prompt = the null class V + 1) follow another chain
+    table_u; with guidance scale s the decoders sample the chain with rows
+    softmax(log table_u + s (log table - log table_u)) (``cfg_table``)."""
+
+    def __init__(self, seed=0, scale=1.5):
+        super().__init__(seed)
+        g = np.random.default_rng(seed + 100)
+        self.table_u = torch.tensor(g.dirichlet([0.6] * V, size=(V + 2, V + 1)))
+        self.cfg = SimpleNamespace(vocab=V, null_class=V + 1, grid=None)
+        self.scale = scale
+
+    def _rows(self, kc, b):
+        uncond = kc[:b, 0, 0, 0] == self.cfg.null_class + 1  # the row's first cached token
+        t = torch.where(uncond[:, None, None, None], self.table_u[None], self.table[None])
+        return t
+
+    def cfg_table(self):
+        f = MarkovLM.__new__(MarkovLM)
+        f.__dict__.update(self.__dict__)
+        f.table = specops.probs_from_logits(
+            self.table.log().float(), cfg_scale=self.scale, uncond_logits=self.table_u.log().float()
+        ).double()
+        return f
+
+
+_CFG_MODES = {
+    k: _FILTERED_MODES[k] for k in ("ar", "chain", "dynamic", "confidence", "sjd", "sjd-pac")
+}
+
+
+@pytest.mark.parametrize("mode", list(_CFG_MODES))
+def test_cfg_lossless(markov, mode):
+    """Every lossless mode under CFG samples the guided chain (cond and uncond rows of the
+    target's cache read the same drafts; the drafter sees the cond rows only)."""
+    _, d = markov
+    m = CFGMarkovLM()
+    tokens, _ = _CFG_MODES[mode](m, d, length=LENGTH, seed=23, cfg_scale=m.scale)
+    _check(m.cfg_table(), tokens)
+
+
+def test_cfg_detects_unguided(markov):
+    """Negative controls: the unguided cond chain fails the guided chain's test, and so does
+    a run whose uncond rows were never read (cfg_scale 1: logits = cond)."""
+    m = CFGMarkovLM()
+    tokens, _ = ar(m, CLASSES, length=LENGTH, seed=23)
+    _check(m.cfg_table(), tokens, expect_pass=False)
+    tokens, _ = ar(m, CLASSES, length=LENGTH, seed=23, cfg_scale=1.0)
+    _check(m.cfg_table(), tokens, expect_pass=False)
