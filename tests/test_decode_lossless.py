@@ -306,25 +306,25 @@ def test_confidence_tree_extremes(markov):
         speculative(m, d, CLASSES[:2], tree="confidence", confidence="margin", **kw)
 
 
-def test_vvs_without_skips_is_lossless(markov):
-    """VVS that never skips (threshold above any similarity) is EAGLE-2: lossless."""
+@pytest.mark.parametrize("case", ["plain", "top_k", "cfg"])
+def test_vvs_without_skips_is_lossless(markov, case):
+    """VVS that never skips (threshold above any similarity) is EAGLE-2: lossless, also with
+    top-k filtering and with CFG (whichever skip decision: over the tree's paths here)."""
     from specops.decode.vvs import vvs
 
     m, d = markov
+    kw, ref = {}, m
+    if case == "top_k":
+        kw, ref = dict(top_k=2), _filtered(m, top_k=2)
+    elif case == "cfg":
+        m = CFGMarkovLM()
+        kw, ref = dict(cfg_scale=m.scale), m.cfg_table()
     codebook = torch.randn(V, 3)
     tokens, stats = vvs(
-        m,
-        d,
-        CLASSES,
-        codebook,
-        threshold=2.0,
-        branch=2,
-        depth=3,
-        num_nodes=6,
-        length=LENGTH,
-        seed=15,
-    )
-    _check(m, tokens)
+        m, d, CLASSES, codebook, threshold=2.0, branch=2, depth=3, num_nodes=6, length=LENGTH,
+        seed=15, **kw,
+    )  # fmt: skip
+    _check(ref, tokens)
     assert stats.extra["skipped_steps"] == 0
 
 
