@@ -10,8 +10,9 @@ import time
 import torch
 
 import specops
-from bench.harness import Row
 from specops import Tree, _build
+
+from .harness import Row
 
 CALLS = 20000
 CALLS_QUICK = 300

@@ -19,8 +19,9 @@ from __future__ import annotations
 import torch
 
 import specops
-from bench.harness import Row, time_fn
 from specops import Tree
+
+from .harness import Row, time_fn
 
 
 def _lumina(device: str, quick: bool) -> list[Row]:
@@ -166,6 +167,6 @@ def run(device: str, quick: bool) -> list[Row]:
 
 
 if __name__ == "__main__":
-    from bench.__main__ import main
+    from .__main__ import main
 
     main(["--ops", "e2e_step"])

@@ -2,7 +2,7 @@
 drafter_inputs (gather + cat), gather_rows, FeatureCache.write (index_put), path_similarity (a
 VVS-style cosine-matrix computation).
 
-    python bench/bench_features.py [--device cuda|cpu] [--quick] [--csv PATH]
+    python -m bench.bench_features [--device cuda|cpu] [--quick] [--csv PATH]
     python -m bench --ops features ...                                   (same rows)
 
 On CPU the Triton kernels are not timed (the interpreter is no fast path): the rows compare the
@@ -11,18 +11,15 @@ C++ twins ("cpu") with the reference and the eager sequences.
 
 from __future__ import annotations
 
-import os
 import sys
-
-if __package__ in (None, ""):  # run as a script: make the checkout importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch
 import torch.nn.functional as F
 
 import specops
-from bench.harness import Row, time_fn, with_ratios
 from specops.ops._common import available_backends
+
+from .harness import Row, time_fn, with_ratios
 
 # drafter_inputs: (B, M, V, E, H, S)
 DRAFTER_GPU = [(1, 16, 32000, 4096, 4096, 0), (2, 64, 65536, 4096, 4096, 128)]
@@ -164,6 +161,6 @@ def run(device: str, quick: bool) -> list[Row]:
 
 
 if __name__ == "__main__":
-    from bench.__main__ import main
+    from .__main__ import main
 
     sys.exit(main(["--ops", "features", *sys.argv[1:]]))

@@ -15,9 +15,10 @@ from __future__ import annotations
 import torch
 
 import specops
-from bench.harness import Row, time_fn, with_ratios
 from specops import Tree
 from specops.ops._common import available_backends
+
+from .harness import Row, time_fn, with_ratios
 
 
 def _rows(b, L, v, gen, device, top_k):
@@ -94,6 +95,6 @@ def run(device: str, quick: bool) -> list[Row]:
 
 
 if __name__ == "__main__":
-    from bench.__main__ import main
+    from .__main__ import main
 
     main(["--ops", "jacobi"])

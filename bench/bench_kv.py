@@ -5,23 +5,20 @@ rows (index_select) and copy them to the committed prefix (index_copy_): two ker
 commit_kv is one launch for every layer.  Both advance cache_seqlens, so every timed call first
 restores it (a [B] int32 copy_): the "seqlens reset" row times that alone (subtract it).
 
-    python bench/bench_kv.py [--device cuda|cpu] [--quick] [--csv PATH]
+    python -m bench.bench_kv [--device cuda|cpu] [--quick] [--csv PATH]
     python -m bench --ops kv ...                                         (same rows)
 """
 
 from __future__ import annotations
 
-import os
 import sys
-
-if __package__ in (None, ""):  # run as a script: make the checkout importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch
 
 import specops
-from bench.harness import Row, time_fn, with_ratios
 from specops.ops._common import available_backends
+
+from .harness import Row, time_fn, with_ratios
 
 # (layers, batch, capacity, Hkv, D, m, page or None)
 CASES_GPU = [(32, 1, 1024, 32, 128, m, None) for m in (1, 8, 64)] + [
@@ -120,6 +117,6 @@ def run(device: str, quick: bool) -> list[Row]:
 
 
 if __name__ == "__main__":
-    from bench.__main__ import main
+    from .__main__ import main
 
     sys.exit(main(["--ops", "kv", *sys.argv[1:]]))

@@ -6,7 +6,7 @@ sort-based top-p mask (sort, softmax, cumsum, scatter back) and a softmax: about
 and a full sort of every row.  GB/s counts the logits read once (cond + uncond) and the float32
 probabilities written once.
 
-    python bench/bench_probs.py [--device cuda|cpu] [--quick] [--csv PATH]
+    python -m bench.bench_probs [--device cuda|cpu] [--quick] [--csv PATH]
     python -m bench --ops probs ...                                        (same rows)
 
 On CPU the Triton kernel would run in its interpreter, so only the reference and the eager
@@ -15,17 +15,14 @@ sequence are timed there, at small sizes.
 
 from __future__ import annotations
 
-import os
 import sys
-
-if __package__ in (None, ""):  # run as a script: make the checkout importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch
 
 import specops
-from bench.harness import Row, time_fn, with_ratios
 from specops.ops._common import available_backends
+
+from .harness import Row, time_fn, with_ratios
 
 # (name, lead shape, vocab, cfg scale or None, top_k or None, top_p or None)
 CASES_GPU = [
@@ -128,6 +125,6 @@ def run(device: str, quick: bool) -> list[Row]:
 
 
 if __name__ == "__main__":
-    from bench.__main__ import main
+    from .__main__ import main
 
     sys.exit(main(["--ops", "probs", *sys.argv[1:]]))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 import specops
-from bench.harness import Row, time_fn, with_ratios
 from specops.ops._common import available_backends
+
+from .harness import Row, time_fn, with_ratios
 
 SHAPES_GPU = [(1, 32000), (64, 32000), (256, 65536), (128, 184622)]
 SHAPES_CPU = [(16, 32000), (2, 65536)]
@@ -64,6 +65,6 @@ def run(device: str, quick: bool) -> list[Row]:
 
 
 if __name__ == "__main__":
-    from bench.__main__ import main
+    from .__main__ import main
 
     main(["--ops", "sample"])

@@ -19,9 +19,9 @@ Jacobi window) and "specops paged" (page 16, shuffled block table).  GB/s = K/V 
 (B (S + N) Hkv D 2 tensors x 2 bytes) / time; "% copy" in the note = that over the measured
 device-to-device copy bandwidth (read + write) of the same run.  Ratios = peer time / this time.
 
-    python bench/bench_tree_attention.py [--device cuda|cpu] [--quick] [--csv PATH]
+    python -m bench.bench_tree_attention [--device cuda|cpu] [--quick] [--csv PATH]
     python -m bench --ops tree_attention ...                                  (same rows)
-    python bench/bench_tree_attention.py --aot [--arch 90]   (no GPU needed: compile the kernel
+    python -m bench.bench_tree_attention --aot [--arch 90]   (no GPU needed: compile the kernel
         configs of the GPU shapes for sm_XX and print registers / spills / shared memory)
 
 On CPU it only runs a tiny correctness-sized case (the Triton interpreter is no performance
@@ -34,15 +34,13 @@ import math
 import os
 import sys
 
-if __package__ in (None, ""):  # run as a script: make the checkout importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 import torch
 
 import specops
-from bench import harness
-from bench.harness import Row, time_fn, with_ratios
 from specops import Tree
+
+from . import harness
+from .harness import Row, time_fn, with_ratios
 
 # (B, N, S, Hq, Hkv, D): issue 4's grid, bf16
 CASES_GPU = [
@@ -375,6 +373,6 @@ if __name__ == "__main__":
         arch = int(sys.argv[sys.argv.index("--arch") + 1]) if "--arch" in sys.argv else 90
         aot_report(arch, smoke="--smoke" in sys.argv)
         sys.exit(0)
-    from bench.__main__ import main
+    from .__main__ import main
 
     sys.exit(main(["--ops", "tree_attention", *sys.argv[1:]]))

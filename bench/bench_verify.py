@@ -21,9 +21,10 @@ import inspect
 import torch
 
 import specops
-from bench.harness import Row, time_cpu, time_fn, with_ratios
 from specops.ops._common import available_backends
 from specops.ops.verify import _CHAIN_BACKENDS, _PATH_BACKENDS
+
+from .harness import Row, time_cpu, time_fn, with_ratios
 
 FAST = ("cuda", "triton", "cpu")
 
@@ -329,6 +330,6 @@ def run(device: str, quick: bool) -> list[Row]:
 
 
 if __name__ == "__main__":
-    from bench.__main__ import main
+    from .__main__ import main
 
     main(["--ops", "verify"])

@@ -142,9 +142,14 @@ def time_fn(fn, device: str, *, quick: bool = False, **kw) -> Stats:
 
 
 def ceilings(device: str) -> dict[str, float]:
-    """Measured in the same run: device-to-device copy GB/s (read + write), bf16 matmul TFLOP/s."""
+    """Measured in the same run: copy GB/s (read + write; device-to-device on a GPU, a 64 MiB
+    memcpy on the CPU) and, on a GPU, bf16 matmul TFLOP/s."""
     if device != "cuda":
-        return {}
+        n = 64 * 1024 * 1024
+        src = torch.ones(n, dtype=torch.uint8)
+        dst = torch.empty_like(src)
+        st = time_cpu(lambda: dst.copy_(src), trials=5, min_time_s=0.1)
+        return {"copy_gbps": 2 * n / (st.median_us * 1e-6) / 1e9}
     n = 256 * 1024 * 1024  # 256 MiB
     src = torch.empty(n, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
@@ -159,8 +164,12 @@ def ceilings(device: str) -> dict[str, float]:
 
 
 def git_commit() -> str:
+    """The checkout's commit (``-dirty`` with local changes); for an installed package, which
+    lives in no checkout of its own, ``specops <version>``."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if not os.path.exists(os.path.join(os.path.dirname(here), "csrc")):  # not a checkout
+        return os.environ.get("SPECOPS_COMMIT", f"specops {_package_version()}")
     try:
-        here = os.path.dirname(os.path.abspath(__file__))
         out = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"],
             cwd=here,
@@ -177,6 +186,12 @@ def git_commit() -> str:
         return out.stdout.strip() + ("-dirty" if dirty else "")
     except Exception:
         return os.environ.get("SPECOPS_COMMIT", "unknown")
+
+
+def _package_version() -> str:
+    from specops._build import build_info
+
+    return build_info()["version"]
 
 
 def environment(device: str) -> dict[str, str]:

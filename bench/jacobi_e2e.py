@@ -16,9 +16,10 @@ import time
 
 import torch
 
-from bench.trees_e2e import _commit
 from specops.decode import sjd, sjd_pac
 from specops.models.loading import load_default
+
+from .harness import git_commit
 
 
 def main(argv=None) -> list[dict]:
@@ -38,7 +39,7 @@ def main(argv=None) -> list[dict]:
         f"{'s':>6}"
     )
     lines = [
-        f"bench.jacobi_e2e at {_commit()}: {len(cls)} class prompts, seeds {args.seeds}, "
+        f"bench.jacobi_e2e at {git_commit()}: {len(cls)} class prompts, seeds {args.seeds}, "
         f"temperature 1, {torch.get_num_threads()} CPU thread(s)",
         head,
         "-" * len(head),

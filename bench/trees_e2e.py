@@ -16,7 +16,6 @@ Greedy runs also check that every method's tokens equal greedy AR decoding.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import time
 
 import torch
@@ -24,14 +23,7 @@ import torch
 from specops.decode import ar, speculative
 from specops.models.loading import load_default
 
-
-def _commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except Exception:
-        return "unknown"
+from .harness import git_commit
 
 
 def main(argv=None) -> list[dict]:
@@ -55,7 +47,7 @@ def main(argv=None) -> list[dict]:
         f"{'s':>6}"
     )
     lines = [
-        f"bench.trees_e2e at {_commit()}: {len(cls)} class prompts, branch {args.branch}, "
+        f"bench.trees_e2e at {git_commit()}: {len(cls)} class prompts, branch {args.branch}, "
         f"seeds {args.seeds}, {torch.get_num_threads()} CPU thread(s)",
         head,
         "-" * len(head),

@@ -13,7 +13,7 @@ PIP=("$PY" -m pip install -q --disable-pip-version-check)
 if ! "$PY" -c "import torch" 2>/dev/null; then
   "${PIP[@]}" "torch==${SPECOPS_TORCH_VERSION:-2.13.0}"
 fi
-"${PIP[@]}" numpy scipy pytest pillow "triton>=3.2" "scikit-build-core>=0.10" "pybind11>=2.12" ninja "cmake>=3.24"
+"${PIP[@]}" numpy scipy pytest pillow matplotlib "triton>=3.2" "scikit-build-core>=0.10" "pybind11>=2.12" ninja "cmake>=3.24"
 # Build specops (C++ always, CUDA whenever nvcc is found) and install it editable: Python edits
 # are live and `python -m bench` / `python -m specops.demo` from the checkout see the build.
 "${PIP[@]}" --no-build-isolation -e "$ROOT"

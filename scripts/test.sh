@@ -3,7 +3,9 @@
 # first (scripts/sanitize.sh: the C++ kernel tests against a sanitizer build of the host kernels,
 # in a build folder of its own), then pytest, whose summary line is the last line printed.
 # The stage runs with the whole suite (no arguments, as in CI) or with SPECOPS_ASAN=1;
-# SPECOPS_ASAN=0 skips it.  Exits non-zero if either run fails.
+# SPECOPS_ASAN=0 skips it.  Then, likewise (SPECOPS_WHEEL=0/1), the wheel stage: a CPU-only
+# manylinux wheel built by scripts/build_wheel.sh and smoke-tested in a fresh virtual
+# environment.  Exits non-zero if any run fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup_env.sh"
@@ -16,9 +18,18 @@ if [ "${SPECOPS_ASAN:-$([ $# -eq 0 ] && echo 1 || echo 0)}" = "1" ]; then
       "script exits non-zero"
   fi
 fi
+wheel_rc=0
+if [ "${SPECOPS_WHEEL:-$([ $# -eq 0 ] && echo 1 || echo 0)}" = "1" ]; then
+  bash "$ROOT/scripts/build_wheel.sh" cpu || wheel_rc=$?
+  if [ $wheel_rc -ne 0 ]; then
+    echo "wheel stage FAILED (exit $wheel_rc, report above); the main run follows and this" \
+      "script exits non-zero"
+  fi
+fi
 rc=0
 "$(dirname "$PY")/pytest" -q -ra "$@" || rc=$?
 if [ $rc -ne 0 ]; then
   exit $rc
 fi
-exit $asan_rc
+[ $asan_rc -ne 0 ] && exit $asan_rc
+exit $wheel_rc

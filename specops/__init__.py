@@ -5,8 +5,9 @@ semantics live in ``specops.reference``."""
 
 from specops import ops as _ops
 from specops import reference
-from specops._build import build_info
+from specops._build import _version, build_info
 from specops.ops import *  # noqa: F403
 from specops.tree import Tree
 
+__version__ = _version()
 __all__ = ["Tree", "build_info", "reference", *_ops.__all__]

@@ -75,12 +75,16 @@ def build_info() -> dict:
 
 
 def _version() -> str:
+    """The installed distribution's version (``0.1.0+cpu`` for a CPU-only build), else the
+    source's (a checkout used without installing)."""
     try:
         from importlib.metadata import version
 
         return version("specops")
     except Exception:
-        return "unknown"
+        from specops._version import __version__
+
+        return __version__
 
 
 def _triton_version():

@@ -1,10 +1,13 @@
 """The main job: every decoding method on the embedded visual AR model, side by side.
 
-    python -m specops.demo [--out demo_out/demo.png] [--classes 0 1 2 ...] [--device cpu|cuda]
+    specops demo [--out demo_out/demo.png] [--classes 0 1 2 ...] [--device cpu|cuda]
+    python -m specops.demo ...                      (the same)
 
 Generates one image per class prompt with each method (one row per method, the same prompts
-and seed), writes the grid as a PNG and prints step compression (tokens / target forward passes),
-target passes per image, wall time and the share of it spent in specops' decoding ops.  The
+and seed), writes the grid as a PNG, a second PNG with each method's accepted-length histogram
+(``<out>_accept.png``), and prints step compression (tokens / target forward passes), target
+passes per image, wall time and the share of it spent in specops' decoding ops.  Needs pillow and
+matplotlib (``pip install 'specops[demo]'``), checked before any work starts.  The
 lossless methods (AR, speculative, SJD, SJD-PAC) sample the same distribution, so their rows
 are different draws of the same model; VVS trades exactness for fewer passes.
 """
@@ -21,6 +24,9 @@ import numpy as np
 import torch
 
 import specops
+from specops._optional import require
+from specops._progress import Progress
+from specops.decode import progress
 from specops.decode.ar import ar
 from specops.decode.sjd import sjd
 from specops.decode.sjd_pac import sjd_pac
@@ -88,8 +94,33 @@ def format_table(stats: list) -> str:
     return "\n".join(lines)
 
 
+def accept_hist_figure(stats: list, path: Path) -> None:
+    """One panel per method: the share of decoding steps that emitted n tokens (n on x), with the
+    mean; AR is a single bar at 1."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(
+        1, len(stats), figsize=(2.6 * len(stats), 2.6), sharey=True, squeeze=False
+    )
+    for ax, s in zip(axes[0], stats):
+        hist = np.asarray(s.accept_hist, dtype=float)
+        share = hist / max(hist.sum(), 1.0)
+        ax.bar(np.arange(len(share)), share, color="#4878a8")
+        ax.axvline(s.mean_accepted, color="#c0504d", lw=1.2, ls="--")
+        ax.set_title(f"{s.method}\nmean {s.mean_accepted:.2f}", fontsize=9)
+        ax.set_xlabel("tokens per step", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0][0].set_ylabel("share of steps", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None) -> list:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="specops demo", description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="demo_out/demo.png", help="PNG path (default %(default)s)")
     ap.add_argument("--classes", type=int, nargs="*", default=list(range(10)))
     ap.add_argument("--methods", nargs="*", default=list(METHODS), choices=METHODS)
@@ -100,6 +131,7 @@ def main(argv=None) -> list:
     ap.add_argument("--threads", type=int, default=2, help="CPU threads (default %(default)s)")
     ap.add_argument("--json", default=None, help="also write the table as JSON here")
     args = ap.parse_args(argv)
+    require("specops demo", "PIL", "matplotlib", extra="demo")  # before any model work
 
     dev = args.device
     if dev == "auto":
@@ -118,15 +150,18 @@ def main(argv=None) -> list:
 
     rows, labels, stats = [], [], []
     t0 = time.perf_counter()
+    bar = Progress("demo", 0, unit="tokens")  # one method at a time, off when not a TTY
     for name in args.methods:
-        tokens, st = run_method(
-            name,
-            m,
-            classes,
-            seed=args.seed,
-            temperature=args.temperature,
-            cfg_scale=args.cfg_scale,
-        )
+        with progress(bar.tokens(name)):
+            tokens, st = run_method(
+                name,
+                m,
+                classes,
+                seed=args.seed,
+                temperature=args.temperature,
+                cfg_scale=args.cfg_scale,
+            )
+        bar.clear()
         st.method = name
         rows.append(m.vq.decode(tokens.cpu()))
         labels.append(f"{name}\n{st.step_compression:.2f}x")
@@ -139,9 +174,12 @@ def main(argv=None) -> list:
     from PIL import Image
 
     Image.fromarray(image_grid(rows, labels)).save(out)
+    hist_path = out.with_name(out.stem + "_accept.png")
+    accept_hist_figure(stats, hist_path)
     print()
     print(format_table(stats))
-    print(f"\nwrote {out} ({len(rows)} rows x {len(args.classes)} images); total {total:.1f}s")
+    print(f"\nwrote {out} ({len(rows)} rows x {len(args.classes)} images) and {hist_path}; "
+          f"total {total:.1f}s")  # fmt: skip
     if args.json:
         record = {
             "device": dev,
@@ -160,4 +198,6 @@ def main(argv=None) -> list:
 
 
 if __name__ == "__main__":
-    main()
+    from specops.cli import run_main
+
+    raise SystemExit(run_main(main))

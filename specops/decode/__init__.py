@@ -13,13 +13,15 @@ tree=None)`` with ``cache = model.new_cache(batch, capacity)`` (see ``specops.de
 Every function returns the tokens [B, length] int32 and a ``Stats`` (per-request target passes
 and step compression, batched target passes, accepted-length histogram, wall time split into
 model / specops / other).
+``with progress(hook): ...`` calls ``hook(counts, length)`` once per step (specops.decode.progress).
 """
 
 from specops.decode.ar import ar
+from specops.decode.progress import progress
 from specops.decode.sjd import sjd
 from specops.decode.sjd_pac import sjd_pac
 from specops.decode.speculative import speculative
 from specops.decode.stats import Stats
 from specops.decode.vvs import lantern, vvs
 
-__all__ = ["ar", "speculative", "sjd", "sjd_pac", "vvs", "lantern", "Stats"]
+__all__ = ["ar", "speculative", "sjd", "sjd_pac", "vvs", "lantern", "Stats", "progress"]

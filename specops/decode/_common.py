@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 import specops
+from specops.decode.progress import current_hook
 from specops.decode.stats import Recorder
 from specops.tree import Tree
 
@@ -238,8 +239,20 @@ class Output:
         self.count += n.long()
 
     def done(self) -> bool:
-        """The loop's one host read per step."""
-        return bool((self.count >= self.length).all())
+        """The loop's one host read per step; it also feeds the progress hook, if one is set."""
+        hook = current_hook()
+        if hook is None:
+            return bool((self.count >= self.length).all())
+        counts = self.count.cpu()
+        hook(counts, self.length)
+        return bool((counts >= self.length).all())
+
+    def report(self) -> None:
+        """Feed the progress hook from a loop whose stop check is not ``done()`` (AR, VVS): a
+        host read only while a hook is set."""
+        hook = current_hook()
+        if hook is not None:
+            hook(self.count.cpu(), self.length)
 
     def tokens(self) -> torch.Tensor:
         return self.buf[:, : self.length]

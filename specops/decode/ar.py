@@ -42,6 +42,7 @@ def ar(
             tok = specops.sample(probs, seed=seed, offset=rng())  # x ~ p (argmax at T = 0)
         out.write(tok[:, None], ones.long())
         rec.emitted(ones.long(), ones)
+        out.report()
         if i == length - 1:
             break
         # feed x at position c = seqlens, then commit it (slot 0)

@@ -237,6 +237,7 @@ def vvs(
         # the step's one host read: stop when every request is done; run no target pass at all
         # when every active request skips verification
         finished, any_verify = torch.stack([~active.any(), verify.any()]).tolist()
+        out.report()
         if finished:
             break
         # --- verified rows: one pass over [root, x°] + the new tree (post verification)

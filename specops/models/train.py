@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from specops._progress import Progress
 from specops.models.data import CLASSES, make_dataset
 from specops.models.drafter import Drafter
 from specops.models.transformer import ARConfig, Transformer
@@ -61,7 +62,9 @@ def train_ar(args, cfg: ARConfig, tokens, labels):
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.05)
     g = torch.Generator().manual_seed(args.seed)
     t0 = time.time()
+    bar = Progress("ar", args.ar_steps, unit="steps")  # on a terminal, between the loss lines
     for step in range(args.ar_steps):
+        bar.update(step)
         idx = torch.randint(0, tokens.shape[0], (args.batch,), generator=g)
         cls = labels[idx] + cfg.vocab
         drop = torch.rand(args.batch, generator=g) < 0.1
@@ -76,6 +79,7 @@ def train_ar(args, cfg: ARConfig, tokens, labels):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % 50 == 0 or step == args.ar_steps - 1:
+            bar.clear()
             print(f"ar step {step:4d} loss {loss.item():.3f} ({time.time() - t0:.0f}s)", flush=True)
     return model, time.time() - t0, loss.item()
 
@@ -121,7 +125,9 @@ def train_drafter(args, target: Transformer, tokens, labels):
     opt = torch.optim.AdamW(drafter.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     g = torch.Generator().manual_seed(args.seed + 1)
     t0 = time.time()
+    bar = Progress("drafter", args.drafter_steps, unit="steps")
     for step in range(args.drafter_steps):
+        bar.update(step)
         idx = torch.randint(0, tokens.shape[0], (args.drafter_batch,), generator=g)
         seq = torch.cat([(labels[idx] + target.cfg.vocab)[:, None], tokens[idx]], 1)
         for group in opt.param_groups:
@@ -132,6 +138,7 @@ def train_drafter(args, target: Transformer, tokens, labels):
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
         opt.step()
         if step % 50 == 0 or step == args.drafter_steps - 1:
+            bar.clear()
             print(f"drafter step {step:4d} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
     return drafter, time.time() - t0, loss.item()
 

@@ -53,6 +53,24 @@ def validation(enabled: bool = True):
 
 
 # backends ---------------------------------------------------------------------------------
+# op -> its backends, fastest first: the one table `specops info` and docs/api print.
+_BACKEND_TABLE: dict[str, tuple[str, ...]] = {}
+
+
+def declare_backends(have: tuple[str, ...], *ops: str) -> tuple[str, ...]:
+    """Record that ``ops`` are implemented by ``have`` (fastest first); returns ``have``."""
+    for op in ops:
+        _BACKEND_TABLE[op] = have
+    return have
+
+
+def backend_table() -> dict[str, tuple[str, ...]]:
+    """Every public op's backends, fastest first (some ops narrow them per call: tree_attention
+    and append_kv run the reference for float64, tree_attention for head dims over the Triton
+    kernel's limit; "cascade" is asked for by name only)."""
+    return dict(sorted(_BACKEND_TABLE.items()))
+
+
 def available_backends(device: torch.device, have: tuple[str, ...]) -> list[str]:
     """Backends of an op (``have``, fastest first) usable for tensors on ``device``."""
     out = []

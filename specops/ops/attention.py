@@ -22,7 +22,7 @@ from specops.tree import Tree
 
 __all__ = ["tree_attention", "append_kv"]
 
-_BACKENDS = ("triton", "reference")
+_BACKENDS = c.declare_backends(("triton", "reference"), "tree_attention", "append_kv")
 _ATTN_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _IDX_DTYPES = (torch.int32, torch.int64)
 _TRITON_MAX_HEAD_DIM = 256  # = specops.triton_kernels.tree_attention.MAX_HEAD_DIM

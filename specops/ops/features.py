@@ -16,7 +16,13 @@ from specops.ops import _common as c
 
 __all__ = ["FeatureCache", "gather_rows", "drafter_inputs", "path_similarity"]
 
-_BACKENDS = ("triton", "cpu", "reference")
+_BACKENDS = c.declare_backends(
+    ("triton", "cpu", "reference"),
+    "gather_rows",
+    "drafter_inputs",
+    "path_similarity",
+    "FeatureCache",
+)
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _MAX_PATHS = 1024  # one program holds all P paths of a position
 

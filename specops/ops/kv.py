@@ -15,7 +15,7 @@ from specops.ops import _common as c
 
 __all__ = ["commit_kv"]
 
-_BACKENDS = ("cuda", "triton", "cpu", "reference")
+_BACKENDS = c.declare_backends(("cuda", "triton", "cpu", "reference"), "commit_kv")
 _CACHE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _MAX_MOVES = 2048  # shared memory of the CUDA kernel: 16 bytes per entry of accepted_slots
 _OP = "commit_kv"

@@ -13,7 +13,7 @@ from specops.ops import _common as c
 __all__ = ["probs_from_logits"]
 
 _OP = "probs_from_logits"
-_BACKENDS = ("triton", "reference")
+_BACKENDS = c.declare_backends(("triton", "reference"), "probs_from_logits")
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _INTS = (torch.int32, torch.int64)
 

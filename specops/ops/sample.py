@@ -11,7 +11,7 @@ from specops.ops import _common as c
 
 __all__ = ["sample", "sample_without_replacement"]
 
-_BACKENDS = ("cuda", "triton", "cpu", "reference")
+_BACKENDS = c.declare_backends(("cuda", "triton", "cpu", "reference"), "sample")
 
 
 @traced("sample")
@@ -140,7 +140,7 @@ def sample_without_replacement(
     return c.call(op, args, out, lambda: (("out", (*lead, k), torch.int32, dev),))
 
 
-_WOR_BACKENDS = ("cuda", "cpu", "reference")
+_WOR_BACKENDS = c.declare_backends(("cuda", "cpu", "reference"), "sample_without_replacement")
 
 
 def _wor_impl(

@@ -38,7 +38,7 @@ from specops.tree import Tree
 
 __all__ = ["select_frontier", "build_dynamic_tree", "Frontier", "DynamicTree"]
 
-_BACKENDS = ("reference",)
+_BACKENDS = c.declare_backends(("reference",), "select_frontier", "build_dynamic_tree")
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 

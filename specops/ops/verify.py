@@ -24,10 +24,10 @@ from specops.tree import Tree
 
 __all__ = ["Relaxation", "verify_chain", "verify_tree", "verify_jacobi", "path_acceptance"]
 
-_PATH_BACKENDS = ("cuda", "cpu", "reference")
+_PATH_BACKENDS = c.declare_backends(("cuda", "cpu", "reference"), "path_acceptance")
 # C++ CPU twin / CUDA: _verify_kernels; Triton: triton_kernels/verify.py
-_CHAIN_BACKENDS = ("cuda", "triton", "cpu", "reference")
-_TREE_BACKENDS = ("cuda", "cpu", "reference")
+_CHAIN_BACKENDS = c.declare_backends(("cuda", "triton", "cpu", "reference"), "verify_chain")
+_TREE_BACKENDS = c.declare_backends(("cuda", "cpu", "reference"), "verify_tree")
 
 
 # checks ---------------------------------------------------------------------------------------
@@ -437,7 +437,8 @@ def verify_jacobi(
     return JacobiResult(*out, cands if k else None, path if tr else None)
 
 
-_JACOBI_BACKENDS = ("cuda", "cpu", "reference")  # C++ CPU twin / CUDA: _jacobi_kernels
+# C++ CPU twin / CUDA: _jacobi_kernels
+_JACOBI_BACKENDS = c.declare_backends(("cuda", "cpu", "reference"), "verify_jacobi")
 
 
 def _jacobi_impl(

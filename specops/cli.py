@@ -1,0 +1,88 @@
+"""The ``specops`` command (also ``python -m specops``): demo, bench, info.
+
+    specops demo [--classes 0 1 ...] [--methods ...]   # every decoding method, images + table
+    specops bench [--ops sample,verify] [--plot DIR]   # the benchmark suite shipped in the package
+    specops info [--json]                              # the build, the backends, the machine
+
+``specops <command> --help`` shows each command's options."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from specops._optional import MissingDependency
+
+COMMANDS = {
+    "demo": "every decoding method on the embedded visual AR model: images, histograms, table",
+    "bench": "benchmark the ops against their peers (CSV, --plot for PNG charts)",
+    "info": "what was compiled, what runs here, and each op's backends",
+}
+
+
+def run_main(fn, argv=None) -> int:
+    """Call a command's main; a missing optional dependency is an error line, not a traceback."""
+    try:
+        rc = fn(argv)
+    except MissingDependency as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `specops info | head`: stop quietly, as other CLI tools do
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return rc if isinstance(rc, int) else 0
+
+
+def info(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="specops info", description=COMMANDS["info"])
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args(argv)
+    import specops
+    from specops.ops._common import backend_table
+
+    data = specops.build_info() | {"backends": backend_table()}
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+        return 0
+    for k, v in data.items():
+        if k != "backends":
+            print(f"{k:<20} {v}")
+    print("\nbackends (fastest first; 'auto' takes the first usable one)")
+    for op, have in data["backends"].items():
+        print(f"  {op:<28} {', '.join(have)}")
+    return 0
+
+
+def _usage() -> str:
+    lines = ["usage: specops {demo,bench,info} ...", "", __doc__.split("\n")[0], ""]
+    lines += [f"  {name:<6} {text}" for name, text in COMMANDS.items()]
+    lines += ["", "specops <command> --help shows each command's options."]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "demo":
+        from specops.demo import main as demo_main
+
+        return run_main(demo_main, rest)
+    if cmd == "bench":
+        from specops.bench.__main__ import main as bench_main
+
+        return run_main(bench_main, rest)
+    if cmd == "info":
+        return run_main(info, rest)
+    print(f"specops: unknown command {cmd!r}\n\n{_usage()}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
