@@ -21,7 +21,9 @@ One step, with the root s_c the last emitted token (not yet in the target's cach
      frontier (width ``branch``) and the final ``num_nodes``-node tree (Spec-LLaVA's "top-n tokens
      for the whole tree") are the best by path score among the offered children.  Fewer
      candidates than the budget leave padding nodes (token -1, never accepted).  All on the
-     device: the per-node decision is a mask on the top-k tensor, the loop runs over depth only;
+     device: the per-node decision is a mask on the top-k tensor, the loop runs over depth only
+     (shapes stay fixed: absent frontier slots still run through the drafter, as token 0, and
+     padding nodes through the target);
    - a static ``Tree`` (e.g. ``Tree.kary(2, 4)``): the children of every node are drawn from its
      drafter distribution q, i.i.d. or without replacement; ``verify_tree`` with q (the tree
      shape does not depend on the draws, which keeps recursive rejection sampling lossless);
