@@ -2,7 +2,7 @@
 drafter_inputs (gather + cat), gather_rows, FeatureCache.write (index_put), path_similarity (a
 VVS-style cosine-matrix computation).
 
-    python bench/bench_features.py [--device cuda|cpu] [--quick] [--csv PATH]
+    python -m bench.bench_features [--device cuda|cpu] [--quick] [--csv PATH]
     python -m bench --ops features ...                                   (same rows)
 
 On CPU the Triton kernels are not timed (the interpreter is no fast path): the rows compare the

@@ -5,7 +5,7 @@ rows (index_select) and copy them to the committed prefix (index_copy_): two ker
 commit_kv is one launch for every layer.  Both advance cache_seqlens, so every timed call first
 restores it (a [B] int32 copy_): the "seqlens reset" row times that alone (subtract it).
 
-    python bench/bench_kv.py [--device cuda|cpu] [--quick] [--csv PATH]
+    python -m bench.bench_kv [--device cuda|cpu] [--quick] [--csv PATH]
     python -m bench --ops kv ...                                         (same rows)
 """
 

@@ -6,7 +6,7 @@ sort-based top-p mask (sort, softmax, cumsum, scatter back) and a softmax: about
 and a full sort of every row.  GB/s counts the logits read once (cond + uncond) and the float32
 probabilities written once.
 
-    python bench/bench_probs.py [--device cuda|cpu] [--quick] [--csv PATH]
+    python -m bench.bench_probs [--device cuda|cpu] [--quick] [--csv PATH]
     python -m bench --ops probs ...                                        (same rows)
 
 On CPU the Triton kernel would run in its interpreter, so only the reference and the eager

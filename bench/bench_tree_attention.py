@@ -19,9 +19,9 @@ Jacobi window) and "specops paged" (page 16, shuffled block table).  GB/s = K/V 
 (B (S + N) Hkv D 2 tensors x 2 bytes) / time; "% copy" in the note = that over the measured
 device-to-device copy bandwidth (read + write) of the same run.  Ratios = peer time / this time.
 
-    python bench/bench_tree_attention.py [--device cuda|cpu] [--quick] [--csv PATH]
+    python -m bench.bench_tree_attention [--device cuda|cpu] [--quick] [--csv PATH]
     python -m bench --ops tree_attention ...                                  (same rows)
-    python bench/bench_tree_attention.py --aot [--arch 90]   (no GPU needed: compile the kernel
+    python -m bench.bench_tree_attention --aot [--arch 90]   (no GPU needed: compile the kernel
         configs of the GPU shapes for sm_XX and print registers / spills / shared memory)
 
 On CPU it only runs a tiny correctness-sized case (the Triton interpreter is no performance

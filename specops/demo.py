@@ -34,7 +34,8 @@ from specops.decode.speculative import speculative
 from specops.decode.vvs import vvs
 from specops.models.loading import load_default
 
-METHODS = ("ar", "spec-chain", "spec-tree", "sjd", "sjd-pac", "vvs")
+METHODS = ("ar", "spec-chain", "spec-tree", "spec-conf", "sjd", "sjd-pac", "vvs")
+WINDOW = 64  # SJD and SJD-PAC at the same window: the SJD-PAC paper's L
 
 
 def run_method(name: str, m, classes, *, seed: int, temperature: float, cfg_scale=None):
@@ -47,12 +48,15 @@ def run_method(name: str, m, classes, *, seed: int, temperature: float, cfg_scal
         return speculative(m.target, m.drafter, classes, tree=None, num_draft=4, **kw)
     if name == "spec-tree":
         return speculative(m.target, m.drafter, classes, tree="dynamic", **tree, **kw)
+    if name == "spec-conf":
+        return speculative(m.target, m.drafter, classes, tree="confidence", threshold=0.5, **tree,
+                           **kw)  # fmt: skip
     if name == "sjd":
-        return sjd(m.target, classes, window=16, **kw)
+        return sjd(m.target, classes, window=WINDOW, **kw)
     if name == "sjd-pac":
-        return sjd_pac(m.target, classes, window=32, branch=3, depth=3, **kw)
+        return sjd_pac(m.target, classes, window=WINDOW, branch=4, depth=3, **kw)
     if name == "vvs":
-        return vvs(m.target, m.drafter, classes, m.vq.latents, threshold=0.85, **tree, **kw)
+        return vvs(m.target, m.drafter, classes, m.vq.latents, threshold=0.7, **tree, **kw)
     raise ValueError(f"unknown method {name!r}; choose from {METHODS}")
 
 
@@ -77,14 +81,15 @@ def image_grid(rows: list[np.ndarray], labels: list[str], scale: int = 2) -> np.
 
 def format_table(stats: list) -> str:
     head = (
-        f"{'method':<11} {'step compr.':>11} {'passes/img':>10} {'wall s':>8} {'model s':>8} "
-        f"{'specops s':>9} {'specops %':>9}"
+        f"{'method':<11} {'step compr.':>11} {'passes/img':>10} {'batched':>8} {'wall s':>8} "
+        f"{'model s':>8} {'specops s':>9} {'specops %':>9}"
     )
     lines = [head, "-" * len(head)]
     for s in stats:
         lines.append(
-            f"{s.method:<11} {s.step_compression:>11.2f} {s.mean_passes:>10.1f} {s.wall_s:>8.2f} "
-            f"{s.model_s:>8.2f} {s.specops_s:>9.2f} {100 * s.specops_share:>8.1f}%"
+            f"{s.method:<11} {s.step_compression:>11.2f} {s.mean_passes:>10.1f} "
+            f"{s.target_passes:>8d} {s.wall_s:>8.2f} {s.model_s:>8.2f} {s.specops_s:>9.2f} "
+            f"{100 * s.specops_share:>8.1f}%"
         )
     return "\n".join(lines)
 

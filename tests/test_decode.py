@@ -45,8 +45,9 @@ def test_ar_is_one_token_per_pass(runs):
 
 
 def test_sjd_pac_beats_sjd_beats_one(runs):
-    sjd, pac = runs["sjd"][1], runs["sjd-pac"][1]
+    sjd, pac = runs["sjd"][1], runs["sjd-pac"][1]  # the same window
     assert 1.0 < sjd.step_compression < pac.step_compression, (sjd, pac)
+    assert pac.extra["branch_continuations"] > 0
 
 
 def test_tree_speculative_accepts_more_than_1_5_per_pass(runs):
@@ -59,12 +60,25 @@ def test_vvs_needs_fewer_target_passes_than_tree_speculative(runs):
     tree, v = runs["spec-tree"][1], runs["vvs"][1]
     assert v.extra["skipped_steps"] > 0
     assert v.mean_passes < tree.mean_passes, (v, tree)
+    # the batch of 10 runs a target pass whenever one request verifies: honest counters
+    assert v.target_passes >= max(v.passes_per_request)
+    assert v.batch_step_compression <= v.step_compression
+
+
+def test_confidence_tree_uses_at_most_its_budget(runs):
+    conf, tree = runs["spec-conf"][1], runs["spec-tree"][1]
+    assert conf.extra["mean_tree_nodes"] < tree.extra["mean_tree_nodes"] == 24
+    assert conf.step_compression > 1.5
 
 
 def test_greedy_speculative_equals_greedy_ar(model):
     cls = CLASSES[:2]
     ref, _ = ar(model.target, cls, temperature=0)
-    for kw in (dict(tree=None, num_draft=4), dict(tree="dynamic", branch=3, depth=4, num_nodes=16)):
+    for kw in (
+        dict(tree=None, num_draft=4),
+        dict(tree="dynamic", branch=3, depth=4, num_nodes=16),
+        dict(tree="confidence", branch=3, depth=6, num_nodes=16, threshold=0.5),
+    ):
         got, st = speculative(model.target, model.drafter, cls, temperature=0, **kw)
         assert torch.equal(got, ref), kw
         assert st.step_compression > 1.5

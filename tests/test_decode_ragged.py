@@ -11,7 +11,11 @@ from specops.decode import ar, sjd, sjd_pac, speculative
 from specops.models.loading import load_default
 
 LENS = [1, 5, 3]
-METHODS = {"ar": (ar, {}), "sjd": (sjd, {"window": 8}), "sjd_pac": (sjd_pac, {"window": 16})}
+METHODS = {
+    "ar": (ar, {}),
+    "sjd": (sjd, {"window": 8}),
+    "sjd_pac": (sjd_pac, {"window": 16, "branch": 3, "depth": 3}),
+}
 
 
 @pytest.fixture(scope="module")

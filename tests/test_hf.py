@@ -26,7 +26,11 @@ import specops  # noqa: E402
 import specops.hf  # noqa: E402
 from specops import Tree  # noqa: E402
 
-METHOD_OPTIONS = {"ar": {}, "sjd": {"window": 6}, "sjd_pac": {"window": 16}}
+METHOD_OPTIONS = {
+    "ar": {},
+    "sjd": {"window": 6},
+    "sjd_pac": {"window": 16, "branch": 3, "depth": 3},
+}
 
 
 def llama(vocab=96, seed=0, init=0.3, **kw):

@@ -13,7 +13,11 @@ transformers = pytest.importorskip("transformers")
 
 import specops.hf  # noqa: E402
 
-METHOD_OPTIONS = {"ar": {}, "sjd": {"window": 6}, "sjd_pac": {"window": 16}}
+METHOD_OPTIONS = {
+    "ar": {},
+    "sjd": {"window": 6},
+    "sjd_pac": {"window": 16, "branch": 3, "depth": 3},
+}
 SMALL = dict(
     hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
     num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.3,

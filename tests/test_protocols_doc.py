@@ -41,7 +41,7 @@ def test_greedy_methods_agree(tiny, ragged):
         prompt[1, 2:] = -1
         prompt[2, 4:] = -1
     ref, _ = ar(tiny, prompt, length=40, temperature=0)
-    for fn, kw in ((sjd, {"window": 8}), (sjd_pac, {"window": 16})):
+    for fn, kw in ((sjd, {"window": 8}), (sjd_pac, {"window": 16, "branch": 3, "depth": 3})):
         got, _ = fn(tiny, prompt, length=40, temperature=0, **kw)
         assert torch.equal(got, ref), fn.__name__
     if ragged:
@@ -49,7 +49,9 @@ def test_greedy_methods_agree(tiny, ragged):
         assert torch.equal(alone[0], ref[1])
 
 
-@pytest.mark.parametrize("fn,kw", [(ar, {}), (sjd, {"window": 8}), (sjd_pac, {"window": 16})])
+@pytest.mark.parametrize(
+    "fn,kw", [(ar, {}), (sjd, {"window": 8}), (sjd_pac, {"window": 16, "branch": 3, "depth": 3})]
+)
 def test_eos_stops_requests(tiny, fn, kw):
     """A model with ``eos_token_ids``: each request stops at its first EOS (same tokens up to it
     as without EOS), and the loop stops when every request has."""

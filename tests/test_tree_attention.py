@@ -363,10 +363,9 @@ def test_kernel_lowers_for_sm90_without_spills():
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
-    script = os.path.join(root, "bench", "bench_tree_attention.py")
     res = subprocess.run(
-        [sys.executable, script, "--aot", "--smoke"],
-        env=env, capture_output=True, text=True, timeout=600,
+        [sys.executable, "-m", "bench.bench_tree_attention", "--aot", "--smoke"],
+        env=env, capture_output=True, text=True, timeout=600, cwd=root,
     )  # fmt: skip
     if res.returncode != 0 and "ptxas" in res.stderr and "not found" in res.stderr:
         pytest.skip("no ptxas for ahead-of-time compilation")

@@ -33,7 +33,7 @@ Kernel design
 - head_dim: any D <= 256, padded to a power of two (>= 16) with masked loads.
 - Tiles (``_config``): BLOCK_N = 64 keys (32 for D > 128 and for float32), BLOCK_M = the packed
   rows rounded up to a power of two, at most 128 (8 warps: two wgmma warpgroups) for D <= 128.
-  Compiled for sm_90 without a GPU (``python bench/bench_tree_attention.py --aot``), the
+  Compiled for sm_90 without a GPU (``python -m bench.bench_tree_attention --aot``), the
   fp16/bf16 configs use no spill stack; not yet tuned by timing on a GPU.
 """
 

@@ -3,14 +3,16 @@ sync inside a step except the read that decides when to stop, the maths in comme
 
     tokens, stats = ar(model, classes)
     tokens, stats = speculative(model, drafter, classes, tree="dynamic")   # or None / a Tree
-    tokens, stats = sjd(model, classes, window=16)
-    tokens, stats = sjd_pac(model, classes, window=32, branch=3, depth=3)
-    tokens, stats = vvs(model, drafter, classes, codebook)
+    tokens, stats = speculative(model, drafter, classes, tree="confidence", threshold=0.5)
+    tokens, stats = sjd(model, classes, window=64)
+    tokens, stats = sjd_pac(model, classes)          # window 64, K = 4, D = 3 (the paper's)
+    tokens, stats = vvs(model, drafter, classes, codebook, relax=lantern(codebook, 16, 0.2))
 
 Models follow the protocol ``logits, hidden = model(tokens [B, N], positions [B, N], cache,
 tree=None)`` with ``cache = model.new_cache(batch, capacity)`` (see ``specops.decode._common``).
-Every function returns the tokens [B, length] int32 and a ``Stats`` (target passes, step
-compression, accepted-length histogram, wall time split into model / specops / other).
+Every function returns the tokens [B, length] int32 and a ``Stats`` (per-request target passes
+and step compression, batched target passes, accepted-length histogram, wall time split into
+model / specops / other).
 ``with progress(hook): ...`` calls ``hook(counts, length)`` once per step (specops.decode.progress).
 """
 
@@ -20,6 +22,6 @@ from specops.decode.sjd import sjd
 from specops.decode.sjd_pac import sjd_pac
 from specops.decode.speculative import speculative
 from specops.decode.stats import Stats
-from specops.decode.vvs import vvs
+from specops.decode.vvs import lantern, vvs
 
-__all__ = ["ar", "speculative", "sjd", "sjd_pac", "vvs", "Stats", "progress"]
+__all__ = ["ar", "speculative", "sjd", "sjd_pac", "vvs", "lantern", "Stats", "progress"]

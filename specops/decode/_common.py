@@ -30,6 +30,7 @@ __all__ = [
     "select_tree",
     "start",
     "emit_first",
+    "init_rows",
 ]
 
 
@@ -315,3 +316,18 @@ def select_tree(cond: torch.Tensor, a: Tree, b: Tree, width: int) -> Tree:
             t.__dict__[k] = va
     t.__dict__["_path_width"] = width
     return t
+
+
+def init_rows(init, p0: torch.Tensor) -> torch.Tensor:
+    """The initial window's draft distribution [B, V]: p(s_1) ("target"), uniform over the
+    vocabulary ("uniform") or over the tokens of a [V] bool mask."""
+    if isinstance(init, str):
+        if init == "target":
+            return p0
+        if init == "uniform":
+            return torch.full_like(p0, 1.0 / p0.shape[-1])
+        raise ValueError(f"init must be 'target', 'uniform' or a [V] bool mask, got {init!r}")
+    mask = torch.as_tensor(init, device=p0.device)
+    if mask.shape != p0.shape[-1:] or mask.dtype != torch.bool or not bool(mask.any()):
+        raise ValueError(f"init mask must be a non-empty [V={p0.shape[-1]}] bool tensor")
+    return (mask.float() / mask.sum()).expand_as(p0)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops.decode._common import emit_first, prompt_tokens, start
+from specops.decode._common import emit_first, init_rows, prompt_tokens, start
 
 __all__ = ["sjd", "shift_window"]
 
@@ -45,6 +45,7 @@ def sjd(
     classes,
     *,
     window: int = 16,
+    init="target",
     length: int | None = None,
     temperature: float = 1.0,
     top_k=None,
@@ -52,7 +53,10 @@ def sjd(
     cfg_scale=None,
     seed: int = 0,
 ):
-    """SJD with a window of ``window`` slots.  -> (tokens [B, length] int32, Stats)."""
+    """SJD with a window of ``window`` slots.  ``init``: the first window's draws, "target" (from
+    p(s_1)), "uniform" (uniform over the vocabulary, as SJD-PAC's authors initialise) or a [V]
+    bool mask of the image tokens.  -> (tokens [B, length] int32, Stats)."""
+
     L = window
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     prompt = prompt_tokens(model, classes)
@@ -70,7 +74,12 @@ def sjd(
     # initial window: every slot drawn from the only distribution there is, p(s_1)
     with rec.timer("specops"):
         w, q = shift_window(
-            torch.zeros(b, L, dtype=torch.int32, device=dev), None, ones * L, p0, seed, rng()
+            torch.zeros(b, L, dtype=torch.int32, device=dev),
+            None,
+            ones * L,
+            init_rows(init, p0),
+            seed,
+            rng(),
         )
     while not out.done():
         active = out.active

@@ -14,6 +14,16 @@ One step, with the root s_c the last emitted token (not yet in the target's cach
      outscores its parent, so the set is closed under ancestors).  Children are deterministic
      given the prefix, so they are verified as deterministic drafts (q = one-hot: accept child
      x w.p. p(x), else p <- norm(p without x)), which is lossless whatever the tree;
+   - ``tree="confidence"`` (Spec-LLaVA Sec. 4.2): the EAGLE-2 construction where every node
+     offers only its top-1 child when the drafter is confident at it -- entropy of its T = 1
+     distribution H(q) <= ``threshold`` nats (``confidence="entropy"``), or top-1 probability
+     >= ``threshold`` (``confidence="top1"``) -- and its top-``branch`` children otherwise; the
+     frontier (width ``branch``) and the final ``num_nodes``-node tree (Spec-LLaVA's "top-n tokens
+     for the whole tree") are the best by path score among the offered children.  Fewer
+     candidates than the budget leave padding nodes (token -1, never accepted).  All on the
+     device: the per-node decision is a mask on the top-k tensor, the loop runs over depth only
+     (shapes stay fixed: absent frontier slots still run through the drafter, as token 0, and
+     padding nodes through the target);
    - a static ``Tree`` (e.g. ``Tree.kary(2, 4)``): the children of every node are drawn from its
      drafter distribution q, i.i.d. or without replacement; ``verify_tree`` with q (the tree
      shape does not depend on the draws, which keeps recursive rejection sampling lossless);
@@ -64,10 +74,34 @@ def draft_chain(dr: DraftRunner, root, logits, g, k: int, sampling, seed, rng, r
     return Drafted(None, torch.stack(toks, 1), torch.stack(qs, 1), chain=True)
 
 
-def draft_dynamic(dr: DraftRunner, root, logits, g, k: int, depth: int, num_nodes: int, rec):
+def confident(logits, confidence: str, threshold: float) -> torch.Tensor:
+    """Spec-LLaVA's per-node decision on the drafter's T = 1 distribution q = softmax(logits)
+    [..., V]: True (expand the top-1 child only) where H(q) = -sum q log q <= threshold
+    ("entropy", nats) or max q >= threshold ("top1")."""
+    lq = logits.float().log_softmax(-1)
+    if confidence == "entropy":
+        return -(lq.exp() * lq).nan_to_num().sum(-1) <= threshold
+    return lq.amax(-1).exp() >= threshold
+
+
+def _offer(tk, logits, narrow):
+    """Top-k children tk [..., k] with all but the first marked absent (-1) where ``narrow``
+    (a callable on the logits) says the node is confident."""
+    if narrow is None:
+        return tk
+    rank = torch.arange(tk.shape[-1], device=tk.device)
+    return torch.where(narrow(logits)[..., None] & (rank > 0), -1, tk)
+
+
+def draft_dynamic(
+    dr: DraftRunner, root, logits, g, k: int, depth: int, num_nodes: int, rec, narrow=None
+):
     """EAGLE-2 dynamic tree (see the module docstring) with frontier width = branching = k:
     ``specops.select_frontier`` picks each depth's frontier, ``specops.build_dynamic_tree`` the
-    final N-node tree.  Scores use the drafter's T = 1 log-probabilities.
+    final N-node tree.  Scores use the drafter's T = 1 log-probabilities.  ``narrow``: None
+    (EAGLE-2), or Spec-LLaVA's confidence test (logits [..., V] -> bool [...]): a confident
+    node offers its top-1 child only (the others absent, -1, and so are the descendants of an
+    absent frontier slot).
     -> Drafted with draft_probs None (deterministic children) and the final frontier's paths."""
     b = root.shape[0]
     dev = root.device
@@ -76,6 +110,7 @@ def draft_dynamic(dr: DraftRunner, root, logits, g, k: int, depth: int, num_node
     logps = torch.full((b, depth, k, k), float("-inf"), device=dev)
     frontier = torch.zeros(b, max(depth - 1, 0), k, dtype=torch.int32, device=dev)
     lp, tk = logits.float().log_softmax(-1).topk(k, -1)  # [B, k]: the root's children
+    tk = _offer(tk, logits, narrow)
     tokens[:, 0, 0], logps[:, 0, 0] = tk.int(), lp
     with rec.timer("specops"):
         f = specops.select_frontier(lp[:, None], k, tokens=tk[:, None].int())
@@ -92,8 +127,10 @@ def draft_dynamic(dr: DraftRunner, root, logits, g, k: int, depth: int, num_node
         anc[:, lo : lo + k] = anc[rows, par_slot.clamp(min=0)] & (par_slot >= 0)[:, :, None]
         anc[:, new, new] = True
         bits = pack_bits(anc[:, : lo + k, : lo + k])
-        lg, gg = dr.extend(f.tokens, feat, d, bits, lo)
+        lg, gg = dr.extend(f.tokens.clamp(min=0), feat, d, bits, lo)
         lp, tk = lg.float().log_softmax(-1).topk(k, -1)  # [B, k, k]
+        if narrow is not None:  # absent frontier slots (-1) have absent children
+            tk = torch.where(f.tokens[..., None] < 0, -1, _offer(tk, lg, narrow))
         tokens[:, d], logps[:, d] = tk.int(), lp
         with rec.timer("specops"):
             f = specops.select_frontier(lp, k, parent_scores=f.scores, tokens=tk.int())
@@ -103,7 +140,7 @@ def draft_dynamic(dr: DraftRunner, root, logits, g, k: int, depth: int, num_node
         par_slot = lo + ps
     with rec.timer("specops"):
         t = specops.build_dynamic_tree(root.int(), tokens, logps, frontier, num_nodes)
-    t.tree.__dict__["_path_width"] = depth + 1
+    t.tree.__dict__["_path_width"] = min(depth + 1, num_nodes)  # a path holds <= N nodes
     return Drafted(t.tree, t.draft_tokens, None, beams=path)
 
 
@@ -173,7 +210,10 @@ def speculative(
     branch: int = 4,
     depth: int = 5,
     num_nodes: int = 24,
+    confidence: str = "entropy",
+    threshold: float = 1.0,
     without_replacement: bool = True,
+    relax=None,
     length: int | None = None,
     temperature: float = 1.0,
     top_k=None,
@@ -184,11 +224,20 @@ def speculative(
     """Speculative decoding of ``length`` tokens per prompt.
 
     ``tree``: None (chain of ``num_draft`` sampled drafts), "dynamic" (EAGLE-2: ``branch`` = top-k
-    per node and frontier width, ``depth`` levels, ``num_nodes`` nodes including the root) or a
-    static ``Tree`` (children sampled; ``without_replacement`` picks the sibling scheme).
-    ``temperature=0``: greedy drafts and greedy verification.  -> (tokens [B, length], Stats)."""
+    per node and frontier width, ``depth`` levels, ``num_nodes`` nodes including the root),
+    "confidence" (Spec-LLaVA: the same with top-1 only at confident nodes, ``confidence`` =
+    "entropy" (H(q) <= ``threshold`` nats) or "top1" (max q >= ``threshold``); ``num_nodes`` is
+    the node budget, the tree may use fewer; extra["mean_tree_nodes"]) or a static ``Tree``
+    (children sampled; ``without_replacement`` picks the sibling scheme).
+    ``temperature=0``: greedy drafts and greedy verification.  ``relax``: LANTERN relaxed
+    acceptance (``specops.decode.lantern(codebook, k, delta)``; LOSSY, the LANTERN baseline of
+    the VVS paper).  -> (tokens [B, length], Stats)."""
     prompt = prompt_tokens(model, classes)
     dev = prompt.device
+    if relax is not None:
+        if temperature == 0:
+            raise ValueError("speculative: relax (LANTERN) needs sampling; greedy is exact")
+        relax = specops.Relaxation(relax.neighbors.to(dev), relax.delta)
     b = prompt.shape[0]
     length = length or model.cfg.grid**2
     greedy = temperature == 0
@@ -196,13 +245,27 @@ def speculative(
     if tree is None:
         mode, width, nodes = "chain", num_draft + 1, num_draft + 1
     elif isinstance(tree, str):
-        if tree != "dynamic":
-            raise ValueError(f"speculative: tree must be None, 'dynamic' or a Tree, got {tree!r}")
-        mode, width, nodes = "dynamic", depth + 1, num_nodes
+        if tree not in ("dynamic", "confidence"):
+            raise ValueError(
+                f"speculative: tree must be None, 'dynamic', 'confidence' or a Tree, got {tree!r}"
+            )
+        if confidence not in ("entropy", "top1"):
+            raise ValueError(
+                f"speculative: confidence must be 'entropy' or 'top1', got {confidence!r}"
+            )
+        mode, width, nodes = tree, min(depth + 1, num_nodes), num_nodes
     else:
         mode, width, nodes = "static", tree.max_depth() + 1, tree.num_nodes
         plan = StaticPlan(tree, dev)
-    name = {"chain": "spec-chain", "dynamic": "spec-tree", "static": "spec-static"}[mode]
+    name = {
+        "chain": "spec-chain",
+        "dynamic": "spec-tree",
+        "confidence": "spec-conf",
+        "static": "spec-static",
+    }[mode]
+    narrow = None
+    if mode == "confidence":
+        narrow = lambda lg: confident(lg, confidence, threshold)
     rec, rng, tgt, out, cap = start(
         name, model, prompt, length, width=width, slack=width + nodes + 1, cfg_scale=cfg_scale,
         sampling=sampling,
@@ -217,21 +280,24 @@ def speculative(
     # the drafter's first entry: [e(s_1) || f_0] (f_0 = hidden state of the prompt's last token)
     last = (prompt >= 0).sum(1) - 1  # each prompt's last token (ragged: -1 padded)
     upd_tok, upd_feat, upd_n = root[:, None], hidden[rows, last][:, None], ones
+    node_sum = torch.zeros((), dtype=torch.long, device=dev)
     while not out.done():
         active = out.active
         logits, g = dr.update(upd_tok, upd_feat, upd_n)
         if mode == "chain":
             dft = draft_chain(dr, root, logits, g, num_draft, sampling, seed, rng, rec)
             positions = tgt.seqlens.long()[:, None] + cols
-        elif mode == "dynamic":
-            dft = draft_dynamic(dr, root, logits, g, branch, depth, num_nodes, rec)
+        elif mode in ("dynamic", "confidence"):
+            dft = draft_dynamic(dr, root, logits, g, branch, depth, num_nodes, rec, narrow)
             positions = tgt.seqlens.long()[:, None] + dft.tree.depth
+            node_sum += torch.where(active, (dft.tokens >= 0).sum(-1), 0).sum()
         else:
             dft = draft_static(
                 dr, root, logits, g, plan, without_replacement, sampling, seed, rng, rec
             )
             positions = tgt.seqlens.long()[:, None] + dft.tree.depth
-        probs, hidden = tgt.forward(dft.tokens, positions, dft.tree, charged=active)
+        # padding nodes (-1: absent candidates) go through the target as token 0, never accepted
+        probs, hidden = tgt.forward(dft.tokens.clamp(min=0), positions, dft.tree, charged=active)
         with rec.timer("specops"):
             if mode == "chain":
                 r = specops.verify_chain(
@@ -240,6 +306,7 @@ def speculative(
                     dft.draft_probs,
                     seed=seed,
                     offset=rng(),
+                    relax=relax,
                     greedy=greedy,
                 )
                 path = torch.where(cols <= r.num_accepted[:, None], cols, -1)
@@ -252,6 +319,7 @@ def speculative(
                     without_replacement=without_replacement and mode == "static",
                     seed=seed,
                     offset=rng(),
+                    relax=relax,
                     greedy=greedy,
                 )
                 path = r.path
@@ -267,4 +335,8 @@ def speculative(
         with rec.timer("specops"):
             upd_feat = specops.gather_rows(hidden, path)
         upd_n = n_emit
-    return out.tokens(), rec.finish()
+    stats = rec.finish()
+    if mode in ("dynamic", "confidence"):
+        steps = sum(stats.passes_per_request) - b  # the prefill is no tree step
+        stats.extra["mean_tree_nodes"] = int(node_sum) / max(steps, 1)
+    return out.tokens(), stats

@@ -6,6 +6,13 @@ generating, and -- VVS -- did not skip verification in it).  The prefill pass th
 class token and yields the first image token counts, so plain AR decoding of T tokens takes T
 passes and has step compression exactly 1.
 
+Batched target passes (``target_passes``) are the forward calls the batch actually ran; a request
+may be charged fewer (VVS: a request that skips verification in a step rides along in that step's
+batched pass when another request verifies, uncharged, its rows computed and discarded).
+``batch_step_compression`` = tokens per request / batched passes is what the batch achieved;
+``step_compression`` is the per-request TPF.  They agree at batch 1 and whenever every request
+takes part in every pass until it is done at the same step.
+
 Time is split without host syncs inside the loop: on CPU with ``perf_counter`` around each
 region, on CUDA with event pairs read once at the end.  ``model`` = target and drafter forward
 passes (their attention and KV appends run through specops ops too), ``specops`` = the decoding
@@ -79,6 +86,11 @@ class Stats:
         return self.tokens * self.batch / max(sum(self.passes_per_request), 1)
 
     @property
+    def batch_step_compression(self) -> float:
+        """Tokens per request / batched target passes run (the batch's own cost)."""
+        return self.tokens / max(self.target_passes, 1)
+
+    @property
     def mean_passes(self) -> float:
         return sum(self.passes_per_request) / max(len(self.passes_per_request), 1)
 
@@ -101,6 +113,8 @@ class Stats:
             "method": self.method,
             "step_compression": round(self.step_compression, 3),
             "target_passes": round(self.mean_passes, 1),
+            "batched_passes": self.target_passes,
+            "batch_step_compression": round(self.batch_step_compression, 3),
             "wall_s": round(self.wall_s, 3),
             "model_s": round(self.model_s, 3),
             "specops_s": round(self.specops_s, 3),
@@ -111,7 +125,8 @@ class Stats:
         r = self.row()
         return (
             f"{r['method']}: step compression {r['step_compression']:.2f}, "
-            f"{r['target_passes']:.1f} target passes/request, wall {r['wall_s']:.2f}s "
+            f"{r['target_passes']:.1f} target passes/request, {r['batched_passes']} batched "
+            f"passes, wall {r['wall_s']:.2f}s "
             f"(model {r['model_s']:.2f}s, specops {r['specops_s']:.2f}s)"
         )
 

@@ -6,9 +6,14 @@ target pass.  LOSSY by design: skipped tokens are never verified.
 Per request and step, with the drafted tree C_t rooted at the last emitted token:
 
 - skip decision (Algorithm 1): never twice in a row (the step after a skip verifies); otherwise
-  ``schedule="similarity"``: skip iff the weighted mean pairwise cosine similarity of the
-  candidate paths' VQ latent embeddings (Eq. 2, ``specops.path_similarity`` over the final top-k
-  frontier paths, ``stride`` = token path down-sampling) reaches ``threshold``;
+  ``schedule="similarity"``: skip iff the weighted mean pairwise cosine similarity S of the
+  candidate paths' VQ latent embeddings (Eq. 2, ``stride`` = token path down-sampling) reaches
+  ``threshold``.  The candidates C_t are, as the paper defines them, all root-to-leaf paths of
+  the pruned draft tree (``paths="tree"``, ``tree_path_similarity``: paths of different lengths,
+  so S_l averages over the pairs of paths that reach position l and positions reached by fewer
+  than two paths drop out of the weighted mean); ``paths="frontier"`` is the cheaper variant,
+  ``specops.path_similarity`` over the k token paths of the final top-k frontier of the beam
+  (equal-length paths, some of which the pruning may have cut);
   ``schedule="interval"``: skip every ``interval``-th step;
 - skipped step: pick a root-to-leaf path of C_t uniformly, keep its first
   gamma = min(L_s, floor(mean leaf depth)) tokens (Eq. 1) as unverified output x°.  The drafter
@@ -18,6 +23,18 @@ Per request and step, with the drafted tree C_t rooted at the last emitted token
   the tokens themselves are kept as they are) followed by the new tree hanging off x°'s last
   token; ``verify_tree`` on that tree; ``commit_kv`` keeps root, x° and the accepted path; the
   features of all committed positions are cached; the drafter redoes its x° entries with them.
+
+Verification uses LANTERN relaxed acceptance when ``relax`` is given (every VVS experiment does:
+``relax=lantern(codebook, k, delta)``), exact EAGLE-2 verification otherwise.
+
+Batches: the skip decision is per request, but a target pass is one batched call.  A step runs
+the target whenever any active request verifies; requests that skip in that step ride along (their
+rows are computed and discarded: their compute is NOT saved), and no pass runs only when every
+active request skips.  ``Stats.passes_per_request`` / ``step_compression`` charge a request only
+the passes it verified in (the per-request TPF of the paper, what the request would cost alone);
+``Stats.target_passes`` / ``batch_step_compression`` count the batched passes that actually ran,
+and ``extra["ride_along_rows"]`` the skipped request-rows computed anyway.  At batch 1 the two
+agree.
 
 The combined pass lays out G + 1 chain slots (right-aligned: unused leading slots are isolated
 dummies), so the tree part starts at slot G for every request whatever its gamma.
@@ -30,9 +47,56 @@ import torch
 import specops
 from specops.decode._common import DraftRunner, emit_first, prompt_tokens, start
 from specops.decode.speculative import draft_dynamic
+from specops.reference.verify import Relaxation
 from specops.tree import pack_bits
 
-__all__ = ["vvs"]
+__all__ = ["vvs", "lantern", "latent_neighbors", "tree_path_similarity"]
+
+
+def latent_neighbors(codebook: torch.Tensor, k: int) -> torch.Tensor:
+    """The k nearest codebook entries of every token in latent space (Euclidean distance between
+    the VQ latent vectors, the token itself excluded), nearest first: [V, k] int64 -- LANTERN's
+    latent neighbourhood of a visual token."""
+    cb = codebook.float()
+    d = torch.cdist(cb, cb)
+    d.fill_diagonal_(float("inf"))
+    return d.topk(min(k, cb.shape[0] - 1), -1, largest=False).indices
+
+
+def lantern(codebook: torch.Tensor, k: int = 16, delta: float = 0.2) -> Relaxation:
+    """LANTERN relaxed acceptance over the ``k`` latent neighbours of each token, pooling at most
+    ``delta`` target mass (VVS's experiments: delta 0.1 / 0.2).  LOSSY; delta 0 = exact."""
+    return Relaxation(latent_neighbors(codebook, k), float(delta))
+
+
+def tree_path_similarity(tree, tokens, codebook, depth: int, *, alpha=0.9, stride: int = 1):
+    """VVS Eq. 2 over all root-to-leaf paths of a draft tree (tokens [B, N], entry 0 = the root,
+    which no path counts; ``depth`` = the tree's max depth): with e_{i,l} the unit latent
+    vector of the token at depth l + 1 of leaf path i, and P_l the paths that reach depth l + 1,
+
+        S_l = 1 / (|P_l| (|P_l| - 1)) * sum_{i != j in P_l} <e_i,l, e_j,l>
+        S   = sum_l alpha^l S_l / sum_l alpha^l      over l = 0, stride, ... with |P_l| >= 2
+
+    (S = 1 when no position has two paths: a single path agrees with itself).  All paths at one
+    depth: equals ``specops.path_similarity`` of the paths.  On the device, no host read:
+    [B, N, D, N] ancestor selection (trees of a few dozen nodes).  -> [B] float32."""
+    dev = tokens.device
+    dep = tree.depth.long()
+    lv = torch.arange(1, depth + 1, device=dev)[::stride]  # depths of the positions used
+    anc = tree.ancestors  # [B, N, N]: row n = n and its ancestors
+    sel = anc[:, :, None, :] & (dep[:, None, None, :] == lv[None, None, :, None])  # [B,N,L',N]
+    tok = (sel.long() * (tokens.long() + 1)[:, None, None, :]).sum(-1) - 1  # [B, N, L']
+    v = codebook.shape[0]
+    ok = tree.is_leaf[:, :, None] & (tok >= 0) & (tok < v)
+    unit = torch.nn.functional.normalize(codebook.float(), dim=-1)
+    e = unit[tok.clamp(0, v - 1)] * ok[..., None]  # [B, N, L', C]
+    pair = e.sum(1).pow(2).sum(-1) - e.pow(2).sum((1, 3))  # [B, L']
+    cnt = ok.sum(1).float()
+    has = cnt >= 2
+    s_l = torch.where(has, pair / (cnt * (cnt - 1)).clamp(min=1), 0.0)
+    w = alpha ** (lv - 1).float() * has
+    den = w.sum(-1)
+    return torch.where(den > 0, (s_l * w).sum(-1) / den.clamp(min=1e-30), 1.0).float()
 
 
 def _combined_mask(tree, gamma, g: int):
@@ -66,13 +130,15 @@ def vvs(
     codebook,
     *,
     schedule: str = "similarity",
-    threshold: float = 0.85,
+    paths: str = "tree",
+    threshold: float = 0.7,
     interval: int = 2,
     alpha: float = 0.9,
     stride: int = 2,
     branch: int = 4,
     depth: int = 5,
     num_nodes: int = 24,
+    relax: Relaxation | None = None,
     length: int | None = None,
     temperature: float = 1.0,
     top_k=None,
@@ -81,11 +147,20 @@ def vvs(
     seed: int = 0,
 ):
     """VVS on top of EAGLE-2 drafting (``branch``/``depth``/``num_nodes`` as in
-    ``speculative``); ``codebook`` [V, C] = the VQ latent embeddings.
+    ``speculative``); ``codebook`` [V, C] = the VQ latent embeddings; ``threshold`` = T_sim
+    (the paper runs 0.65 - 0.80).  ``paths``: "tree" (the
+    skip decision over all root-to-leaf paths of the pruned tree, as published) or "frontier"
+    (the final beam frontier's paths; cheaper).  ``relax``: LANTERN relaxed acceptance for the
+    verified steps (``lantern(codebook, k, delta)``; LOSSY, delta 0 = exact), None = exact.
     -> (tokens [B, length] int32, Stats with extra["skipped_steps"], extra["skipped_tokens"],
-    extra["mean_feature_age"])."""
+    extra["mean_feature_age"], extra["ride_along_rows"] (skipping requests computed in a batched
+    target pass anyway))."""
     if schedule not in ("similarity", "interval"):
         raise ValueError(f"vvs: schedule must be 'similarity' or 'interval', got {schedule!r}")
+    if paths not in ("tree", "frontier"):
+        raise ValueError(f"vvs: paths must be 'tree' or 'frontier', got {paths!r}")
+    if relax is not None and temperature == 0:
+        raise ValueError("vvs: relax (LANTERN) needs sampling; greedy (temperature=0) is exact")
     prompt = prompt_tokens(model, classes)
     dev = prompt.device
     b = prompt.shape[0]
@@ -101,6 +176,8 @@ def vvs(
     dr = DraftRunner(drafter, b, cap, rec, dev)
     dr.prefill(prompt)  # a standalone draft model reads the prompt
     codebook = codebook.to(dev)
+    if relax is not None:
+        relax = Relaxation(relax.neighbors.to(dev), relax.delta)
     rows = torch.arange(b, device=dev)
     M = G + width  # widest drafter update: gamma stale entries redone + a + 1
     jm = torch.arange(M, device=dev)[None, :]
@@ -121,6 +198,7 @@ def vvs(
     skipped_tokens = torch.zeros((), dtype=torch.long, device=dev)
     age_sum = torch.zeros((), dtype=torch.long, device=dev)
     age_cnt = torch.zeros((), dtype=torch.long, device=dev)
+    ride_along = torch.zeros((), dtype=torch.long, device=dev)
     step = 0
     while True:
         step += 1
@@ -132,7 +210,12 @@ def vvs(
         # --- skip decision (Algorithm 1): only right after a verified step
         if schedule == "similarity":
             with rec.timer("specops"):
-                sim = specops.path_similarity(dft.beams, codebook, alpha=alpha, stride=stride)
+                if paths == "tree":
+                    sim = tree_path_similarity(
+                        tree, dft.tokens, codebook, D, alpha=alpha, stride=stride
+                    )
+                else:
+                    sim = specops.path_similarity(dft.beams, codebook, alpha=alpha, stride=stride)
             want = sim >= threshold
         else:
             want = since >= interval - 1
@@ -184,8 +267,10 @@ def vvs(
                     None,
                     seed=seed,
                     offset=rng(),
+                    relax=relax,
                     greedy=greedy,
                 )
+            ride_along += (active & skip).sum()
             a = r.num_accepted.long()
             # committed slots: chain G - gamma .. G, then G + path[1 .. a]
             path_pad = torch.cat([r.path.long(), r.path.new_full((b, M), -1).long()], 1)
@@ -248,5 +333,6 @@ def vvs(
         skipped_steps=int(skipped_steps),
         skipped_tokens=int(skipped_tokens),
         mean_feature_age=float(age_sum) / max(int(age_cnt), 1),
+        ride_along_rows=int(ride_along),
     )
     return out.tokens(), stats
