@@ -23,6 +23,7 @@ REGISTRY = [
     "sample",
     "verify",
     "jacobi",
+    "acceptance",
     "probs",
     "tree_attention",
     "kv",
