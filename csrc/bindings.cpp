@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include "bind.h"
+#include "host_parallel.h"
 #include "specops/philox.h"
 #ifdef SPECOPS_WITH_CUDA
 #include "cuda_bindings.h"
@@ -52,6 +53,15 @@ PYBIND11_MODULE(_C, m) {
           Philox4 r = philox4x32_10(c0, c1, c2, c3, k0, k1);
           return py::make_tuple(r.x[0], r.x[1], r.x[2], r.x[3]);
         });
+
+  m.def("set_host_threads", &set_host_threads,
+        "Threads of the C++ CPU twins (results do not depend on it); 1 = serial.");
+  m.def("host_threads", &host_threads);
+#if defined(_OPENMP)
+  m.attr("with_openmp") = true;
+#else
+  m.attr("with_openmp") = false;
+#endif
 
   init_tensor_arg(m);
   bind_sample(m);

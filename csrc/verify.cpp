@@ -1,10 +1,13 @@
 // C++ CPU twins of the verification kernels: the same per-request cores (specops/verify.h) as
-// the CUDA kernels, with plain loops for the passes over the vocabulary.
+// the CUDA kernels, with plain loops for the passes over the vocabulary; requests (rows) run in
+// parallel on host_threads() threads (csrc/host_parallel.h), each one's result independent of it.
 #include "specops/verify.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
+
+#include "host_parallel.h"
 
 namespace specops {
 
@@ -45,7 +48,7 @@ int32_t draw_residual(const float* p, const float* q, int64_t x, int64_t vocab, 
 }  // namespace
 
 void verify_chain_host(const VerifyChainArgs& a) {
-  for (int64_t b = 0; b < a.batch; ++b) {
+  parallel_for(a.batch, [&](int64_t b) {  // requests are independent
     const int64_t n_valid = chain_num_valid(a, b);
     int64_t acc = 0;
     int32_t t;
@@ -68,12 +71,12 @@ void verify_chain_host(const VerifyChainArgs& a) {
       if (t < 0) t = draw_host(Positive{pa}, a.vocab, u);  // bonus, or residual without mass
     }
     chain_write_prefix(a, b, acc, t);
-  }
+  });
 }
 
 void verify_tree_host(const VerifyTreeArgs& a) {
   const int64_t V = a.vocab;
-  for (int64_t b = 0; b < a.batch; ++b) {
+  parallel_for(a.batch, [&](int64_t b) {  // requests are independent (own workspace rows)
     TreeWalk w;
     tree_walk_init(a, b, w);
     if (a.greedy) {
@@ -82,7 +85,7 @@ void verify_tree_host(const VerifyTreeArgs& a) {
       while (tree_walk_advance(a, b, w, best) == kTreeDescend)
         best = argmax_host(a.target + b * a.target_sb + w.cur * a.target_sn, V);
       tree_walk_finish(a, b, w, best);
-      continue;
+      return;
     }
     float* wp = a.ws_p + b * V;
     float* wq = a.ws_q ? a.ws_q + b * V : nullptr;
@@ -110,11 +113,18 @@ void verify_tree_host(const VerifyTreeArgs& a) {
     }
     const float* p = tree_p(a, b, w);
     tree_walk_finish(a, b, w, draw_host(Positive{p}, V, a.rng.uniform(b, a.nodes - 1)));
-  }
+  });
 }
 
 // Gumbel top-k: keep the k best (key, id) seen so far, sorted best first; ids are visited in
 // increasing order, so an equal key never displaces an earlier id.
+//
+// Once k keys are held, with kappa the k-th, a later entry v gets in only if its key beats kappa:
+//   log p - log(-log u) > kappa  <=>  -log u < p e^-kappa  =>  1 - u < p e^-kappa
+// (1 - u <= -log u).  So an entry with 1 - u >= p e^-kappa (1 + 1e-3) is skipped without its two
+// logs (the margin covers the float32 rounding of the computed key; 1 - u is exact for u on the
+// 2^-23 grid).  The skip never drops an entry the full computation would keep: the same top-k.
+// Uniforms come in blocks over the positive entries (uniforms_at: vectorised Philox).
 void gumbel_topk_host(const float* p, int64_t vocab, const RngArgs& rng, int64_t row, int64_t draw0,
                       int64_t k, int32_t* out) {
   const int64_t kk = std::min<int64_t>(k, vocab);
@@ -125,26 +135,42 @@ void gumbel_topk_host(const float* p, int64_t vocab, const RngArgs& rng, int64_t
     best_heap.resize(kk);
     best = best_heap.data();
   }
+  constexpr int64_t kBlock = 512;
+  int32_t idx[kBlock];
+  float pos[kBlock], u[kBlock];
   int64_t n = 0;
-  for (int64_t v = 0; v < vocab; ++v) {
-    const float pv = mass(p[v]);
-    if (!(pv > 0.f)) continue;
-    const float u = rng.uniform(row, draw0 + v);
-    const KeyId e{std::log(pv) - std::log(-std::log(u)), static_cast<int32_t>(v)};
-    if (n == kk && !key_before(e, best[kk - 1])) continue;
-    int64_t j = n < kk ? n++ : kk - 1;
-    while (j > 0 && key_before(e, best[j - 1])) {
-      best[j] = best[j - 1];
-      --j;
+  double scale = HUGE_VAL;  // e^-kappa (1 + 1e-3) once k keys are held
+  for (int64_t base = 0; base < vocab && kk > 0; base += kBlock) {
+    const int64_t hi = std::min(base + kBlock, vocab);
+    int64_t m = 0;
+    for (int64_t v = base; v < hi; ++v) {  // compact the positive entries (branch-free)
+      const float pv = mass(p[v]);
+      idx[m] = static_cast<int32_t>(v);
+      pos[m] = pv;
+      m += pv > 0.f ? 1 : 0;
     }
-    best[j] = e;
+    uniforms_at(rng, row, draw0, idx, m, u);
+    for (int64_t i = 0; i < m; ++i) {
+      if (n == kk && !(static_cast<double>(1.f - u[i]) < static_cast<double>(pos[i]) * scale))
+        continue;
+      const KeyId e{std::log(pos[i]) - std::log(-std::log(u[i])), idx[i]};
+      if (n == kk && !key_before(e, best[kk - 1])) continue;
+      int64_t j = n < kk ? n++ : kk - 1;
+      while (j > 0 && key_before(e, best[j - 1])) {
+        best[j] = best[j - 1];
+        --j;
+      }
+      best[j] = e;
+      if (n == kk) scale = std::exp(-static_cast<double>(best[kk - 1].key)) * (1.0 + 1e-3);
+    }
   }
   for (int64_t j = 0; j < k; ++j) out[j] = j < n ? best[j].id : -1;
 }
 
 void sample_wor_host(const SampleWorArgs& a) {
-  for (int64_t r = 0; r < a.rows; ++r)
+  parallel_for(a.rows, [&](int64_t r) {
     gumbel_topk_host(a.probs + r * a.row_stride, a.vocab, a.rng, r, 0, a.k, a.out + r * a.k);
+  });
 }
 
 }  // namespace specops
