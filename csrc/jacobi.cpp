@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "host_parallel.h"
+#include "host_simd.h"
 
 namespace specops {
 
@@ -24,6 +25,7 @@ struct HostJacobiOps {
   double sum(const W& w) const {
     return sum_host(w, vocab);
   }
+  double sum(const ResidW& r) const { return resid_sum_host(r.p, r.q, r.x, 0, vocab); }
 
   template <class F>
   void sum2(const F& f, double* s1, double* s2) const {
@@ -41,6 +43,11 @@ struct HostJacobiOps {
   template <class W>
   int32_t draw(const W& w, float u) const {
     return draw_host(w, vocab, u);
+  }
+  int32_t draw(const NormResidW& w, float u) const {  // the residual draws: vectorised chunk sums
+    return draw_host_chunked(w, vocab, u, [&](int64_t lo, int64_t hi) {
+      return norm_resid_sum_host(w.r.p, w.r.q, w.r.x, w.s, lo, hi);
+    });
   }
 
   void topk(const float* p, int64_t row, int64_t draw0, int64_t k, int32_t* out) const {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "host_parallel.h"
+#include "host_simd.h"
 
 namespace specops {
 
@@ -39,10 +40,11 @@ struct DropOne {  // mass(q) with entry x zeroed
 
 // t ~ norm(max(p - q, 0)) with uniform u, or -1 when the residual has no mass.
 int32_t draw_residual(const float* p, const float* q, int64_t x, int64_t vocab, float u) {
-  const Residual r{p, q, x};
-  const double s = sum_host(r, vocab);
+  const double s = resid_sum_host(p, q, x, 0, vocab);
   if (!(s > 0.0)) return -1;
-  return draw_host(NormResidual{r, s}, vocab, u);
+  return draw_host_chunked(
+      NormResidual{Residual{p, q, x}, s}, vocab, u,
+      [&](int64_t lo, int64_t hi) { return norm_resid_sum_host(p, q, x, s, lo, hi); });
 }
 
 }  // namespace
@@ -142,13 +144,7 @@ void gumbel_topk_host(const float* p, int64_t vocab, const RngArgs& rng, int64_t
   double scale = HUGE_VAL;  // e^-kappa (1 + 1e-3) once k keys are held
   for (int64_t base = 0; base < vocab && kk > 0; base += kBlock) {
     const int64_t hi = std::min(base + kBlock, vocab);
-    int64_t m = 0;
-    for (int64_t v = base; v < hi; ++v) {  // compact the positive entries (branch-free)
-      const float pv = mass(p[v]);
-      idx[m] = static_cast<int32_t>(v);
-      pos[m] = pv;
-      m += pv > 0.f ? 1 : 0;
-    }
+    const int64_t m = compact_positive_host(p, base, hi, idx, pos);
     uniforms_at(rng, row, draw0, idx, m, u);
     for (int64_t i = 0; i < m; ++i) {
       if (n == kk && !(static_cast<double>(1.f - u[i]) < static_cast<double>(pos[i]) * scale))

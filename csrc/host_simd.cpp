@@ -1,0 +1,145 @@
+// AVX-512 and scalar versions of csrc/host_simd.h.
+#include "host_simd.h"
+
+#include "specops/verify.h"  // mass, clamp0, residual_at, normalised
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SPECOPS_HOST_AVX512 1
+#endif
+
+namespace specops {
+
+namespace {
+
+#if defined(SPECOPS_HOST_AVX512)
+bool have_avx512() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  return ok;
+}
+
+#define SPECOPS_AVX512 __attribute__((target("avx512f,avx512dq")))
+
+// mass(x): x where 0 < x <= FLT_MAX, else 0 (NaN compares false)
+SPECOPS_AVX512 inline __m512 mass16(__m512 v) {
+  const __mmask16 ok = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ) &
+                       _mm512_cmp_ps_mask(v, _mm512_set1_ps(3.402823466e+38f), _CMP_LE_OQ);
+  return _mm512_maskz_mov_ps(ok, v);
+}
+
+// r for 16 entries at v (q rows only; one-hot drafts are fixed up by the caller)
+SPECOPS_AVX512 inline __m512 resid16(const float* p, const float* q, int64_t v) {
+  const __m512 d = _mm512_sub_ps(mass16(_mm512_loadu_ps(p + v)), mass16(_mm512_loadu_ps(q + v)));
+  return _mm512_max_ps(d, _mm512_setzero_ps());  // as clamp0: +0 for d <= 0
+}
+
+SPECOPS_AVX512 inline __m512d add_f32x16(__m512d acc, __m512 r) {
+  acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(r)));
+  return _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_extractf32x8_ps(r, 1)));
+}
+
+SPECOPS_AVX512 double resid_sum_avx512(const float* p, const float* q, int64_t lo, int64_t hi) {
+  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+  int64_t v = lo;
+  for (; v + 32 <= hi; v += 32) {
+    a0 = add_f32x16(a0, resid16(p, q, v));
+    a1 = add_f32x16(a1, resid16(p, q, v + 16));
+  }
+  double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+  for (; v < hi; ++v) s += static_cast<double>(residual_at(p, q, -1, v));
+  return s;
+}
+
+// float32(float64(r) / s) for 8 entries
+SPECOPS_AVX512 inline __m512d norm8(__m256 r, __m512d s) {
+  return _mm512_cvtps_pd(_mm512_cvtpd_ps(_mm512_div_pd(_mm512_cvtps_pd(r), s)));
+}
+
+SPECOPS_AVX512 double norm_resid_sum_avx512(const float* p, const float* q, double s, int64_t lo,
+                                            int64_t hi) {
+  const __m512d sv = _mm512_set1_pd(s);
+  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+  int64_t v = lo;
+  for (; v + 16 <= hi; v += 16) {
+    const __m512 r = resid16(p, q, v);
+    a0 = _mm512_add_pd(a0, norm8(_mm512_castps512_ps256(r), sv));
+    a1 = _mm512_add_pd(a1, norm8(_mm512_extractf32x8_ps(r, 1), sv));
+  }
+  double t = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+  for (; v < hi; ++v) t += static_cast<double>(normalised(residual_at(p, q, -1, v), s));
+  return t;
+}
+
+SPECOPS_AVX512 int64_t compact_avx512(const float* p, int64_t lo, int64_t hi, int32_t* idx,
+                                      float* pos) {
+  int64_t m = 0, v = lo;
+  const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  for (; v + 16 <= hi; v += 16) {
+    const __m512 x = _mm512_loadu_ps(p + v);
+    const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ) &
+                         _mm512_cmp_ps_mask(x, _mm512_set1_ps(3.402823466e+38f), _CMP_LE_OQ);
+    if (!ok) continue;
+    // compress in a register, then a full store (within idx/pos: m + 16 <= v + 16 - lo): the
+    // memory form of vcompress is microcoded and slow on some CPUs (AMD Zen 4)
+    _mm512_storeu_ps(pos + m, _mm512_maskz_compress_ps(ok, x));
+    _mm512_storeu_si512(
+        idx + m, _mm512_maskz_compress_epi32(
+                     ok, _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(v)), step)));
+    m += __builtin_popcount(ok);
+  }
+  for (; v < hi; ++v) {
+    const float pv = mass(p[v]);
+    idx[m] = static_cast<int32_t>(v);
+    pos[m] = pv;
+    m += pv > 0.f ? 1 : 0;
+  }
+  return m;
+}
+#endif
+
+}  // namespace
+
+double resid_sum_host(const float* p, const float* q, int64_t x, int64_t lo, int64_t hi) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (q != nullptr && have_avx512()) return resid_sum_avx512(p, q, lo, hi);
+#endif
+  double s0 = 0.0, s1 = 0.0;
+  int64_t v = lo;
+  for (; v + 2 <= hi; v += 2) {
+    s0 += static_cast<double>(residual_at(p, q, x, v));
+    s1 += static_cast<double>(residual_at(p, q, x, v + 1));
+  }
+  for (; v < hi; ++v) s0 += static_cast<double>(residual_at(p, q, x, v));
+  return s0 + s1;
+}
+
+double norm_resid_sum_host(const float* p, const float* q, int64_t x, double s, int64_t lo,
+                           int64_t hi) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (q != nullptr && have_avx512()) return norm_resid_sum_avx512(p, q, s, lo, hi);
+#endif
+  double t0 = 0.0, t1 = 0.0;
+  int64_t v = lo;
+  for (; v + 2 <= hi; v += 2) {
+    t0 += static_cast<double>(normalised(residual_at(p, q, x, v), s));
+    t1 += static_cast<double>(normalised(residual_at(p, q, x, v + 1), s));
+  }
+  for (; v < hi; ++v) t0 += static_cast<double>(normalised(residual_at(p, q, x, v), s));
+  return t0 + t1;
+}
+
+int64_t compact_positive_host(const float* p, int64_t lo, int64_t hi, int32_t* idx, float* pos) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (have_avx512()) return compact_avx512(p, lo, hi, idx, pos);
+#endif
+  int64_t m = 0;
+  for (int64_t v = lo; v < hi; ++v) {  // branch-free compaction
+    const float pv = mass(p[v]);
+    idx[m] = static_cast<int32_t>(v);
+    pos[m] = pv;
+    m += pv > 0.f ? 1 : 0;
+  }
+  return m;
+}
+
+}  // namespace specops
