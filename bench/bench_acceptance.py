@@ -32,7 +32,7 @@ from functools import partial
 import torch
 
 import specops
-from bench.harness import Row, time_cpu, time_fn, with_ratios
+from bench.harness import Row, memcpy_time, time_cpu, time_fn, with_ratios
 from specops import Tree
 from specops.ops._common import available_backends
 
@@ -69,15 +69,9 @@ def _line(fc, n):
     return out
 
 
-def _memcpy(nbytes, device):
-    src = torch.empty(max(nbytes // 4, 1), device=device)
-    dst = torch.empty_like(src)
-    return time_fn(lambda: dst.copy_(src), device)
-
-
 def _case_rows(op, desc, results, nbytes, device, note):
     """Rows of one case: each backend's, then the memcpy of the same bytes; ratios against it."""
-    st = _memcpy(nbytes, device)
+    st = memcpy_time(nbytes, device)
     out = [
         Row(op, desc, be, s.median_us, s.p20_us, s.p80_us, nbytes / (s.median_us * 1e-6) / 1e9)
         for be, s in results

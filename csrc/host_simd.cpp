@@ -50,6 +50,18 @@ SPECOPS_AVX512 double resid_sum_avx512(const float* p, const float* q, int64_t l
   return s;
 }
 
+SPECOPS_AVX512 double mass_sum_avx512(const float* p, int64_t lo, int64_t hi) {
+  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+  int64_t v = lo;
+  for (; v + 32 <= hi; v += 32) {
+    a0 = add_f32x16(a0, mass16(_mm512_loadu_ps(p + v)));
+    a1 = add_f32x16(a1, mass16(_mm512_loadu_ps(p + v + 16)));
+  }
+  double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+  for (; v < hi; ++v) s += static_cast<double>(mass(p[v]));
+  return s;
+}
+
 // float32(float64(r) / s) for 8 entries
 SPECOPS_AVX512 inline __m512d norm8(__m256 r, __m512d s) {
   return _mm512_cvtps_pd(_mm512_cvtpd_ps(_mm512_div_pd(_mm512_cvtps_pd(r), s)));
@@ -126,6 +138,13 @@ double norm_resid_sum_host(const float* p, const float* q, int64_t x, double s, 
   }
   for (; v < hi; ++v) t0 += static_cast<double>(normalised(residual_at(p, q, x, v), s));
   return t0 + t1;
+}
+
+double mass_sum_host(const float* p, int64_t lo, int64_t hi) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (have_avx512()) return mass_sum_avx512(p, lo, hi);
+#endif
+  return sum_range_host([p](int64_t v) { return mass(p[v]); }, lo, hi);
 }
 
 int64_t compact_positive_host(const float* p, int64_t lo, int64_t hi, int32_t* idx, float* pos) {

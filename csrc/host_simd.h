@@ -14,6 +14,8 @@ double resid_sum_host(const float* p, const float* q, int64_t x, int64_t lo, int
 // sum over v in [lo, hi) of float64(n_v)
 double norm_resid_sum_host(const float* p, const float* q, int64_t x, double s, int64_t lo,
                            int64_t hi);
+// sum over v in [lo, hi) of float64(mass(p_v))
+double mass_sum_host(const float* p, int64_t lo, int64_t hi);
 // The entries of [lo, hi) with mass(p_v) > 0, in order: idx[j] = v, pos[j] = mass(p_v); returns
 // their count (idx/pos hold hi - lo entries).
 int64_t compact_positive_host(const float* p, int64_t lo, int64_t hi, int32_t* idx, float* pos);
