@@ -69,6 +69,7 @@ PYBIND11_MODULE(_C, m) {
   bind_kv(m);
   bind_features(m);
   bind_jacobi(m);
+  bind_probs(m);
 
   m.attr("host_kernels") = host_kernel_names();
   m.attr("cuda_kernels") = cuda_kernel_names();

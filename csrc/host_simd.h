@@ -16,6 +16,19 @@ double norm_resid_sum_host(const float* p, const float* q, int64_t x, double s, 
                            int64_t hi);
 // sum over v in [lo, hi) of float64(mass(p_v))
 double mass_sum_host(const float* p, int64_t lo, int64_t hi);
+// probs_from_logits pass 1 (specops/probs.h): o_v = x_v = l_v / div with l = u + s (c - u) (three
+// roundings, -inf if c_v or u_v is -inf; u == nullptr: l = c), -0.0 -> +0.0, NaN -> -inf; returns
+// max x.
+float logits_to_x_host(const float* c, const float* u, float s, float div, float* o, int64_t n);
+// key(x): the order-preserving unsigned key of a float (x < y <=> key(x) < key(y), x not NaN):
+// the bits with the sign bit flipped for x >= 0, all bits flipped for x < 0.
+// keys[j] = the keys of o whose top 11 bits equal `bin`, in order; returns their count (keys holds
+// n + 16 entries).
+int64_t keys_in_bin_host(const float* o, int64_t n, uint32_t bin, uint32_t* keys);
+// The kept entries of o (key(x) >= tau_k when use_k, and x >= tau_p): idx / xs receive their ids
+// and values in order (n + 16 entries each), o is zeroed; returns their count.
+int64_t take_kept_host(float* o, int64_t n, bool use_k, uint32_t tau_k, float tau_p, int32_t* idx,
+                       float* xs);
 // The entries of [lo, hi) with mass(p_v) > 0, in order: idx[j] = v, pos[j] = mass(p_v); returns
 // their count (idx/pos hold hi - lo entries).
 int64_t compact_positive_host(const float* p, int64_t lo, int64_t hi, int32_t* idx, float* pos);

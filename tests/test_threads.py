@@ -118,3 +118,25 @@ def test_sample_and_sample_without_replacement():
         lambda: specops.sample_without_replacement(p, 4, seed=2, backend="cpu"),
         ref.sample_without_replacement(p, 4, seed=2),
     )
+
+
+def test_probs_from_logits():
+    g = _gen(6)
+    c = torch.randn(3, 4, 3000, generator=g) * 3
+    u = torch.randn(3, 4, 3000, generator=g) * 3
+    kw = dict(
+        temperature=torch.tensor([0.7, 1.0, 1.3]),
+        top_k=torch.tensor([50, 0, 700], dtype=torch.int32),
+        top_p=torch.tensor([0.9, 0.5, 1.0]),
+        cfg_scale=3.0,
+        uncond_logits=u,
+    )
+    want = specops.probs_from_logits(c, backend="reference", **kw)
+    outs = []
+    for n in THREADS:
+        specops.set_num_threads(n)
+        outs.append(specops.probs_from_logits(c, backend="cpu", **kw))
+    for o in outs[1:]:
+        assert torch.equal(o, outs[0])
+    assert torch.equal(outs[0] > 0, want > 0)
+    torch.testing.assert_close(outs[0], want, rtol=1e-5, atol=1e-6)
