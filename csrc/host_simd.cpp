@@ -125,6 +125,55 @@ SPECOPS_AVX512 float logits_to_x_avx512(const float* c, const float* u, float s,
   return mm;
 }
 
+SPECOPS_AVX512 double drop_sum_avx512(const float* q, int64_t x, int64_t n) {
+  const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  __m512d a0 = _mm512_setzero_pd();
+  int64_t v = 0;
+  for (; v + 16 <= n; v += 16) {
+    __m512 m = mass16(_mm512_loadu_ps(q + v));
+    if (x >= v && x < v + 16) {  // zero entry x
+      const __mmask16 is_x = _mm512_cmpeq_epi32_mask(step, _mm512_set1_epi32(int(x - v)));
+      m = _mm512_maskz_mov_ps(static_cast<__mmask16>(~is_x), m);
+    }
+    a0 = add_f32x16(a0, m);
+  }
+  double t = _mm512_reduce_add_pd(a0);
+  for (; v < n; ++v) t += v == x ? 0.0 : static_cast<double>(mass(q[v]));
+  return t;
+}
+
+// float32(float64(r) / d) for 16 entries
+SPECOPS_AVX512 inline __m512 norm16(__m512 r, __m512d d) {
+  const __m256 lo = _mm512_cvtpd_ps(_mm512_div_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(r)), d));
+  const __m256 hi =
+      _mm512_cvtpd_ps(_mm512_div_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(r, 1)), d));
+  return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+
+SPECOPS_AVX512 void resid_update_avx512(const float* p, const float* q, int64_t x, double s,
+                                        double sq, float* wp, float* wq, int64_t n) {
+  const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512d sv = _mm512_set1_pd(s), sqv = _mm512_set1_pd(sq);
+  int64_t v = 0;
+  for (; v + 16 <= n; v += 16) {
+    const __m512 mq = mass16(_mm512_loadu_ps(q + v));
+    const __m512 r =
+        _mm512_max_ps(_mm512_sub_ps(mass16(_mm512_loadu_ps(p + v)), mq), _mm512_setzero_ps());
+    __m512 d = mq;
+    if (x >= v && x < v + 16)
+      d = _mm512_maskz_mov_ps(
+          static_cast<__mmask16>(~_mm512_cmpeq_epi32_mask(step, _mm512_set1_epi32(int(x - v)))), d);
+    if (s > 0.0) _mm512_storeu_ps(wp + v, norm16(r, sv));
+    if (wq) _mm512_storeu_ps(wq + v, sq > 0.0 ? norm16(d, sqv) : _mm512_setzero_ps());
+  }
+  for (; v < n; ++v) {
+    const float r = residual_at(p, q, x, v);
+    const float d = v == x ? 0.f : mass(q[v]);
+    if (s > 0.0) wp[v] = normalised(r, s);
+    if (wq) wq[v] = sq > 0.0 ? normalised(d, sq) : 0.f;
+  }
+}
+
 SPECOPS_AVX512 inline __m512i key16(__m512 x) {
   const __m512i b = _mm512_castps_si512(x);
   return _mm512_xor_si512(b, _mm512_or_si512(_mm512_srai_epi32(b, 31),
@@ -232,6 +281,25 @@ double norm_resid_sum_host(const float* p, const float* q, int64_t x, double s, 
   }
   for (; v < hi; ++v) t0 += static_cast<double>(normalised(residual_at(p, q, x, v), s));
   return t0 + t1;
+}
+
+double drop_sum_host(const float* q, int64_t x, int64_t n) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (have_avx512()) return drop_sum_avx512(q, x, n);
+#endif
+  return sum_range_host([q, x](int64_t v) { return v == x ? 0.f : mass(q[v]); }, 0, n);
+}
+
+void resid_update_host(const float* p, const float* q, int64_t x, double s, double sq, float* wp,
+                       float* wq, int64_t n) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (q != nullptr && have_avx512()) return resid_update_avx512(p, q, x, s, sq, wp, wq, n);
+#endif
+  for (int64_t v = 0; v < n; ++v) {
+    const float r = residual_at(p, q, x, v);
+    if (s > 0.0) wp[v] = normalised(r, s);
+    if (wq) wq[v] = sq > 0.0 ? normalised(v == x ? 0.f : mass(q[v]), sq) : 0.f;
+  }
 }
 
 double mass_sum_host(const float* p, int64_t lo, int64_t hi) {

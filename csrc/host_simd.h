@@ -14,6 +14,13 @@ double resid_sum_host(const float* p, const float* q, int64_t x, int64_t lo, int
 // sum over v in [lo, hi) of float64(n_v)
 double norm_resid_sum_host(const float* p, const float* q, int64_t x, double s, int64_t lo,
                            int64_t hi);
+// sum over v != x of float64(mass(q_v)) (the draft row without the rejected token)
+double drop_sum_host(const float* q, int64_t x, int64_t n);
+// verify_tree's update after a rejected x (in place allowed: wp == p, wq == q):
+//   wp_v = float32(float64(r_v) / s) when s > 0 (wp untouched otherwise);
+//   wq_v = float32(float64(q_v without x) / sq) when sq > 0, else 0 (only when wq != nullptr).
+void resid_update_host(const float* p, const float* q, int64_t x, double s, double sq, float* wp,
+                       float* wq, int64_t n);
 // sum over v in [lo, hi) of float64(mass(p_v))
 double mass_sum_host(const float* p, int64_t lo, int64_t hi);
 // probs_from_logits pass 1 (specops/probs.h): o_v = x_v = l_v / div with l = u + s (c - u) (three

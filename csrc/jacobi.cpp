@@ -44,6 +44,10 @@ struct HostJacobiOps {
   int32_t draw(const W& w, float u) const {
     return draw_host(w, vocab, u);
   }
+  int32_t draw(const PosW& w, float u) const {
+    return draw_host_chunked(w, vocab, u,
+                             [&](int64_t lo, int64_t hi) { return mass_sum_host(w.p, lo, hi); });
+  }
   int32_t draw(const NormResidW& w, float u) const {  // the residual draws: vectorised chunk sums
     return draw_host_chunked(w, vocab, u, [&](int64_t lo, int64_t hi) {
       return norm_resid_sum_host(w.r.p, w.r.q, w.r.x, w.s, lo, hi);

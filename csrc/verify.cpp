@@ -32,11 +32,11 @@ struct NormResidual {  // norm(r)_i = float32(r_i / s)
   float operator()(int64_t i) const { return normalised(r(i), s); }
 };
 
-struct DropOne {  // mass(q) with entry x zeroed
-  const float* q;
-  int64_t x;
-  float operator()(int64_t i) const { return i == x ? 0.f : mass(q[i]); }
-};
+// t ~ mass(p) with uniform u (vectorised chunk sums).
+int32_t draw_positive(const float* p, int64_t vocab, float u) {
+  return draw_host_chunked(Positive{p}, vocab, u,
+                           [p](int64_t lo, int64_t hi) { return mass_sum_host(p, lo, hi); });
+}
 
 // t ~ norm(max(p - q, 0)) with uniform u, or -1 when the residual has no mass.
 int32_t draw_residual(const float* p, const float* q, int64_t x, int64_t vocab, float u) {
@@ -70,7 +70,7 @@ void verify_chain_host(const VerifyChainArgs& a) {
         const float* qa = a.draft ? a.draft + b * a.draft_sb + acc * a.draft_sk : nullptr;
         t = draw_residual(pa, qa, a.tokens[b * a.tokens_sb + acc], a.vocab, u);
       }
-      if (t < 0) t = draw_host(Positive{pa}, a.vocab, u);  // bonus, or residual without mass
+      if (t < 0) t = draw_positive(pa, a.vocab, u);  // bonus, or residual without mass
     }
     chain_write_prefix(a, b, acc, t);
   });
@@ -97,24 +97,14 @@ void verify_tree_host(const VerifyTreeArgs& a) {
       // rows depends only on entry i of the old ones, and both sums are taken first.
       const float* p = tree_p(a, b, w);
       const float* q = tree_q(a, b, w);
-      const Residual r{p, q, w.x};
-      const double s = sum_host(r, V);
+      const double s = resid_sum_host(p, q, w.x, 0, V);
       const bool wor = a.without_replacement && q != nullptr;
-      const double sq = wor ? sum_host(DropOne{q, w.x}, V) : 0.0;
-      if (wor) {
-        const DropOne d{q, w.x};
-        for (int64_t i = 0; i < V; ++i) {
-          const float ri = r(i);
-          if (s > 0.0) wp[i] = normalised(ri, s);
-          wq[i] = sq > 0.0 ? normalised(d(i), sq) : 0.f;
-        }
-      } else if (s > 0.0) {
-        for (int64_t i = 0; i < V; ++i) wp[i] = normalised(r(i), s);
-      }
+      const double sq = wor ? drop_sum_host(q, w.x, V) : 0.0;
+      if (wor || s > 0.0) resid_update_host(p, q, w.x, s, sq, wp, wor ? wq : nullptr, V);
       tree_walk_rejected(a, w, s > 0.0);
     }
     const float* p = tree_p(a, b, w);
-    tree_walk_finish(a, b, w, draw_host(Positive{p}, V, a.rng.uniform(b, a.nodes - 1)));
+    tree_walk_finish(a, b, w, draw_positive(p, V, a.rng.uniform(b, a.nodes - 1)));
   });
 }
 
