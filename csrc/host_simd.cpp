@@ -186,7 +186,6 @@ SPECOPS_AVX512 int64_t keys_in_bin_avx512(const float* o, int64_t n, uint32_t bi
   for (; v + 16 <= n; v += 16) {
     const __m512i k = key16(_mm512_loadu_ps(o + v));
     const __mmask16 in = _mm512_cmpeq_epi32_mask(_mm512_srli_epi32(k, 21), bv);
-    if (!in) continue;
     _mm512_storeu_si512(keys + m, _mm512_maskz_compress_epi32(in, k));  // register compress
     m += __builtin_popcount(in);
   }
@@ -208,7 +207,6 @@ SPECOPS_AVX512 int64_t take_kept_avx512(float* o, int64_t n, bool use_k, uint32_
     __mmask16 keep = _mm512_cmp_ps_mask(x, tp, _CMP_GE_OQ);
     if (use_k) keep &= _mm512_cmp_epu32_mask(key16(x), tk, _MM_CMPINT_NLT);
     _mm512_storeu_ps(o + v, _mm512_setzero_ps());
-    if (!keep) continue;
     _mm512_storeu_ps(xs + m, _mm512_maskz_compress_ps(keep, x));
     _mm512_storeu_si512(
         idx + m, _mm512_maskz_compress_epi32(
@@ -225,17 +223,37 @@ SPECOPS_AVX512 int64_t take_kept_avx512(float* o, int64_t n, bool use_k, uint32_
   return m;
 }
 
-SPECOPS_AVX512 int64_t compact_avx512(const float* p, int64_t lo, int64_t hi, int32_t* idx,
-                                      float* pos) {
+SPECOPS_AVX512 int64_t survivors_avx512(const float* u, const float* pos, int64_t m, float scale,
+                                        int32_t* sel) {
+  const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512 one = _mm512_set1_ps(1.f), sv = _mm512_set1_ps(scale);
+  int64_t n = 0, j = 0;
+  for (; j + 16 <= m; j += 16) {
+    const __mmask16 ok =
+        _mm512_cmp_ps_mask(_mm512_sub_ps(one, _mm512_loadu_ps(u + j)),
+                           _mm512_mul_ps(_mm512_loadu_ps(pos + j), sv), _CMP_LT_OQ);
+    _mm512_storeu_si512(sel + n, _mm512_maskz_compress_epi32(
+                                     ok, _mm512_add_epi32(_mm512_set1_epi32(int(j)), step)));
+    n += __builtin_popcount(ok);
+  }
+  for (; j < m; ++j) {
+    sel[n] = static_cast<int32_t>(j);
+    n += (1.f - u[j]) < pos[j] * scale ? 1 : 0;
+  }
+  return n;
+}
+
+SPECOPS_AVX512 int64_t compact_avx512(const float* p, int64_t lo, int64_t hi, float thr,
+                                      int32_t* idx, float* pos) {
   int64_t m = 0, v = lo;
   const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   for (; v + 16 <= hi; v += 16) {
     const __m512 x = _mm512_loadu_ps(p + v);
-    const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ) &
+    const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(thr), _CMP_GT_OQ) &
                          _mm512_cmp_ps_mask(x, _mm512_set1_ps(3.402823466e+38f), _CMP_LE_OQ);
-    if (!ok) continue;
     // compress in a register, then a full store (within idx/pos: m + 16 <= v + 16 - lo): the
-    // memory form of vcompress is microcoded and slow on some CPUs (AMD Zen 4)
+    // memory form of vcompress is microcoded and slow on some CPUs (AMD Zen 4).  No branch on
+    // an empty mask: it mispredicts on sparse rows (top-k filtered).
     _mm512_storeu_ps(pos + m, _mm512_maskz_compress_ps(ok, x));
     _mm512_storeu_si512(
         idx + m, _mm512_maskz_compress_epi32(
@@ -246,7 +264,7 @@ SPECOPS_AVX512 int64_t compact_avx512(const float* p, int64_t lo, int64_t hi, in
     const float pv = mass(p[v]);
     idx[m] = static_cast<int32_t>(v);
     pos[m] = pv;
-    m += pv > 0.f ? 1 : 0;
+    m += pv > thr ? 1 : 0;
   }
   return m;
 }
@@ -350,18 +368,32 @@ int64_t take_kept_host(float* o, int64_t n, bool use_k, uint32_t tau_k, float ta
   return m;
 }
 
-int64_t compact_positive_host(const float* p, int64_t lo, int64_t hi, int32_t* idx, float* pos) {
+int64_t compact_above_host(const float* p, int64_t lo, int64_t hi, float thr, int32_t* idx,
+                           float* pos) {
 #if defined(SPECOPS_HOST_AVX512)
-  if (have_avx512()) return compact_avx512(p, lo, hi, idx, pos);
+  if (have_avx512()) return compact_avx512(p, lo, hi, thr, idx, pos);
 #endif
   int64_t m = 0;
   for (int64_t v = lo; v < hi; ++v) {  // branch-free compaction
     const float pv = mass(p[v]);
     idx[m] = static_cast<int32_t>(v);
     pos[m] = pv;
-    m += pv > 0.f ? 1 : 0;
+    m += pv > thr ? 1 : 0;
   }
   return m;
+}
+
+int64_t gumbel_survivors_host(const float* u, const float* pos, int64_t m, float scale,
+                              int32_t* sel) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (have_avx512()) return survivors_avx512(u, pos, m, scale, sel);
+#endif
+  int64_t n = 0;
+  for (int64_t j = 0; j < m; ++j) {
+    sel[n] = static_cast<int32_t>(j);
+    n += (1.f - u[j]) < pos[j] * scale ? 1 : 0;
+  }
+  return n;
 }
 
 }  // namespace specops

@@ -36,8 +36,13 @@ int64_t keys_in_bin_host(const float* o, int64_t n, uint32_t bin, uint32_t* keys
 // and values in order (n + 16 entries each), o is zeroed; returns their count.
 int64_t take_kept_host(float* o, int64_t n, bool use_k, uint32_t tau_k, float tau_p, int32_t* idx,
                        float* xs);
-// The entries of [lo, hi) with mass(p_v) > 0, in order: idx[j] = v, pos[j] = mass(p_v); returns
-// their count (idx/pos hold hi - lo entries).
-int64_t compact_positive_host(const float* p, int64_t lo, int64_t hi, int32_t* idx, float* pos);
+// The entries of [lo, hi) with mass(p_v) > thr (thr >= 0), in order: idx[j] = v, pos[j] = p_v;
+// returns their count (idx/pos hold hi - lo + 16 entries).
+int64_t compact_above_host(const float* p, int64_t lo, int64_t hi, float thr, int32_t* idx,
+                           float* pos);
+// Gumbel top-k pre-filter: sel receives the j < m (in order) with 1 - u_j < pos_j * scale
+// (float32; sel holds m + 16 entries); returns their count.
+int64_t gumbel_survivors_host(const float* u, const float* pos, int64_t m, float scale,
+                              int32_t* sel);
 
 }  // namespace specops
