@@ -13,10 +13,12 @@ Rows are what a visual AR model samples from: softmax of top-k 2000 filtered log
 unfiltered, every entry positive, so a Gumbel key per entry for the SJD-PAC candidates).
 
 GB/s = the unique probability bytes the step must read (``floor bytes``: every target/draft row
-that the semantics scan in full, counted once; scalar reads of accepted drafts are left out) /
-time.  The same run times a memcpy of exactly that many bytes (``torch`` ``dst.copy_(src)``, the
-current torch thread count) in row ``memcpy``; ``ratios`` gives memcpy=memcpy time / op time (the
-issue's target: >= 0.5, the op within 2x of a memcpy of its bytes).  For the SJD-PAC step
+that the semantics scan in full, counted once; scalar reads of accepted drafts are left out; for
+the SJD-PAC step: row m, every continuation row's p for its candidates and its q where the
+continuation token was resampled) / time.  The same run times a memcpy of exactly that many
+bytes (``torch`` ``dst.copy_(src)``, the current torch thread count) in row ``memcpy``;
+``ratios`` gives memcpy=memcpy time / op time (the issue's target: >= 0.5, the op within 2x of a
+memcpy of its bytes).  For the SJD-PAC step
 (Lumina-mGPT: V = 65536, window Tree.kary_chain(3, 3, 64), 3 candidates, one request) the peer
 ``torch_pac`` is a vectorised PyTorch SJD-PAC sampler written here after the method's
 description (walk with torch ops on the host, continuation and candidates batched over the
@@ -180,8 +182,15 @@ def bench_jacobi(device, quick) -> list[Row]:
             a = int(r.num_accepted[0])
             m = int(r.path[0, a])
             rejected = int(r.first_reject[0]) >= 0
-            # scanned: row m (p; q too after a rejection), p and q of every line row
-            nrows = (2 if rejected else 1) + 2 * (len(_line(fc, m)) if rejected else 0)
+            # scanned in full: row m (p; q too after a rejection); every line row l_d's p (its
+            # candidates), and its q only when the token of l_{d+1} was resampled (counted as
+            # kept when the resample drew the same token: fewer bytes, a stricter ratio)
+            line = _line(fc, m) if rejected else []
+            nw = r.next_window[0].tolist()
+            resampled = sum(
+                1 for i in range(len(line) - 1) if nw[a + 1 + i] != int(x[0, line[i + 1]])
+            )
+            nrows = (2 if rejected else 1) + len(line) + resampled
             nbytes = nrows * v * 4
             desc = f"{name} acc={mode} a={a} B=1 L={shape[2]} V={v} kary_chain{shape} k=3"
             results = []

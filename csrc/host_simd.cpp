@@ -1,6 +1,7 @@
 // AVX-512 and scalar versions of csrc/host_simd.h.
 #include "host_simd.h"
 
+#include "specops/jacobi.h"  // WalkRow (scalar fallback)
 #include "specops/verify.h"  // mass, clamp0, residual_at, normalised
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -174,6 +175,76 @@ SPECOPS_AVX512 void resid_update_avx512(const float* p, const float* q, int64_t 
   }
 }
 
+// p_j, q_j of 16 entries from v (WalkRow::steps): for each earlier rejection i
+//   p <- norm(max(p - q, 0)) when S_i > 0;  q <- norm(q without x_i) when T_i > 0, else 0
+SPECOPS_AVX512 inline void walk16(const float* p0, const float* q0, int64_t j, const int64_t* xs,
+                                  const double* S, const double* T, int64_t v, __m512* P,
+                                  __m512* Q) {
+  const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  __m512 p = mass16(_mm512_loadu_ps(p0 + v)), q = mass16(_mm512_loadu_ps(q0 + v));
+  for (int64_t i = 0; i < j; ++i) {
+    const __m512 r = _mm512_max_ps(_mm512_sub_ps(p, q), _mm512_setzero_ps());
+    if (S[i] > 0.0) p = norm16(r, _mm512_set1_pd(S[i]));
+    if (T[i] > 0.0) {
+      const int64_t off = xs[i] - v;
+      __mmask16 not_x = 0xffff;
+      if (off >= 0 && off < 16)
+        not_x = static_cast<__mmask16>(
+            ~_mm512_cmpeq_epi32_mask(step, _mm512_set1_epi32(static_cast<int>(off))));
+      q = norm16(_mm512_maskz_mov_ps(not_x, q), _mm512_set1_pd(T[i]));
+    } else {
+      q = _mm512_setzero_ps();
+    }
+  }
+  *P = p;
+  *Q = q;
+}
+
+SPECOPS_AVX512 void walk_terms_avx512(const float* p0, const float* q0, int64_t j,
+                                      const int64_t* xs, const double* S, const double* T,
+                                      int64_t x, int64_t n, double* s, double* t) {
+  const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  __m512d as = _mm512_setzero_pd(), at = _mm512_setzero_pd();
+  int64_t v = 0;
+  for (; v + 16 <= n; v += 16) {
+    __m512 p, q;
+    walk16(p0, q0, j, xs, S, T, v, &p, &q);
+    as = add_f32x16(as, _mm512_max_ps(_mm512_sub_ps(p, q), _mm512_setzero_ps()));
+    const int64_t off = x - v;
+    __mmask16 not_x = 0xffff;
+    if (off >= 0 && off < 16)
+      not_x = static_cast<__mmask16>(
+          ~_mm512_cmpeq_epi32_mask(step, _mm512_set1_epi32(static_cast<int>(off))));
+    at = add_f32x16(at, _mm512_maskz_mov_ps(not_x, q));
+  }
+  double s1 = _mm512_reduce_add_pd(as), s2 = _mm512_reduce_add_pd(at);
+  const WalkRejectTerms f{WalkRow{p0, q0, j, xs, S, T}, x};
+  for (; v < n; ++v) {
+    float r, qd;
+    f(v, &r, &qd);
+    s1 += static_cast<double>(r);
+    s2 += static_cast<double>(qd);
+  }
+  *s = s1;
+  *t = s2;
+}
+
+SPECOPS_AVX512 double walk_pos_avx512(const float* p0, const float* q0, int64_t j,
+                                      const int64_t* xs, const double* S, const double* T,
+                                      int64_t lo, int64_t hi) {
+  __m512d a = _mm512_setzero_pd();
+  int64_t v = lo;
+  for (; v + 16 <= hi; v += 16) {
+    __m512 p, q;
+    walk16(p0, q0, j, xs, S, T, v, &p, &q);
+    a = add_f32x16(a, _mm512_max_ps(p, _mm512_setzero_ps()));
+  }
+  double s = _mm512_reduce_add_pd(a);
+  const WalkPosW w{WalkRow{p0, q0, j, xs, S, T}};
+  for (; v < hi; ++v) s += static_cast<double>(w(v));
+  return s;
+}
+
 SPECOPS_AVX512 inline __m512i key16(__m512 x) {
   const __m512i b = _mm512_castps_si512(x);
   return _mm512_xor_si512(b, _mm512_or_si512(_mm512_srai_epi32(b, 31),
@@ -318,6 +389,32 @@ void resid_update_host(const float* p, const float* q, int64_t x, double s, doub
     if (s > 0.0) wp[v] = normalised(r, s);
     if (wq) wq[v] = sq > 0.0 ? normalised(v == x ? 0.f : mass(q[v]), sq) : 0.f;
   }
+}
+
+void walk_terms_sum_host(const float* p0, const float* q0, int64_t j, const int64_t* xs,
+                         const double* S, const double* T, int64_t x, int64_t n, double* s,
+                         double* t) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (q0 != nullptr && have_avx512()) return walk_terms_avx512(p0, q0, j, xs, S, T, x, n, s, t);
+#endif
+  const WalkRejectTerms f{WalkRow{p0, q0, j, xs, S, T}, x};
+  double s1 = 0.0, s2 = 0.0;
+  for (int64_t v = 0; v < n; ++v) {
+    float r, qd;
+    f(v, &r, &qd);
+    s1 += static_cast<double>(r);
+    s2 += static_cast<double>(qd);
+  }
+  *s = s1;
+  *t = s2;
+}
+
+double walk_pos_sum_host(const float* p0, const float* q0, int64_t j, const int64_t* xs,
+                         const double* S, const double* T, int64_t lo, int64_t hi) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (q0 != nullptr && have_avx512()) return walk_pos_avx512(p0, q0, j, xs, S, T, lo, hi);
+#endif
+  return sum_range_host(WalkPosW{WalkRow{p0, q0, j, xs, S, T}}, lo, hi);
 }
 
 double mass_sum_host(const float* p, int64_t lo, int64_t hi) {

@@ -21,6 +21,15 @@ double drop_sum_host(const float* q, int64_t x, int64_t n);
 //   wq_v = float32(float64(q_v without x) / sq) when sq > 0, else 0 (only when wq != nullptr).
 void resid_update_host(const float* p, const float* q, int64_t x, double s, double sq, float* wp,
                        float* wq, int64_t n);
+// verify_jacobi's tree walk after j rejected children x_0..x_{j-1} (specops/jacobi.h WalkRow):
+// p_j, q_j recomputed per entry from p0, q0 (q0 != nullptr) with the reference's roundings.
+//   walk_terms_sum_host: s = sum max(p_j - q_j, 0), t = sum of q_j without x (WalkRejectTerms)
+//   walk_pos_sum_host:   sum over [lo, hi) of max(p_j, 0) (WalkPosW)
+void walk_terms_sum_host(const float* p0, const float* q0, int64_t j, const int64_t* xs,
+                         const double* S, const double* T, int64_t x, int64_t n, double* s,
+                         double* t);
+double walk_pos_sum_host(const float* p0, const float* q0, int64_t j, const int64_t* xs,
+                         const double* S, const double* T, int64_t lo, int64_t hi);
 // sum over v in [lo, hi) of float64(mass(p_v))
 double mass_sum_host(const float* p, int64_t lo, int64_t hi);
 // probs_from_logits pass 1 (specops/probs.h): o_v = x_v = l_v / div with l = u + s (c - u) (three

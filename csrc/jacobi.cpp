@@ -44,6 +44,16 @@ struct HostJacobiOps {
   int32_t draw(const W& w, float u) const {
     return draw_host(w, vocab, u);
   }
+  void sum2(const WalkRejectTerms& f, double* s1, double* s2) const {  // vectorised
+    const WalkRow& r = f.row;
+    walk_terms_sum_host(r.p0, r.q0, r.j, r.xs, r.S, r.T, f.x, vocab, s1, s2);
+  }
+  int32_t draw(const WalkPosW& w, float u) const {
+    const WalkRow& r = w.row;
+    return draw_host_chunked(w, vocab, u, [&](int64_t lo, int64_t hi) {
+      return walk_pos_sum_host(r.p0, r.q0, r.j, r.xs, r.S, r.T, lo, hi);
+    });
+  }
   int32_t draw(const PosW& w, float u) const {
     return draw_host_chunked(w, vocab, u,
                              [&](int64_t lo, int64_t hi) { return mass_sum_host(w.p, lo, hi); });
