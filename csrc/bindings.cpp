@@ -57,11 +57,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_host_threads", &set_host_threads,
         "Threads of the C++ CPU twins (results do not depend on it); 1 = serial.");
   m.def("host_threads", &host_threads);
-#if defined(_OPENMP)
-  m.attr("with_openmp") = true;
-#else
-  m.attr("with_openmp") = false;
-#endif
 
   init_tensor_arg(m);
   bind_sample(m);

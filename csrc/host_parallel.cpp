@@ -1,10 +1,17 @@
-// Host threading (OpenMP when the build has it) and the block Philox of csrc/host_parallel.h.
+// Host threading (a small blocking thread pool) and the block Philox of csrc/host_parallel.h.
+//
+// Why not OpenMP: torch ships its own libgomp, and two OpenMP runtimes in one process spin-wait
+// against each other on a small machine (measured on the 2-core CI VM: every parallel region,
+// ours and torch's, stalled in ~4 ms scheduler quanta).  The pool's workers block on a condition
+// variable between jobs, so they never hold a core while torch runs.
 #include "host_parallel.h"
 
+#include <algorithm>
 #include <atomic>
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define SPECOPS_HOST_AVX512 1
@@ -14,19 +21,86 @@ namespace specops {
 
 namespace {
 std::atomic<int> g_threads{1};
+thread_local bool t_in_pool = false;  // nested parallel_for runs serially
+
+// One job at a time: items [0, n) handed out by an atomic counter to the caller and `helpers`
+// workers; the caller returns when every helper has finished.
+class Pool {
+ public:
+  void run(int64_t n, void (*call)(const void*, int64_t), const void* ctx, int threads) {
+    std::unique_lock<std::mutex> busy(run_mu_, std::try_to_lock);
+    if (!busy.owns_lock()) {  // another caller's job is running: do this one serially
+      for (int64_t i = 0; i < n; ++i) call(ctx, i);
+      return;
+    }
+    const int helpers = static_cast<int>(std::min<int64_t>(threads - 1, n - 1));
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      while (static_cast<int>(workers_) < helpers) {
+        std::thread([this, id = static_cast<int>(workers_)] { loop(id); }).detach();
+        ++workers_;
+      }
+      call_ = call;
+      ctx_ = ctx;
+      n_ = n;
+      next_.store(0, std::memory_order_relaxed);
+      helpers_ = helpers;
+      active_ = helpers;
+      ++generation_;
+    }
+    cv_work_.notify_all();
+    work();
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_done_.wait(lk, [this] { return active_ == 0; });
+  }
+
+ private:
+  void work() {
+    const bool was = t_in_pool;
+    t_in_pool = true;
+    for (int64_t i = next_.fetch_add(1); i < n_; i = next_.fetch_add(1)) call_(ctx_, i);
+    t_in_pool = was;
+  }
+  void loop(int id) {
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_work_.wait(lk, [&] { return generation_ != seen && id < helpers_; });
+        seen = generation_;
+      }
+      work();
+      std::lock_guard<std::mutex> lk(mu_);
+      if (--active_ == 0) cv_done_.notify_one();
+    }
+  }
+
+  std::mutex run_mu_, mu_;
+  std::condition_variable cv_work_, cv_done_;
+  size_t workers_ = 0;
+  void (*call_)(const void*, int64_t) = nullptr;
+  const void* ctx_ = nullptr;
+  int64_t n_ = 0;
+  std::atomic<int64_t> next_{0};
+  int helpers_ = 0, active_ = 0;
+  uint64_t generation_ = 0;
+};
+
+Pool& pool() {
+  static Pool* p = new Pool();  // never destroyed: detached workers may outlive static teardown
+  return *p;
+}
 }  // namespace
 
 int host_threads() { return g_threads.load(std::memory_order_relaxed); }
 void set_host_threads(int n) { g_threads.store(n < 1 ? 1 : n, std::memory_order_relaxed); }
 
 void parallel_run(int64_t n, void (*call)(const void*, int64_t), const void* ctx) {
-#if defined(_OPENMP)
-  const int t = static_cast<int>(host_threads() < n ? host_threads() : n);
-#pragma omp parallel for num_threads(t) schedule(dynamic, 1)
-  for (int64_t i = 0; i < n; ++i) call(ctx, i);
-#else
-  for (int64_t i = 0; i < n; ++i) call(ctx, i);
-#endif
+  if (t_in_pool) {
+    for (int64_t i = 0; i < n; ++i) call(ctx, i);
+    return;
+  }
+  pool().run(n, call, ctx, host_threads());
 }
 
 namespace {

@@ -13,8 +13,9 @@ namespace specops {
 int host_threads();
 void set_host_threads(int n);
 
-// f(i) for i in [0, n), items spread over host_threads() threads (OpenMP, dynamic schedule) when
-// OpenMP is built in and n > 1; plain loop otherwise.  f must write disjoint outputs per item.
+// f(i) for i in [0, n), items handed out one at a time to the caller and host_threads() - 1 pool
+// workers (csrc/host_parallel.cpp); a plain loop for one thread, one item, a nested call or while
+// another caller's job runs.  f must write disjoint outputs per item.
 template <class F>
 void parallel_for(int64_t n, const F& f);
 

@@ -1,4 +1,4 @@
-"""Threads of the C++ CPU twins (OpenMP in the compiled module).
+"""Threads of the C++ CPU twins (a blocking thread pool: csrc/host_parallel.cpp).
 
 Every threaded kernel splits independent work items (requests, rows, continuation positions), so
 its outputs are the same for any thread count.  The count is process-wide: ``SPECOPS_NUM_THREADS``
@@ -21,8 +21,8 @@ def set_num_threads(n: int) -> None:
 
 
 def get_num_threads() -> int:
-    """Threads the C++ CPU kernels use (1 without a compiled module or without OpenMP)."""
-    if _C is None or not _C.with_openmp:
+    """Threads the C++ CPU kernels use (1 without a compiled module)."""
+    if _C is None:
         return 1
     return int(_C.host_threads())
 
