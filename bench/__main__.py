@@ -26,6 +26,7 @@ REGISTRY = [
     "sample",
     "verify",
     "jacobi",
+    "acceptance",
     "probs",
     "tree_attention",
     "kv",

@@ -1,4 +1,5 @@
-"""specops.sample: every backend vs torch.multinomial (the eager op it replaces)."""
+"""specops.sample: every backend vs torch.multinomial (the eager op it replaces) and a memcpy of
+the same bytes (ratio memcpy = copy time / sample time)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import torch
 import specops
 from specops.ops._common import available_backends
 
-from .harness import Row, time_fn, with_ratios
+from .harness import Row, memcpy_time, time_fn, with_ratios
 
 SHAPES_GPU = [(1, 32000), (64, 32000), (256, 65536), (128, 184622)]
 SHAPES_CPU = [(16, 32000), (2, 65536)]
@@ -61,6 +62,14 @@ def run(device: str, quick: bool) -> list[Row]:
                 nbytes / (st.median_us * 1e-6) / 1e9,
             )
         )
+        # the memory floor: a copy of the same bytes in the same run (issue 13 target for the
+        # CPU twin at B >= 16: ratio memcpy >= 0.5, i.e. at least half of memcpy's bandwidth)
+        st = memcpy_time(nbytes, device)
+        note = "target cpu memcpy>=0.5" if device == "cpu" and rows_ >= 16 else ""
+        rows.append(
+            Row("sample", shape, "memcpy", st.median_us, st.p20_us, st.p80_us,
+                nbytes / (st.median_us * 1e-6) / 1e9, note=note)
+        )  # fmt: skip
     return with_ratios(rows, ("cuda", "triton", "cpu"))
 
 

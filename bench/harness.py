@@ -141,6 +141,14 @@ def time_fn(fn, device: str, *, quick: bool = False, **kw) -> Stats:
     return time_cpu(fn if callable(fn) else fn[0], **kw)
 
 
+def memcpy_time(nbytes: int, device: str) -> Stats:
+    """A copy of ``nbytes`` (``dst.copy_(src)``, float32 buffers, torch's current thread count):
+    the memory floor a pass that reads those bytes is compared with, timed in the same run."""
+    src = torch.empty(max(nbytes // 4, 1), device=device)
+    dst = torch.empty_like(src)
+    return time_fn(lambda: dst.copy_(src), device)
+
+
 def ceilings(device: str) -> dict[str, float]:
     """Measured in the same run: copy GB/s (read + write; device-to-device on a GPU, a 64 MiB
     memcpy on the CPU) and, on a GPU, bf16 matmul TFLOP/s."""

@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include "bind.h"
+#include "host_parallel.h"
 #include "specops/philox.h"
 #ifdef SPECOPS_WITH_CUDA
 #include "cuda_bindings.h"
@@ -53,12 +54,17 @@ PYBIND11_MODULE(_C, m) {
           return py::make_tuple(r.x[0], r.x[1], r.x[2], r.x[3]);
         });
 
+  m.def("set_host_threads", &set_host_threads,
+        "Threads of the C++ CPU twins (results do not depend on it); 1 = serial.");
+  m.def("host_threads", &host_threads);
+
   init_tensor_arg(m);
   bind_sample(m);
   bind_verify(m);
   bind_kv(m);
   bind_features(m);
   bind_jacobi(m);
+  bind_probs(m);
 
   m.attr("host_kernels") = host_kernel_names();
   m.attr("cuda_kernels") = cuda_kernel_names();

@@ -1,10 +1,15 @@
 // CPU twin of verify_jacobi: the shared cores of specops/jacobi.h with host vocabulary passes
-// (float64 sums, chunked inverse-CDF draw, Gumbel top-k from specops/verify.h).  Requests and
-// slots run in sequence; the tree mode's continuation is computed only along the line actually
-// reached (the CUDA kernel computes it speculatively for every first child instead).
+// (float64 sums, chunked inverse-CDF draw, Gumbel top-k from specops/verify.h).  Independent work
+// items run on host_threads() threads (csrc/host_parallel.h): chain slots once the prefixes are
+// known; in tree mode the requests' walks, then every continuation node; results do not depend on
+// the thread count.  The tree mode's continuation is computed only along the line actually reached
+// (the CUDA kernel computes it speculatively for every first child instead).
 #include "specops/jacobi.h"
 
 #include <vector>
+
+#include "host_parallel.h"
+#include "host_simd.h"
 
 namespace specops {
 
@@ -20,6 +25,7 @@ struct HostJacobiOps {
   double sum(const W& w) const {
     return sum_host(w, vocab);
   }
+  double sum(const ResidW& r) const { return resid_sum_host(r.p, r.q, r.x, 0, vocab); }
 
   template <class F>
   void sum2(const F& f, double* s1, double* s2) const {
@@ -38,64 +44,132 @@ struct HostJacobiOps {
   int32_t draw(const W& w, float u) const {
     return draw_host(w, vocab, u);
   }
+  void sum2(const WalkRejectTerms& f, double* s1, double* s2) const {  // vectorised
+    const WalkRow& r = f.row;
+    walk_terms_sum_host(r.p0, r.q0, r.j, r.xs, r.S, r.T, f.x, vocab, s1, s2);
+  }
+  int32_t draw(const WalkPosW& w, float u) const {
+    const WalkRow& r = w.row;
+    return draw_host_chunked(w, vocab, u, [&](int64_t lo, int64_t hi) {
+      return walk_pos_sum_host(r.p0, r.q0, r.j, r.xs, r.S, r.T, lo, hi);
+    });
+  }
+  int32_t draw(const PosW& w, float u) const {
+    return draw_host_chunked(w, vocab, u,
+                             [&](int64_t lo, int64_t hi) { return mass_sum_host(w.p, lo, hi); });
+  }
+  int32_t draw(const NormResidW& w, float u) const {  // the residual draws: vectorised chunk sums
+    return draw_host_chunked(w, vocab, u, [&](int64_t lo, int64_t hi) {
+      return norm_resid_sum_host(w.r.p, w.r.q, w.r.x, w.s, lo, hi);
+    });
+  }
 
   void topk(const float* p, int64_t row, int64_t draw0, int64_t k, int32_t* out) const {
     gumbel_topk_host(p, vocab, *rng, row, draw0, k, out);
   }
 };
 
+// Request b's tree.  Emulating the CUDA kernel: cached tokens, parents and fresh tests (tok,
+// parent, ok0: [B, L] scratch, filled on the first call for b; the walk's call comes first).
+TreeView view(const JacobiArgs& A, int64_t b, int64_t* tok, int32_t* parent, int32_t* ok0) {
+  TreeView tv = jacobi_tree_view(A, b);
+  if (!A.emulate_cuda) return tv;
+  const int64_t L = A.len;
+  tok += b * L;
+  parent += b * L;
+  ok0 += b * L;
+  tv.tok = tok;
+  tv.ok0 = ok0;
+  return tv;
+}
+
+void emulate_setup(const JacobiArgs& A, int64_t b, int64_t* tok, int32_t* parent, int32_t* ok0) {
+  const int64_t L = A.len;
+  tok += b * L;
+  parent += b * L;
+  ok0 += b * L;
+  const TreeView tv = jacobi_tree_view(A, b);
+  for (int64_t n = 0; n < L; ++n) {
+    tok[n] = A.tokens[b * A.tokens_sb + n];
+    parent[n] = -1;
+  }
+  for (int64_t m = 0; m < L; ++m) jacobi_set_parents(tv, m, parent);
+  for (int64_t c = 0; c < L; ++c)
+    ok0[c] = parent[c] >= 0 && tok[c] != -1 && jacobi_fresh_test(A, b, parent[c], c, tok[c]);
+}
+
 }  // namespace
 
 void verify_jacobi_host(const JacobiArgs& A) {
-  const int64_t L = A.len;
-  HostJacobiOps ops{A.vocab, &A.rng};
-  if (A.first_child == nullptr) {  // chain mode
-    for (int64_t b = 0; b < A.batch; ++b) {
+  const int64_t L = A.len, B = A.batch;
+  const HostJacobiOps ops{A.vocab, &A.rng};
+  if (A.first_child == nullptr) {  // chain mode: the prefixes, then every slot on its own
+    std::vector<int64_t> acc(B);
+    for (int64_t b = 0; b < B; ++b) {
       int64_t a = 0;
       while (a < L && jacobi_chain_ok(A, b, a)) ++a;
-      for (int64_t i = 0; i < L; ++i) jacobi_chain_slot(A, b, i, a, ops);
+      acc[b] = a;
     }
+    parallel_for(B * L, [&](int64_t bi) {
+      HostJacobiOps o = ops;
+      jacobi_chain_slot(A, bi / L, bi % L, acc[bi / L], o);
+    });
     return;
   }
-  std::vector<int64_t> xs(L), tok(L);
-  std::vector<double> S(L), T(L);
-  std::vector<int32_t> ws(jacobi_ws_size(L, A.num_candidates));
-  std::vector<int32_t> parent(L), ok0(L), tok_src(L), cand_src(L);
-  for (int64_t b = 0; b < A.batch; ++b) {
-    TreeView tv = jacobi_tree_view(A, b);
-    if (A.emulate_cuda) {  // the CUDA kernel's plan: cached tokens, parents, fresh tests
-      for (int64_t n = 0; n < L; ++n) {
-        tok[n] = A.tokens[b * A.tokens_sb + n];
-        parent[n] = -1;
-      }
-      for (int64_t m = 0; m < L; ++m) jacobi_set_parents(tv, m, parent.data());
-      for (int64_t c = 0; c < L; ++c)
-        ok0[c] = parent[c] >= 0 && tok[c] != -1 && jacobi_fresh_test(A, b, parent[c], c, tok[c]);
-      tv.tok = tok.data();
-      tv.ok0 = ok0.data();
-    }
-    jacobi_tree_walk(A, b, tv, ops, xs.data(), S.data(), T.data(), ws.data());
-    if (A.emulate_cuda) {  // blocks n >= 1: every node that could be on the line, speculatively
+  // Tree mode, in three phases: (1) every request's walk; (2) the continuation work of every
+  // (request, node) item that the line below the walk's end needs (or, emulating the CUDA kernel,
+  // of every node that could be on a line), each writing its own workspace slots; (3) assembly.
+  const int64_t wsz = jacobi_ws_size(L, A.num_candidates);
+  std::vector<int32_t> ws(B * wsz), parent(B * L), ok0(B * L);
+  std::vector<int64_t> tok(B * L);
+  parallel_for(B, [&](int64_t b) {
+    std::vector<int64_t> xs(L);
+    std::vector<double> S(L), T(L);
+    HostJacobiOps o = ops;
+    if (A.emulate_cuda) emulate_setup(A, b, tok.data(), parent.data(), ok0.data());
+    jacobi_tree_walk(A, b, view(A, b, tok.data(), parent.data(), ok0.data()), o, xs.data(),
+                     S.data(), T.data(), ws.data() + b * wsz);
+  });
+  struct Item {
+    int64_t b, node, depth;
+    bool need_tok;
+  };
+  std::vector<Item> items;
+  for (int64_t b = 0; b < B; ++b) {
+    const TreeView tv = view(A, b, tok.data(), parent.data(), ok0.data());
+    const int32_t* w = ws.data() + b * wsz;
+    if (A.emulate_cuda) {  // every node that could be on the line, speculatively
+      const int32_t* par = parent.data() + b * L;
       for (int64_t n = 1; n < L; ++n) {
-        const int64_t depth = jacobi_depth(parent.data(), n, L);
-        if (depth >= 0 && jacobi_on_line(tv, parent.data(), n))
-          jacobi_tree_node(A, b, tv, n, depth, true, true, ops, ws.data());
+        const int64_t depth = jacobi_depth(par, n, L);
+        if (depth >= 0 && jacobi_on_line(tv, par, n)) items.push_back({b, n, depth, true});
       }
-    } else {  // continuation along the line below the last accepted node m: l_d at position d
-      int64_t prev = tv.first_child(ws[kWsM]);
-      int64_t d = ws[kWsA] + 1;
-      bool alive = ws[kWsRej] != 0 && prev >= 0 && d < L;
-      while (alive) {
-        const int64_t node = tv.first_child(prev);
-        const bool go = node >= 0 && tv.token(A, node) != -1;
-        jacobi_tree_node(A, b, tv, prev, d, go, true, ops, ws.data());
-        if (!go) break;
-        prev = node;
-        ++d;
-        alive = d < L;
-      }
+      continue;
     }
-    const int32_t* cws = ws.data();
+    // the line below the last accepted node m: l_d at position d
+    int64_t prev = tv.first_child(w[kWsM]);
+    int64_t d = w[kWsA] + 1;
+    bool alive = w[kWsRej] != 0 && prev >= 0 && d < L;
+    while (alive) {
+      const int64_t node = tv.first_child(prev);
+      const bool go = node >= 0 && tv.token(A, node) != -1;
+      items.push_back({b, prev, d, go});
+      if (!go) break;
+      prev = node;
+      ++d;
+      alive = d < L;
+    }
+  }
+  parallel_for(static_cast<int64_t>(items.size()), [&](int64_t i) {
+    const Item& it = items[i];
+    HostJacobiOps o = ops;
+    jacobi_tree_node(A, it.b, view(A, it.b, tok.data(), parent.data(), ok0.data()), it.node,
+                     it.depth, it.need_tok, true, o, ws.data() + it.b * wsz);
+  });
+  std::vector<int32_t> tok_src(L), cand_src(L);
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t* cws = ws.data() + b * wsz;
+    const TreeView tv = view(A, b, tok.data(), parent.data(), ok0.data());
     jacobi_tree_line(A, b, tv, cws, tok_src.data(), cand_src.data());
     for (int64_t d = 0; d < L; ++d)
       jacobi_tree_write(A, b, cws, tok_src.data(), cand_src.data(), d);

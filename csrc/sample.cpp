@@ -1,12 +1,18 @@
 #include "specops/sample.h"
 
+#include "host_parallel.h"
+#include "host_simd.h"
+#include "specops/verify.h"  // draw_host_chunked
+
 namespace specops {
 
 void sample_host(const float* probs, int64_t rows, int64_t vocab, int64_t row_stride, RngArgs rng,
                  int32_t* out) {
-  for (int64_t r = 0; r < rows; ++r) {
-    out[r] = sample_row_host(probs + r * row_stride, vocab, rng.uniform(r, 0));
-  }
+  parallel_for(rows, [&](int64_t r) {  // rows are independent
+    const float* p = probs + r * row_stride;
+    out[r] = draw_host_chunked([p](int64_t v) { return mass(p[v]); }, vocab, rng.uniform(r, 0),
+                               [p](int64_t lo, int64_t hi) { return mass_sum_host(p, lo, hi); });
+  });
 }
 
 }  // namespace specops

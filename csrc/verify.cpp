@@ -1,10 +1,14 @@
 // C++ CPU twins of the verification kernels: the same per-request cores (specops/verify.h) as
-// the CUDA kernels, with plain loops for the passes over the vocabulary.
+// the CUDA kernels, with plain loops for the passes over the vocabulary; requests (rows) run in
+// parallel on host_threads() threads (csrc/host_parallel.h), each one's result independent of it.
 #include "specops/verify.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
+
+#include "host_parallel.h"
+#include "host_simd.h"
 
 namespace specops {
 
@@ -28,24 +32,25 @@ struct NormResidual {  // norm(r)_i = float32(r_i / s)
   float operator()(int64_t i) const { return normalised(r(i), s); }
 };
 
-struct DropOne {  // mass(q) with entry x zeroed
-  const float* q;
-  int64_t x;
-  float operator()(int64_t i) const { return i == x ? 0.f : mass(q[i]); }
-};
+// t ~ mass(p) with uniform u (vectorised chunk sums).
+int32_t draw_positive(const float* p, int64_t vocab, float u) {
+  return draw_host_chunked(Positive{p}, vocab, u,
+                           [p](int64_t lo, int64_t hi) { return mass_sum_host(p, lo, hi); });
+}
 
 // t ~ norm(max(p - q, 0)) with uniform u, or -1 when the residual has no mass.
 int32_t draw_residual(const float* p, const float* q, int64_t x, int64_t vocab, float u) {
-  const Residual r{p, q, x};
-  const double s = sum_host(r, vocab);
+  const double s = resid_sum_host(p, q, x, 0, vocab);
   if (!(s > 0.0)) return -1;
-  return draw_host(NormResidual{r, s}, vocab, u);
+  return draw_host_chunked(
+      NormResidual{Residual{p, q, x}, s}, vocab, u,
+      [&](int64_t lo, int64_t hi) { return norm_resid_sum_host(p, q, x, s, lo, hi); });
 }
 
 }  // namespace
 
 void verify_chain_host(const VerifyChainArgs& a) {
-  for (int64_t b = 0; b < a.batch; ++b) {
+  parallel_for(a.batch, [&](int64_t b) {  // requests are independent
     const int64_t n_valid = chain_num_valid(a, b);
     int64_t acc = 0;
     int32_t t;
@@ -65,15 +70,15 @@ void verify_chain_host(const VerifyChainArgs& a) {
         const float* qa = a.draft ? a.draft + b * a.draft_sb + acc * a.draft_sk : nullptr;
         t = draw_residual(pa, qa, a.tokens[b * a.tokens_sb + acc], a.vocab, u);
       }
-      if (t < 0) t = draw_host(Positive{pa}, a.vocab, u);  // bonus, or residual without mass
+      if (t < 0) t = draw_positive(pa, a.vocab, u);  // bonus, or residual without mass
     }
     chain_write_prefix(a, b, acc, t);
-  }
+  });
 }
 
 void verify_tree_host(const VerifyTreeArgs& a) {
   const int64_t V = a.vocab;
-  for (int64_t b = 0; b < a.batch; ++b) {
+  parallel_for(a.batch, [&](int64_t b) {  // requests are independent (own workspace rows)
     TreeWalk w;
     tree_walk_init(a, b, w);
     if (a.greedy) {
@@ -82,7 +87,7 @@ void verify_tree_host(const VerifyTreeArgs& a) {
       while (tree_walk_advance(a, b, w, best) == kTreeDescend)
         best = argmax_host(a.target + b * a.target_sb + w.cur * a.target_sn, V);
       tree_walk_finish(a, b, w, best);
-      continue;
+      return;
     }
     float* wp = a.ws_p + b * V;
     float* wq = a.ws_q ? a.ws_q + b * V : nullptr;
@@ -92,29 +97,30 @@ void verify_tree_host(const VerifyTreeArgs& a) {
       // rows depends only on entry i of the old ones, and both sums are taken first.
       const float* p = tree_p(a, b, w);
       const float* q = tree_q(a, b, w);
-      const Residual r{p, q, w.x};
-      const double s = sum_host(r, V);
+      const double s = resid_sum_host(p, q, w.x, 0, V);
       const bool wor = a.without_replacement && q != nullptr;
-      const double sq = wor ? sum_host(DropOne{q, w.x}, V) : 0.0;
-      if (wor) {
-        const DropOne d{q, w.x};
-        for (int64_t i = 0; i < V; ++i) {
-          const float ri = r(i);
-          if (s > 0.0) wp[i] = normalised(ri, s);
-          wq[i] = sq > 0.0 ? normalised(d(i), sq) : 0.f;
-        }
-      } else if (s > 0.0) {
-        for (int64_t i = 0; i < V; ++i) wp[i] = normalised(r(i), s);
-      }
+      const double sq = wor ? drop_sum_host(q, w.x, V) : 0.0;
+      if (wor || s > 0.0) resid_update_host(p, q, w.x, s, sq, wp, wor ? wq : nullptr, V);
       tree_walk_rejected(a, w, s > 0.0);
     }
     const float* p = tree_p(a, b, w);
-    tree_walk_finish(a, b, w, draw_host(Positive{p}, V, a.rng.uniform(b, a.nodes - 1)));
-  }
+    tree_walk_finish(a, b, w, draw_positive(p, V, a.rng.uniform(b, a.nodes - 1)));
+  });
 }
 
 // Gumbel top-k: keep the k best (key, id) seen so far, sorted best first; ids are visited in
 // increasing order, so an equal key never displaces an earlier id.
+//
+// Once k keys are held, with kappa the k-th, a later entry v gets in only if its key beats kappa:
+//   log p - log(-log u) > kappa  <=>  -log u < p e^-kappa  =>  1 - u < p e^-kappa
+// (1 - u <= -log u).  With scale = e^-kappa (1 + 1e-3) (the margin covers the float32 rounding of
+// the computed key and of these tests; 1 - u is exact on the 2^-23 grid):
+//   * an entry with 1 - u >= p scale is skipped without its two logs;
+//   * Philox uniforms have 1 - u >= 2^-24, so an entry with p scale <= 2^-24 is skipped without
+//     drawing its uniform at all (not with caller-supplied uniforms, which may come closer to 1).
+// Neither skip drops an entry the full computation would keep: the same top-k, the same stream.
+// Per block of the vocabulary: compaction of the entries above the threshold, their uniforms
+// (uniforms_at: vectorised Philox), a vectorised pre-filter, then the exact test and the logs.
 void gumbel_topk_host(const float* p, int64_t vocab, const RngArgs& rng, int64_t row, int64_t draw0,
                       int64_t k, int32_t* out) {
   const int64_t kk = std::min<int64_t>(k, vocab);
@@ -125,26 +131,50 @@ void gumbel_topk_host(const float* p, int64_t vocab, const RngArgs& rng, int64_t
     best_heap.resize(kk);
     best = best_heap.data();
   }
+  constexpr int64_t kBlock = 512;
+  int32_t idx[kBlock + 16], sel[kBlock + 16];
+  float pos[kBlock + 16], u[kBlock + 16];
   int64_t n = 0;
-  for (int64_t v = 0; v < vocab; ++v) {
-    const float pv = mass(p[v]);
-    if (!(pv > 0.f)) continue;
-    const float u = rng.uniform(row, draw0 + v);
-    const KeyId e{std::log(pv) - std::log(-std::log(u)), static_cast<int32_t>(v)};
-    if (n == kk && !key_before(e, best[kk - 1])) continue;
-    int64_t j = n < kk ? n++ : kk - 1;
-    while (j > 0 && key_before(e, best[j - 1])) {
-      best[j] = best[j - 1];
-      --j;
+  double scale = HUGE_VAL;  // e^-kappa (1 + 1e-3) once k keys are held
+  for (int64_t base = 0; base < vocab && kk > 0; base += kBlock) {
+    const int64_t hi = std::min(base + kBlock, vocab);
+    float thr = 0.f;  // entries with mass(p) <= thr are never drawn
+    if (n == kk && rng.uniforms == nullptr) {
+      // p <= thr implies p scale <= 2^-24 (thr rounded down)
+      thr = std::nextafter(static_cast<float>(0x1p-24 / scale), 0.f);
+      thr = thr > 0.f ? thr : 0.f;
     }
-    best[j] = e;
+    const int64_t m = compact_above_host(p, base, hi, thr, idx, pos);
+    uniforms_at(rng, row, draw0, idx, m, u);
+    int64_t ns = m;
+    if (n == kk) {  // vectorised pre-filter at this block's scale (it only shrinks later)
+      const float sf = std::nextafter(static_cast<float>(scale * (1.0 + 1e-6)), HUGE_VALF);
+      ns = gumbel_survivors_host(u, pos, m, sf, sel);
+    } else {
+      for (int64_t i = 0; i < m; ++i) sel[i] = static_cast<int32_t>(i);
+    }
+    for (int64_t t = 0; t < ns; ++t) {
+      const int64_t i = sel[t];
+      if (n == kk && !(static_cast<double>(1.f - u[i]) < static_cast<double>(pos[i]) * scale))
+        continue;
+      const KeyId e{std::log(pos[i]) - std::log(-std::log(u[i])), idx[i]};
+      if (n == kk && !key_before(e, best[kk - 1])) continue;
+      int64_t j = n < kk ? n++ : kk - 1;
+      while (j > 0 && key_before(e, best[j - 1])) {
+        best[j] = best[j - 1];
+        --j;
+      }
+      best[j] = e;
+      if (n == kk) scale = std::exp(-static_cast<double>(best[kk - 1].key)) * (1.0 + 1e-3);
+    }
   }
   for (int64_t j = 0; j < k; ++j) out[j] = j < n ? best[j].id : -1;
 }
 
 void sample_wor_host(const SampleWorArgs& a) {
-  for (int64_t r = 0; r < a.rows; ++r)
+  parallel_for(a.rows, [&](int64_t r) {
     gumbel_topk_host(a.probs + r * a.row_stride, a.vocab, a.rng, r, 0, a.k, a.out + r * a.k);
+  });
 }
 
 }  // namespace specops

@@ -6,8 +6,16 @@ semantics live in ``specops.reference``."""
 from specops import ops as _ops
 from specops import reference
 from specops._build import _version, build_info
+from specops._threads import get_num_threads, set_num_threads
 from specops.ops import *  # noqa: F403
 from specops.tree import Tree
 
 __version__ = _version()
-__all__ = ["Tree", "build_info", "reference", *_ops.__all__]
+__all__ = [
+    "Tree",
+    "build_info",
+    "get_num_threads",
+    "reference",
+    "set_num_threads",
+    *_ops.__all__,
+]

@@ -101,19 +101,24 @@ def accept_hist_figure(stats: list, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(
-        1, len(stats), figsize=(2.6 * len(stats), 2.6), sharey=True, squeeze=False
-    )
-    for ax, s in zip(axes[0], stats):
+    cols = min(4, len(stats))
+    rows = -(-len(stats) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
+    axes = [ax for line in axes for ax in line]
+    for ax in axes[len(stats) :]:
+        ax.axis("off")
+    for ax, s in zip(axes, stats):
         hist = np.asarray(s.accept_hist, dtype=float)
         share = hist / max(hist.sum(), 1.0)
         ax.bar(np.arange(len(share)), share, color="#4878a8")
         ax.axvline(s.mean_accepted, color="#c0504d", lw=1.2, ls="--")
         ax.set_title(f"{s.method}\nmean {s.mean_accepted:.2f}", fontsize=9)
         ax.set_xlabel("tokens per step", fontsize=8)
+        ax.set_ylabel("share of steps", fontsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.tick_params(labelsize=7)
-    axes[0][0].set_ylabel("share of steps", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

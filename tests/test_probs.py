@@ -14,8 +14,12 @@ import specops
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def both(logits, **kw):
-    got = specops.probs_from_logits(logits, backend="triton", **kw)
+# the fast backends: the Triton kernel (interpreted on CPU) and the C++ CPU twin on CPU tensors
+FAST = ["triton"] + (["cpu"] if DEV == "cpu" else [])
+
+
+def both(logits, be="triton", **kw):
+    got = specops.probs_from_logits(logits, backend=be, **kw)
     want = specops.probs_from_logits(logits, backend="reference", **kw)
     return got.cpu(), want.cpu()
 
@@ -28,7 +32,8 @@ def assert_same(got, want):
 
 @pytest.mark.parametrize("v", [7, 111, 32000])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_triton_matches_reference(v, dtype):
+@pytest.mark.parametrize("be", FAST)
+def test_fast_matches_reference(v, dtype, be):
     gen = torch.Generator().manual_seed(v + 3)
     b, n = 3, 1
     logits = (torch.randn(b, n, v, generator=gen) * 3).to(dtype).to(DEV)
@@ -37,26 +42,30 @@ def test_triton_matches_reference(v, dtype):
     k = torch.tensor([min(5, v - 1), 0, v // 2], dtype=torch.int32, device=DEV)
     p = torch.tensor([0.9, 0.5, 0.95], device=DEV)
     s = torch.tensor([4.0, 1.0, 7.5], device=DEV)
-    assert_same(*both(logits, temperature=t, top_k=k, top_p=p, cfg_scale=s, uncond_logits=uncond))
-    assert_same(*both(logits, temperature=1.1, top_p=0.8))
-    assert_same(*both(logits, top_k=max(1, v // 7)))
+    assert_same(
+        *both(logits, be, temperature=t, top_k=k, top_p=p, cfg_scale=s, uncond_logits=uncond)
+    )
+    assert_same(*both(logits, be, temperature=1.1, top_p=0.8))
+    assert_same(*both(logits, be, top_k=max(1, v // 7)))
     if v <= 111:
-        assert_same(*both(logits))
-        assert_same(*both(logits, temperature=0.5, top_k=3, top_p=0.7, cfg_scale=2.0,
+        assert_same(*both(logits, be))
+        assert_same(*both(logits, be, temperature=0.5, top_k=3, top_p=0.7, cfg_scale=2.0,
                           uncond_logits=uncond))  # fmt: skip
 
 
-def test_triton_visual_ar_config():
+@pytest.mark.parametrize("be", FAST)
+def test_fast_visual_ar_config(be):
     """The LlamaGen / Lumina setting: CFG, top-k 2000 over a 65536 vocabulary (one request)."""
     gen = torch.Generator().manual_seed(0)
     c = (torch.randn(1, 2, 65536, generator=gen) * 2).bfloat16().to(DEV)
     u = (torch.randn(1, 2, 65536, generator=gen) * 2).bfloat16().to(DEV)
-    got, want = both(c, top_k=2000, cfg_scale=4.0, uncond_logits=u)
+    got, want = both(c, be, top_k=2000, cfg_scale=4.0, uncond_logits=u)
     assert_same(got, want)
     assert ((got > 0).sum(-1) >= 2000).all()
 
 
-def test_triton_ties_at_both_thresholds():
+@pytest.mark.parametrize("be", FAST)
+def test_fast_ties_at_both_thresholds(be):
     # few distinct values: the k-th value and the top-p boundary are tied many times over
     gen = torch.Generator().manual_seed(7)
     x = torch.randint(-4, 4, (4, 300), generator=gen).float().to(DEV)
@@ -67,12 +76,13 @@ def test_triton_ties_at_both_thresholds():
         dict(top_k=100, top_p=0.6),
         dict(temperature=0.0),
     ):
-        assert_same(*both(x, **kw))
+        assert_same(*both(x, be, **kw))
     half = torch.randn(2, 4000, generator=gen).half().to(DEV)  # fp16 logits tie often
-    assert_same(*both(half, top_k=1000, top_p=0.9, temperature=0.8))
+    assert_same(*both(half, be, top_k=1000, top_p=0.9, temperature=0.8))
 
 
-def test_triton_masked_and_degenerate_rows():
+@pytest.mark.parametrize("be", FAST)
+def test_fast_masked_and_degenerate_rows(be):
     x = torch.randn(4, 50, generator=torch.Generator().manual_seed(2))
     x[0, :] = -math.inf  # no mass: one-hot of token 0
     x[1, 10:] = -math.inf  # top-k larger than the finite tokens
@@ -87,30 +97,31 @@ def test_triton_masked_and_degenerate_rows():
         dict(temperature=torch.tensor([0.0, 1.0, 0.0, 2.0], device=DEV), top_k=3),
         dict(top_k=1),
     ):
-        got, want = both(x, **kw)
+        got, want = both(x, be, **kw)
         assert_same(got, want)
         assert got[0].tolist() == [1.0] + [0.0] * 49
-    got, _ = both(x, top_p=0.5, cfg_scale=3.0, uncond_logits=u)
+    got, _ = both(x, be, top_p=0.5, cfg_scale=3.0, uncond_logits=u)
     assert got[2, 1] == 0 and got[2, ::2].eq(0).all()
 
 
-def test_triton_per_request_params_strides_and_out():
+@pytest.mark.parametrize("be", FAST)
+def test_fast_per_request_params_strides_and_out(be):
     gen = torch.Generator().manual_seed(4)
     base = torch.randn(2, 3, 2 * 90, generator=gen).to(DEV)
     logits = base[..., ::2]  # non-unit stride in V
     k = torch.tensor([4, 0], device=DEV)  # int64 accepted
     t = torch.tensor([0.5, 2.0], dtype=torch.float64, device=DEV)
     out = torch.empty(2, 3, 90, device=DEV)
-    got = specops.probs_from_logits(logits, temperature=t, top_k=k, backend="triton", out=out)
+    got = specops.probs_from_logits(logits, temperature=t, top_k=k, backend=be, out=out)
     assert got is out
     assert_same(out.cpu(), specops.probs_from_logits(logits, temperature=t, top_k=k).cpu())
     assert ((out[0] > 0).sum(-1) == 4).all() and ((out[1] > 0).sum(-1) == 90).all()
     one = torch.tensor([3], device=DEV)  # [1] tensors broadcast to every request
-    assert_same(*both(logits.contiguous(), top_k=one))
-    assert_same(*both(torch.randn(33, device=DEV), top_k=torch.tensor(5, device=DEV)))
+    assert_same(*both(logits.contiguous(), be, top_k=one))
+    assert_same(*both(torch.randn(33, device=DEV), be, top_k=torch.tensor(5, device=DEV)))
     # an int64 top_k past the int32 range keeps everything (it must not wrap to 5)
     big = torch.tensor([2**32 + 5, 4], device=DEV)
-    got = specops.probs_from_logits(logits, top_k=big, backend="triton")
+    got = specops.probs_from_logits(logits, top_k=big, backend=be)
     assert ((got[0] > 0).sum(-1) == 90).all() and ((got[1] > 0).sum(-1) == 4).all()
     assert_same(got.cpu(), specops.probs_from_logits(logits.cpu(), top_k=big.cpu()))
 
@@ -128,7 +139,7 @@ def test_triton_block_sizes_do_not_change_the_result():
 
 def test_auto_backend_and_empty():
     x = torch.randn(2, 10)
-    got = specops.probs_from_logits(x, top_k=3)  # CPU: auto = reference, never the interpreter
+    got = specops.probs_from_logits(x, top_k=3)  # CPU: auto = the C++ twin, never the interpreter
     assert_same(got, specops.probs_from_logits(x, top_k=3, backend="reference"))
     assert specops.probs_from_logits(torch.zeros(0, 8), backend="triton").shape == (0, 8)
     with pytest.raises(RuntimeError, match="not available"):

@@ -105,6 +105,17 @@ def test_many_rows_agree_exactly(be):
     assert n <= 20
 
 
+def test_cpu_skips_keep_the_top_k():
+    """The CPU twin skips the logs of entries whose 1 - u rules them out and the Philox draw of
+    entries too small to get in whatever their u (verify.cpp gumbel_topk_host): on wide rows with
+    a long tail of tiny probabilities (most entries skipped) the ids still equal the reference."""
+    gen = torch.Generator().manual_seed(3)
+    for sharp in (3.0, 8.0):
+        p = random_probs(12, 65536, generator=gen, sharpness=sharp)
+        for k in (1, 3, 40):
+            assert check_agreement("cpu", p, k, seed=11 + k) <= 1
+
+
 @pytest.mark.parametrize("be", BACKENDS)
 def test_seeds_offsets_uniforms(be):
     gen = torch.Generator().manual_seed(2)

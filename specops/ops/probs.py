@@ -13,7 +13,7 @@ from specops.ops import _common as c
 __all__ = ["probs_from_logits"]
 
 _OP = "probs_from_logits"
-_BACKENDS = c.declare_backends(("triton", "reference"), "probs_from_logits")
+_BACKENDS = c.declare_backends(("triton", "cpu", "reference"), "probs_from_logits")
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _INTS = (torch.int32, torch.int64)
 
@@ -52,8 +52,9 @@ def probs_from_logits(
     whose logits are all -inf is the one-hot of token 0.  ``out`` [..., V] float32 contiguous
     may be preallocated (CUDA graphs).
 
-    ``backend``: "triton" (one fused kernel, no sort), "reference", or "auto" (triton on CUDA,
-    the reference on CPU)."""
+    ``backend``: "triton" (one fused kernel, no sort), "cpu" (the C++ twin: selection instead of
+    sorts, rows on ``specops.set_num_threads`` threads), "reference", or "auto" (triton on CUDA,
+    cpu on CPU)."""
     c.check_probs(_OP, "logits", logits, ndim=range(1, 9))
     shape = tuple(logits.shape)
     v = shape[-1]
@@ -200,6 +201,16 @@ def _impl(
     if rows == 0:
         return
     batch = logits.shape[0] if logits.dim() > 1 else 1
+    if be == "cpu":
+        f32 = torch.float32
+        x = x if x.dtype == f32 else x.to(f32)
+        u = u if u is None or u.dtype == f32 else u.to(f32)
+        c.launch(
+            be, _OP, logits.device, x, u, t_t, float(t_v), k_t, min(int(k_v), 2**62), p_t,
+            float(p_v), s_t if u is not None else None, float(s_v) if u is not None else 1.0,
+            rows // batch, out.view(-1, v),
+        )  # fmt: skip
+        return
     from specops.triton_kernels.probs import probs_triton
 
     probs_triton(x, u, temperature, top_k, top_p, cfg, rows // batch, out.view(-1, v))

@@ -1,5 +1,5 @@
 // CUDA multinomial sampling: one block per row, two passes over the row (total, then a block
-// scan that stops at the tile holding the target).  Same maths as sample_row_host.
+// scan that stops at the tile holding the target).  Same maths as the CPU twin (csrc/sample.cpp).
 #pragma once
 #include <cuda_runtime.h>
 

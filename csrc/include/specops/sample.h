@@ -4,7 +4,8 @@
 // ~1e-16 and backends agree except on such ties.  Rows need not be normalised; entries are read
 // through mass() (NaN, negative and +inf count as 0).  A row whose scan never passes the target
 // (rounding, or no positive mass) yields its last token with positive probability, or 0 if there
-// is none.
+// is none.  The CPU twin (csrc/sample.cpp) takes float64 chunk sums in one vectorised pass and
+// scans entry by entry only inside the chunk that holds u * sum(p) (draw_host_chunked).
 #pragma once
 #include <stdint.h>
 
@@ -12,24 +13,6 @@
 #include "specops/mass.h"
 
 namespace specops {
-
-// CPU twin of the CUDA kernel's per-row work.
-inline int32_t sample_row_host(const float* p, int64_t vocab, float u) {
-  double total = 0.0;
-  for (int64_t i = 0; i < vocab; ++i) total += mass(p[i]);
-  const double target = static_cast<double>(u) * total;
-  double running = 0.0;
-  int32_t last_positive = 0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    const float pi = mass(p[i]);
-    if (pi > 0.f) {
-      running += pi;
-      last_positive = static_cast<int32_t>(i);
-      if (running > target) return static_cast<int32_t>(i);
-    }
-  }
-  return last_positive;
-}
 
 void sample_host(const float* probs, int64_t rows, int64_t vocab, int64_t row_stride, RngArgs rng,
                  int32_t* out);

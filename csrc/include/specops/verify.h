@@ -322,8 +322,10 @@ inline int32_t inverse_cdf_host(W w, int64_t vocab, double target) {
 // The whole draw t ~ w with uniform u:  min{i : w_0 + ... + w_i > u * total, w_i > 0}, else the
 // last i with w_i > 0, else 0.  One pass computes chunk sums (their sum is the total); the scan
 // then skips whole chunks and walks entry by entry only through the chunk holding u * total.
-template <typename W>
-inline int32_t draw_host(W w, int64_t vocab, float u) {
+// chunk_sum(lo, hi) = sum of w over [lo, hi) in float64 (any order: a vectorised pass may stand
+// in for sum_range_host).
+template <typename W, typename ChunkSum>
+inline int32_t draw_host_chunked(W w, int64_t vocab, float u, const ChunkSum& chunk_sum) {
   constexpr int64_t kMaxChunks = 256;
   int64_t chunk = (vocab + kMaxChunks - 1) / kMaxChunks;
   chunk = chunk < 256 ? 256 : chunk;
@@ -332,7 +334,7 @@ inline int32_t draw_host(W w, int64_t vocab, float u) {
   double total = 0.0;
   for (int64_t c = 0; c < nchunks; ++c) {
     const int64_t hi = (c + 1) * chunk < vocab ? (c + 1) * chunk : vocab;
-    sums[c] = sum_range_host(w, c * chunk, hi);
+    sums[c] = chunk_sum(c * chunk, hi);
     total += sums[c];
   }
   const double target = static_cast<double>(u) * total;
@@ -354,6 +356,12 @@ inline int32_t draw_host(W w, int64_t vocab, float u) {
   for (int64_t i = vocab - 1; i >= 0; --i)  // rounding ran past the end: last positive entry
     if (static_cast<double>(w(i)) > 0.0) return static_cast<int32_t>(i);
   return 0;
+}
+
+template <typename W>
+inline int32_t draw_host(W w, int64_t vocab, float u) {
+  return draw_host_chunked(w, vocab, u,
+                           [&](int64_t lo, int64_t hi) { return sum_range_host(w, lo, hi); });
 }
 
 // First maximal id of mass(p) (torch.argmax of reference.mass(p)): 0 for a row without mass.

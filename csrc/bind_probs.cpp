@@ -1,0 +1,58 @@
+// Binding of the probs_from_logits CPU twin: logits (and uncond) float32 [R, V] with the last dim
+// contiguous, per-request parameters None or [B] (float32; top_k int32) read with their stride,
+// out float32 [R, V] contiguous.  specops/ops/probs.py flattens the rows and converts the dtype.
+#include "bind.h"
+#include "specops/probs.h"
+
+namespace py = pybind11;
+using T = const specops::TensorArg&;
+
+namespace specops {
+
+namespace {
+
+ProbsArgs probs_args(bool cuda, T cond, T uncond, T temperature, double temperature_v, T top_k,
+                     int64_t top_k_v, T top_p, double top_p_v, T cfg, double cfg_v,
+                     int64_t rows_per_req, T out) {
+  const ArgCheck c{"probs_from_logits", cuda};
+  c.inner_contiguous(c.need(cond, "logits", DType::f32, 2), "logits");
+  ProbsArgs a;
+  a.rows = cond.size[0];
+  a.vocab = cond.size[1];
+  a.cond = cond.as<const float>();
+  a.cond_s0 = stride_of(cond, 0);
+  c.inner_contiguous(c.maybe(uncond, "uncond_logits", DType::f32, 2, {a.rows, a.vocab}),
+                     "uncond_logits");
+  a.uncond = uncond.as<const float>();
+  a.uncond_s0 = uncond.defined() ? stride_of(uncond, 0) : 0;
+  if (rows_per_req < 1 || a.rows % rows_per_req != 0) c.fail("rows_per_req", "must divide rows");
+  a.rows_per_req = rows_per_req;
+  const int64_t nb = a.rows / rows_per_req;
+  c.maybe(temperature, "temperature", DType::f32, 1, {nb});
+  c.maybe(top_k, "top_k", DType::i32, 1, {nb});
+  c.maybe(top_p, "top_p", DType::f32, 1, {nb});
+  c.maybe(cfg, "cfg_scale", DType::f32, 1, {nb});
+  a.temperature = temperature.as<const float>();
+  a.temperature_s = temperature.defined() ? stride_of(temperature, 0) : 0;
+  a.temperature_v = static_cast<float>(temperature_v);
+  a.top_k = top_k.as<const int32_t>();
+  a.top_k_s = top_k.defined() ? stride_of(top_k, 0) : 0;
+  a.top_k_v = top_k_v;
+  a.top_p = top_p.as<const float>();
+  a.top_p_s = top_p.defined() ? stride_of(top_p, 0) : 0;
+  a.top_p_v = static_cast<float>(top_p_v);
+  a.cfg = cfg.as<const float>();
+  a.cfg_s = cfg.defined() ? stride_of(cfg, 0) : 0;
+  a.cfg_v = static_cast<float>(cfg_v);
+  a.out = c.contiguous(c.need(out, "out", DType::f32, 2, {a.rows, a.vocab}), "out").as<float>();
+  return a;
+}
+
+}  // namespace
+
+void bind_probs(py::module_& m) {
+  host_kernel_names().push_back("probs_from_logits");
+  m.def("probs_from_logits_cpu", host(probs_args, probs_from_logits_host));
+}
+
+}  // namespace specops

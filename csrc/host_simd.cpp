@@ -1,0 +1,496 @@
+// AVX-512 and scalar versions of csrc/host_simd.h.
+#include "host_simd.h"
+
+#include "specops/jacobi.h"  // WalkRow (scalar fallback)
+#include "specops/verify.h"  // mass, clamp0, residual_at, normalised
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SPECOPS_HOST_AVX512 1
+#endif
+
+namespace specops {
+
+namespace {
+
+inline float logits_to_x_scalar(const float* c, const float* u, float s, float div, int64_t v) {
+  const float ninf = -__builtin_inff();
+  float l = c[v];
+  if (u) l = (l == ninf || u[v] == ninf) ? ninf : u[v] + s * (l - u[v]);
+  float x = l / div + 0.f;  // -0.0 -> +0.0
+  return x != x ? ninf : x;
+}
+
+inline uint32_t key_scalar(float x) {
+  uint32_t b;
+  __builtin_memcpy(&b, &x, 4);
+  return b ^ (static_cast<uint32_t>(static_cast<int32_t>(b) >> 31) | 0x80000000u);
+}
+
+#if defined(SPECOPS_HOST_AVX512)
+bool have_avx512() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  return ok;
+}
+
+#define SPECOPS_AVX512 __attribute__((target("avx512f,avx512dq")))
+
+// mass(x): x where 0 < x <= FLT_MAX, else 0 (NaN compares false)
+SPECOPS_AVX512 inline __m512 mass16(__m512 v) {
+  const __mmask16 ok = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ) &
+                       _mm512_cmp_ps_mask(v, _mm512_set1_ps(3.402823466e+38f), _CMP_LE_OQ);
+  return _mm512_maskz_mov_ps(ok, v);
+}
+
+// r for 16 entries at v (q rows only; one-hot drafts are fixed up by the caller)
+SPECOPS_AVX512 inline __m512 resid16(const float* p, const float* q, int64_t v) {
+  const __m512 d = _mm512_sub_ps(mass16(_mm512_loadu_ps(p + v)), mass16(_mm512_loadu_ps(q + v)));
+  return _mm512_max_ps(d, _mm512_setzero_ps());  // as clamp0: +0 for d <= 0
+}
+
+SPECOPS_AVX512 inline __m512d add_f32x16(__m512d acc, __m512 r) {
+  acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(r)));
+  return _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_extractf32x8_ps(r, 1)));
+}
+
+SPECOPS_AVX512 double resid_sum_avx512(const float* p, const float* q, int64_t lo, int64_t hi) {
+  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+  int64_t v = lo;
+  for (; v + 32 <= hi; v += 32) {
+    a0 = add_f32x16(a0, resid16(p, q, v));
+    a1 = add_f32x16(a1, resid16(p, q, v + 16));
+  }
+  double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+  for (; v < hi; ++v) s += static_cast<double>(residual_at(p, q, -1, v));
+  return s;
+}
+
+SPECOPS_AVX512 double mass_sum_avx512(const float* p, int64_t lo, int64_t hi) {
+  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+  int64_t v = lo;
+  for (; v + 32 <= hi; v += 32) {
+    a0 = add_f32x16(a0, mass16(_mm512_loadu_ps(p + v)));
+    a1 = add_f32x16(a1, mass16(_mm512_loadu_ps(p + v + 16)));
+  }
+  double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+  for (; v < hi; ++v) s += static_cast<double>(mass(p[v]));
+  return s;
+}
+
+// float32(float64(r) / s) for 8 entries
+SPECOPS_AVX512 inline __m512d norm8(__m256 r, __m512d s) {
+  return _mm512_cvtps_pd(_mm512_cvtpd_ps(_mm512_div_pd(_mm512_cvtps_pd(r), s)));
+}
+
+SPECOPS_AVX512 double norm_resid_sum_avx512(const float* p, const float* q, double s, int64_t lo,
+                                            int64_t hi) {
+  const __m512d sv = _mm512_set1_pd(s);
+  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+  int64_t v = lo;
+  for (; v + 16 <= hi; v += 16) {
+    const __m512 r = resid16(p, q, v);
+    a0 = _mm512_add_pd(a0, norm8(_mm512_castps512_ps256(r), sv));
+    a1 = _mm512_add_pd(a1, norm8(_mm512_extractf32x8_ps(r, 1), sv));
+  }
+  double t = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+  for (; v < hi; ++v) t += static_cast<double>(normalised(residual_at(p, q, -1, v), s));
+  return t;
+}
+
+SPECOPS_AVX512 float logits_to_x_avx512(const float* c, const float* u, float s, float div,
+                                        float* o, int64_t n) {
+  const __m512 ninf = _mm512_set1_ps(-__builtin_inff()), sv = _mm512_set1_ps(s),
+               dv = _mm512_set1_ps(div), zero = _mm512_setzero_ps();
+  __m512 m = ninf;
+  int64_t v = 0;
+  for (; v + 16 <= n; v += 16) {
+    __m512 l = _mm512_loadu_ps(c + v);
+    if (u) {
+      const __m512 uv = _mm512_loadu_ps(u + v);
+      const __mmask16 masked =
+          _mm512_cmp_ps_mask(l, ninf, _CMP_EQ_OQ) | _mm512_cmp_ps_mask(uv, ninf, _CMP_EQ_OQ);
+      const __m512 comb = _mm512_add_ps(uv, _mm512_mul_ps(sv, _mm512_sub_ps(l, uv)));
+      l = _mm512_mask_blend_ps(masked, comb, ninf);
+    }
+    __m512 x = _mm512_add_ps(_mm512_div_ps(l, dv), zero);  // + 0: -0.0 -> +0.0
+    x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x, ninf);
+    _mm512_storeu_ps(o + v, x);
+    m = _mm512_max_ps(m, x);
+  }
+  float mm = _mm512_reduce_max_ps(m);
+  for (; v < n; ++v) {
+    const float x = logits_to_x_scalar(c, u, s, div, v);
+    o[v] = x;
+    mm = x > mm ? x : mm;
+  }
+  return mm;
+}
+
+SPECOPS_AVX512 double drop_sum_avx512(const float* q, int64_t x, int64_t n) {
+  const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  __m512d a0 = _mm512_setzero_pd();
+  int64_t v = 0;
+  for (; v + 16 <= n; v += 16) {
+    __m512 m = mass16(_mm512_loadu_ps(q + v));
+    if (x >= v && x < v + 16) {  // zero entry x
+      const __mmask16 is_x = _mm512_cmpeq_epi32_mask(step, _mm512_set1_epi32(int(x - v)));
+      m = _mm512_maskz_mov_ps(static_cast<__mmask16>(~is_x), m);
+    }
+    a0 = add_f32x16(a0, m);
+  }
+  double t = _mm512_reduce_add_pd(a0);
+  for (; v < n; ++v) t += v == x ? 0.0 : static_cast<double>(mass(q[v]));
+  return t;
+}
+
+// float32(float64(r) / d) for 16 entries
+SPECOPS_AVX512 inline __m512 norm16(__m512 r, __m512d d) {
+  const __m256 lo = _mm512_cvtpd_ps(_mm512_div_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(r)), d));
+  const __m256 hi =
+      _mm512_cvtpd_ps(_mm512_div_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(r, 1)), d));
+  return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+
+SPECOPS_AVX512 void resid_update_avx512(const float* p, const float* q, int64_t x, double s,
+                                        double sq, float* wp, float* wq, int64_t n) {
+  const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512d sv = _mm512_set1_pd(s), sqv = _mm512_set1_pd(sq);
+  int64_t v = 0;
+  for (; v + 16 <= n; v += 16) {
+    const __m512 mq = mass16(_mm512_loadu_ps(q + v));
+    const __m512 r =
+        _mm512_max_ps(_mm512_sub_ps(mass16(_mm512_loadu_ps(p + v)), mq), _mm512_setzero_ps());
+    __m512 d = mq;
+    if (x >= v && x < v + 16)
+      d = _mm512_maskz_mov_ps(
+          static_cast<__mmask16>(~_mm512_cmpeq_epi32_mask(step, _mm512_set1_epi32(int(x - v)))), d);
+    if (s > 0.0) _mm512_storeu_ps(wp + v, norm16(r, sv));
+    if (wq) _mm512_storeu_ps(wq + v, sq > 0.0 ? norm16(d, sqv) : _mm512_setzero_ps());
+  }
+  for (; v < n; ++v) {
+    const float r = residual_at(p, q, x, v);
+    const float d = v == x ? 0.f : mass(q[v]);
+    if (s > 0.0) wp[v] = normalised(r, s);
+    if (wq) wq[v] = sq > 0.0 ? normalised(d, sq) : 0.f;
+  }
+}
+
+// p_j, q_j of 16 entries from v (WalkRow::steps): for each earlier rejection i
+//   p <- norm(max(p - q, 0)) when S_i > 0;  q <- norm(q without x_i) when T_i > 0, else 0
+SPECOPS_AVX512 inline void walk16(const float* p0, const float* q0, int64_t j, const int64_t* xs,
+                                  const double* S, const double* T, int64_t v, __m512* P,
+                                  __m512* Q) {
+  const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  __m512 p = mass16(_mm512_loadu_ps(p0 + v)), q = mass16(_mm512_loadu_ps(q0 + v));
+  for (int64_t i = 0; i < j; ++i) {
+    const __m512 r = _mm512_max_ps(_mm512_sub_ps(p, q), _mm512_setzero_ps());
+    if (S[i] > 0.0) p = norm16(r, _mm512_set1_pd(S[i]));
+    if (T[i] > 0.0) {
+      const int64_t off = xs[i] - v;
+      __mmask16 not_x = 0xffff;
+      if (off >= 0 && off < 16)
+        not_x = static_cast<__mmask16>(
+            ~_mm512_cmpeq_epi32_mask(step, _mm512_set1_epi32(static_cast<int>(off))));
+      q = norm16(_mm512_maskz_mov_ps(not_x, q), _mm512_set1_pd(T[i]));
+    } else {
+      q = _mm512_setzero_ps();
+    }
+  }
+  *P = p;
+  *Q = q;
+}
+
+SPECOPS_AVX512 void walk_terms_avx512(const float* p0, const float* q0, int64_t j,
+                                      const int64_t* xs, const double* S, const double* T,
+                                      int64_t x, int64_t n, double* s, double* t) {
+  const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  __m512d as = _mm512_setzero_pd(), at = _mm512_setzero_pd();
+  int64_t v = 0;
+  for (; v + 16 <= n; v += 16) {
+    __m512 p, q;
+    walk16(p0, q0, j, xs, S, T, v, &p, &q);
+    as = add_f32x16(as, _mm512_max_ps(_mm512_sub_ps(p, q), _mm512_setzero_ps()));
+    const int64_t off = x - v;
+    __mmask16 not_x = 0xffff;
+    if (off >= 0 && off < 16)
+      not_x = static_cast<__mmask16>(
+          ~_mm512_cmpeq_epi32_mask(step, _mm512_set1_epi32(static_cast<int>(off))));
+    at = add_f32x16(at, _mm512_maskz_mov_ps(not_x, q));
+  }
+  double s1 = _mm512_reduce_add_pd(as), s2 = _mm512_reduce_add_pd(at);
+  const WalkRejectTerms f{WalkRow{p0, q0, j, xs, S, T}, x};
+  for (; v < n; ++v) {
+    float r, qd;
+    f(v, &r, &qd);
+    s1 += static_cast<double>(r);
+    s2 += static_cast<double>(qd);
+  }
+  *s = s1;
+  *t = s2;
+}
+
+SPECOPS_AVX512 double walk_pos_avx512(const float* p0, const float* q0, int64_t j,
+                                      const int64_t* xs, const double* S, const double* T,
+                                      int64_t lo, int64_t hi) {
+  __m512d a = _mm512_setzero_pd();
+  int64_t v = lo;
+  for (; v + 16 <= hi; v += 16) {
+    __m512 p, q;
+    walk16(p0, q0, j, xs, S, T, v, &p, &q);
+    a = add_f32x16(a, _mm512_max_ps(p, _mm512_setzero_ps()));
+  }
+  double s = _mm512_reduce_add_pd(a);
+  const WalkPosW w{WalkRow{p0, q0, j, xs, S, T}};
+  for (; v < hi; ++v) s += static_cast<double>(w(v));
+  return s;
+}
+
+SPECOPS_AVX512 inline __m512i key16(__m512 x) {
+  const __m512i b = _mm512_castps_si512(x);
+  return _mm512_xor_si512(b, _mm512_or_si512(_mm512_srai_epi32(b, 31),
+                                             _mm512_set1_epi32(static_cast<int>(0x80000000u))));
+}
+
+SPECOPS_AVX512 int64_t keys_in_bin_avx512(const float* o, int64_t n, uint32_t bin, uint32_t* keys) {
+  const __m512i bv = _mm512_set1_epi32(static_cast<int>(bin));
+  int64_t m = 0, v = 0;
+  for (; v + 16 <= n; v += 16) {
+    const __m512i k = key16(_mm512_loadu_ps(o + v));
+    const __mmask16 in = _mm512_cmpeq_epi32_mask(_mm512_srli_epi32(k, 21), bv);
+    _mm512_storeu_si512(keys + m, _mm512_maskz_compress_epi32(in, k));  // register compress
+    m += __builtin_popcount(in);
+  }
+  for (; v < n; ++v) {
+    const uint32_t k = key_scalar(o[v]);
+    if ((k >> 21) == bin) keys[m++] = k;
+  }
+  return m;
+}
+
+SPECOPS_AVX512 int64_t take_kept_avx512(float* o, int64_t n, bool use_k, uint32_t tau_k,
+                                        float tau_p, int32_t* idx, float* xs) {
+  const __m512i tk = _mm512_set1_epi32(static_cast<int>(tau_k));
+  const __m512 tp = _mm512_set1_ps(tau_p);
+  const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  int64_t m = 0, v = 0;
+  for (; v + 16 <= n; v += 16) {
+    const __m512 x = _mm512_loadu_ps(o + v);
+    __mmask16 keep = _mm512_cmp_ps_mask(x, tp, _CMP_GE_OQ);
+    if (use_k) keep &= _mm512_cmp_epu32_mask(key16(x), tk, _MM_CMPINT_NLT);
+    _mm512_storeu_ps(o + v, _mm512_setzero_ps());
+    _mm512_storeu_ps(xs + m, _mm512_maskz_compress_ps(keep, x));
+    _mm512_storeu_si512(
+        idx + m, _mm512_maskz_compress_epi32(
+                     keep, _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(v)), step)));
+    m += __builtin_popcount(keep);
+  }
+  for (; v < n; ++v) {
+    const float x = o[v];
+    o[v] = 0.f;
+    if ((use_k && key_scalar(x) < tau_k) || !(x >= tau_p)) continue;
+    idx[m] = static_cast<int32_t>(v);
+    xs[m++] = x;
+  }
+  return m;
+}
+
+SPECOPS_AVX512 int64_t survivors_avx512(const float* u, const float* pos, int64_t m, float scale,
+                                        int32_t* sel) {
+  const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512 one = _mm512_set1_ps(1.f), sv = _mm512_set1_ps(scale);
+  int64_t n = 0, j = 0;
+  for (; j + 16 <= m; j += 16) {
+    const __mmask16 ok =
+        _mm512_cmp_ps_mask(_mm512_sub_ps(one, _mm512_loadu_ps(u + j)),
+                           _mm512_mul_ps(_mm512_loadu_ps(pos + j), sv), _CMP_LT_OQ);
+    _mm512_storeu_si512(sel + n, _mm512_maskz_compress_epi32(
+                                     ok, _mm512_add_epi32(_mm512_set1_epi32(int(j)), step)));
+    n += __builtin_popcount(ok);
+  }
+  for (; j < m; ++j) {
+    sel[n] = static_cast<int32_t>(j);
+    n += (1.f - u[j]) < pos[j] * scale ? 1 : 0;
+  }
+  return n;
+}
+
+SPECOPS_AVX512 int64_t compact_avx512(const float* p, int64_t lo, int64_t hi, float thr,
+                                      int32_t* idx, float* pos) {
+  int64_t m = 0, v = lo;
+  const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  for (; v + 16 <= hi; v += 16) {
+    const __m512 x = _mm512_loadu_ps(p + v);
+    const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(thr), _CMP_GT_OQ) &
+                         _mm512_cmp_ps_mask(x, _mm512_set1_ps(3.402823466e+38f), _CMP_LE_OQ);
+    // compress in a register, then a full store (within idx/pos: m + 16 <= v + 16 - lo): the
+    // memory form of vcompress is microcoded and slow on some CPUs (AMD Zen 4).  No branch on
+    // an empty mask: it mispredicts on sparse rows (top-k filtered).
+    _mm512_storeu_ps(pos + m, _mm512_maskz_compress_ps(ok, x));
+    _mm512_storeu_si512(
+        idx + m, _mm512_maskz_compress_epi32(
+                     ok, _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(v)), step)));
+    m += __builtin_popcount(ok);
+  }
+  for (; v < hi; ++v) {
+    const float pv = mass(p[v]);
+    idx[m] = static_cast<int32_t>(v);
+    pos[m] = pv;
+    m += pv > thr ? 1 : 0;
+  }
+  return m;
+}
+#endif
+
+}  // namespace
+
+double resid_sum_host(const float* p, const float* q, int64_t x, int64_t lo, int64_t hi) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (q != nullptr && have_avx512()) return resid_sum_avx512(p, q, lo, hi);
+#endif
+  double s0 = 0.0, s1 = 0.0;
+  int64_t v = lo;
+  for (; v + 2 <= hi; v += 2) {
+    s0 += static_cast<double>(residual_at(p, q, x, v));
+    s1 += static_cast<double>(residual_at(p, q, x, v + 1));
+  }
+  for (; v < hi; ++v) s0 += static_cast<double>(residual_at(p, q, x, v));
+  return s0 + s1;
+}
+
+double norm_resid_sum_host(const float* p, const float* q, int64_t x, double s, int64_t lo,
+                           int64_t hi) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (q != nullptr && have_avx512()) return norm_resid_sum_avx512(p, q, s, lo, hi);
+#endif
+  double t0 = 0.0, t1 = 0.0;
+  int64_t v = lo;
+  for (; v + 2 <= hi; v += 2) {
+    t0 += static_cast<double>(normalised(residual_at(p, q, x, v), s));
+    t1 += static_cast<double>(normalised(residual_at(p, q, x, v + 1), s));
+  }
+  for (; v < hi; ++v) t0 += static_cast<double>(normalised(residual_at(p, q, x, v), s));
+  return t0 + t1;
+}
+
+double drop_sum_host(const float* q, int64_t x, int64_t n) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (have_avx512()) return drop_sum_avx512(q, x, n);
+#endif
+  return sum_range_host([q, x](int64_t v) { return v == x ? 0.f : mass(q[v]); }, 0, n);
+}
+
+void resid_update_host(const float* p, const float* q, int64_t x, double s, double sq, float* wp,
+                       float* wq, int64_t n) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (q != nullptr && have_avx512()) return resid_update_avx512(p, q, x, s, sq, wp, wq, n);
+#endif
+  for (int64_t v = 0; v < n; ++v) {
+    const float r = residual_at(p, q, x, v);
+    if (s > 0.0) wp[v] = normalised(r, s);
+    if (wq) wq[v] = sq > 0.0 ? normalised(v == x ? 0.f : mass(q[v]), sq) : 0.f;
+  }
+}
+
+void walk_terms_sum_host(const float* p0, const float* q0, int64_t j, const int64_t* xs,
+                         const double* S, const double* T, int64_t x, int64_t n, double* s,
+                         double* t) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (q0 != nullptr && have_avx512()) return walk_terms_avx512(p0, q0, j, xs, S, T, x, n, s, t);
+#endif
+  const WalkRejectTerms f{WalkRow{p0, q0, j, xs, S, T}, x};
+  double s1 = 0.0, s2 = 0.0;
+  for (int64_t v = 0; v < n; ++v) {
+    float r, qd;
+    f(v, &r, &qd);
+    s1 += static_cast<double>(r);
+    s2 += static_cast<double>(qd);
+  }
+  *s = s1;
+  *t = s2;
+}
+
+double walk_pos_sum_host(const float* p0, const float* q0, int64_t j, const int64_t* xs,
+                         const double* S, const double* T, int64_t lo, int64_t hi) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (q0 != nullptr && have_avx512()) return walk_pos_avx512(p0, q0, j, xs, S, T, lo, hi);
+#endif
+  return sum_range_host(WalkPosW{WalkRow{p0, q0, j, xs, S, T}}, lo, hi);
+}
+
+double mass_sum_host(const float* p, int64_t lo, int64_t hi) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (have_avx512()) return mass_sum_avx512(p, lo, hi);
+#endif
+  return sum_range_host([p](int64_t v) { return mass(p[v]); }, lo, hi);
+}
+
+float logits_to_x_host(const float* c, const float* u, float s, float div, float* o, int64_t n) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (have_avx512()) return logits_to_x_avx512(c, u, s, div, o, n);
+#endif
+  float m = -__builtin_inff();
+  for (int64_t v = 0; v < n; ++v) {
+    const float x = logits_to_x_scalar(c, u, s, div, v);
+    o[v] = x;
+    m = x > m ? x : m;
+  }
+  return m;
+}
+
+int64_t keys_in_bin_host(const float* o, int64_t n, uint32_t bin, uint32_t* keys) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (have_avx512()) return keys_in_bin_avx512(o, n, bin, keys);
+#endif
+  int64_t m = 0;
+  for (int64_t v = 0; v < n; ++v) {
+    const uint32_t k = key_scalar(o[v]);
+    if ((k >> 21) == bin) keys[m++] = k;
+  }
+  return m;
+}
+
+int64_t take_kept_host(float* o, int64_t n, bool use_k, uint32_t tau_k, float tau_p, int32_t* idx,
+                       float* xs) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (have_avx512()) return take_kept_avx512(o, n, use_k, tau_k, tau_p, idx, xs);
+#endif
+  int64_t m = 0;
+  for (int64_t v = 0; v < n; ++v) {
+    const float x = o[v];
+    o[v] = 0.f;
+    if ((use_k && key_scalar(x) < tau_k) || !(x >= tau_p)) continue;
+    idx[m] = static_cast<int32_t>(v);
+    xs[m++] = x;
+  }
+  return m;
+}
+
+int64_t compact_above_host(const float* p, int64_t lo, int64_t hi, float thr, int32_t* idx,
+                           float* pos) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (have_avx512()) return compact_avx512(p, lo, hi, thr, idx, pos);
+#endif
+  int64_t m = 0;
+  for (int64_t v = lo; v < hi; ++v) {  // branch-free compaction
+    const float pv = mass(p[v]);
+    idx[m] = static_cast<int32_t>(v);
+    pos[m] = pv;
+    m += pv > thr ? 1 : 0;
+  }
+  return m;
+}
+
+int64_t gumbel_survivors_host(const float* u, const float* pos, int64_t m, float scale,
+                              int32_t* sel) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (have_avx512()) return survivors_avx512(u, pos, m, scale, sel);
+#endif
+  int64_t n = 0;
+  for (int64_t j = 0; j < m; ++j) {
+    sel[n] = static_cast<int32_t>(j);
+    n += (1.f - u[j]) < pos[j] * scale ? 1 : 0;
+  }
+  return n;
+}
+
+}  // namespace specops
