@@ -188,3 +188,17 @@ def test_decode_progress_hook(model, method):
     assert (counts[-1] >= 12).all(), "the last call must report every request finished"
     if method == "ar":
         assert len(calls) == 12  # one per token
+
+
+def test_decode_streaming_hook(model):
+    """progress(hook, tokens=True): the hook sees each request's tokens so far; what it saw
+    never changes later and ends as the returned tokens."""
+    seen = []
+    with progress(lambda c, n, emitted: seen.append((c.clone(), emitted.clone())), tokens=True):
+        tokens, _ = sjd(model.target, torch.tensor([1, 4]), window=4, length=12)
+    assert seen and all(e.shape == (2, 12) for _, e in seen)
+    for (c0, e0), (_c1, e1) in zip(seen, seen[1:]):
+        for b in range(2):
+            k = min(int(c0[b]), 12)
+            assert torch.equal(e0[b, :k], e1[b, :k]), "a streamed token changed later"
+    assert torch.equal(seen[-1][1], tokens)

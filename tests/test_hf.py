@@ -124,6 +124,42 @@ def test_progress_hook(model):
     assert torch.equal(out, ref)
 
 
+class _Collect:
+    """A transformers-style streamer (put / end) that records what it is given."""
+
+    def __init__(self):
+        self.puts, self.ended = [], False
+
+    def put(self, value):
+        assert not self.ended
+        self.puts.append(value.reshape(-1).tolist())
+
+    def end(self):
+        self.ended = True
+
+
+@pytest.mark.parametrize("method", ["ar", "sjd"])
+def test_streamer_gets_prompt_then_tokens_up_to_eos(model, method):
+    ids = torch.randint(0, 96, (1, 6), generator=torch.Generator().manual_seed(5))
+    free = hf_greedy(model, ids, 20)[0, 6:].tolist()
+    opts = {"window": 5} if method == "sjd" else {}
+    for eos in (None, free[9]):
+        s = _Collect()
+        out, stats = specops.hf.generate(
+            model, ids, method=method, max_new_tokens=20, do_sample=False, eos_token_id=eos,
+            pad_token_id=95, streamer=s, **opts,
+        )  # fmt: skip
+        assert s.ended and s.puts[0] == ids[0].tolist()  # the prompt first, as transformers
+        streamed = [t for put in s.puts[1:] for t in put]
+        want = free if eos is None else free[: free.index(eos) + 1]
+        assert streamed == want, (eos, streamed, want)
+        assert out[0, 6 : 6 + len(want)].tolist() == want
+        assert len(s.puts) - 1 <= stats.target_passes  # at most one put a step
+    with pytest.raises(ValueError, match="streamer needs a batch of 1"):
+        specops.hf.generate(model, ids.expand(2, 6), method="ar", max_new_tokens=3,
+                            do_sample=False, streamer=_Collect())  # fmt: skip
+
+
 def test_seed_tensors(model):
     """Seeds as int64 tensors (one compilation under torch.compile), also one per request."""
     ids = torch.randint(0, 95, (2, 5), generator=torch.Generator().manual_seed(3))

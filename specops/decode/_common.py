@@ -283,19 +283,25 @@ class Output:
 
     def done(self) -> bool:
         """The loop's one host read per step; it also feeds the progress hook, if one is set."""
-        hook = current_hook()
-        if hook is None:
+        if current_hook() is None:
             return bool((self.count >= self.length).all())
-        counts = self.count.cpu()
-        hook(counts, self.length)
-        return bool((counts >= self.length).all())
+        return bool((self._feed() >= self.length).all())
 
     def report(self) -> None:
         """Feed the progress hook from a loop whose stop check is not ``done()`` (AR, VVS): a
         host read only while a hook is set."""
-        hook = current_hook()
-        if hook is not None:
-            hook(self.count.cpu(), self.length)
+        if current_hook() is not None:
+            self._feed()
+
+    def _feed(self) -> torch.Tensor:
+        """Call the progress hook (specops.decode.progress) -> host counts [B]."""
+        hook, with_tokens = current_hook()
+        counts = self.count.cpu()
+        if with_tokens:
+            hook(counts, self.length, self.buf[:, : self.length].cpu())
+        else:
+            hook(counts, self.length)
+        return counts
 
     def tokens(self) -> torch.Tensor:
         return self.buf[:, : self.length]

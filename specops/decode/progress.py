@@ -6,8 +6,9 @@
 The hook gets ``counts`` [B] (int64, on the host: tokens emitted so far per request, may exceed
 ``length`` by a step's overshoot) and the target ``length``, once per step, at the loop's stop
 check, so it adds no host read to a loop that has one (speculative, SJD, SJD-PAC, VVS); AR reads
-the counts only while a hook is set.  The tokens emitted so far are the run's output buffer,
-which a streamer can read between calls.  Hooks nest (the innermost is called) and are per
+the counts only while a hook is set.  ``progress(hook, tokens=True)`` also hands it the tokens
+emitted so far (one [B, length] copy to the host per step, only then): a streamer prints
+``emitted[b, seen_b:counts[b]]`` as they come.  Hooks nest (the innermost is called) and are per
 thread / task (a context variable)."""
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ import contextlib
 import contextvars
 from collections.abc import Callable
 
-import torch
-
-Hook = Callable[[torch.Tensor, int], None]
-_HOOK: contextvars.ContextVar[Hook | None] = contextvars.ContextVar(
+Hook = Callable[..., None]
+# (hook, with_tokens) of the innermost `progress` block, or None
+_HOOK: contextvars.ContextVar[tuple[Hook, bool] | None] = contextvars.ContextVar(
     "specops_progress", default=None
 )
 
@@ -27,13 +27,17 @@ __all__ = ["progress", "current_hook"]
 
 
 @contextlib.contextmanager
-def progress(hook: Hook | None):
-    token = _HOOK.set(hook)
+def progress(hook: Hook | None, *, tokens: bool = False):
+    """Call ``hook(counts, length)`` once per step of every decoding run inside the block; with
+    ``tokens=True``, ``hook(counts, length, emitted)`` where ``emitted`` [B, length] int32 (host)
+    holds each request's tokens so far (its first ``min(counts[b], length)`` entries; -1 after,
+    and after an EOS anything): a streamer.  ``hook=None`` turns an outer hook off."""
+    token = _HOOK.set(None if hook is None else (hook, tokens))
     try:
         yield hook
     finally:
         _HOOK.reset(token)
 
 
-def current_hook() -> Hook | None:
+def current_hook() -> tuple[Hook, bool] | None:
     return _HOOK.get()

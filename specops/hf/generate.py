@@ -158,6 +158,35 @@ def apply_eos(seqs, prompt_len: int, eos: list[int], pad) -> torch.Tensor:
     return torch.cat([seqs[:, :prompt_len], new], 1)
 
 
+def _stream_hook(streamer, ids: torch.Tensor, eos: list, progress):
+    """A ``specops.decode.progress(..., tokens=True)`` hook feeding ``streamer`` the tokens of
+    request 0 as they are committed (after ``streamer.put(prompt)``, as transformers does), and
+    stopping at its first EOS; ``progress`` (if any) is called as well."""
+    if ids.shape[0] != 1:
+        raise ValueError(
+            f"specops.hf.generate: streamer needs a batch of 1 prompt (as in transformers), "
+            f"got {ids.shape[0]}"
+        )
+    streamer.put(ids.cpu())
+    state = {"seen": 0, "stopped": False}
+
+    def hook(counts, length, emitted):
+        if progress is not None:
+            progress(counts, length)
+        row = emitted[0, : min(int(counts[0]), length)].long()
+        new = row[state["seen"] :]
+        if state["stopped"] or new.numel() == 0:
+            return
+        hit = torch.isin(new, torch.tensor(eos, dtype=torch.long)) if eos else None
+        if hit is not None and bool(hit.any()):
+            new = new[: int(hit.int().argmax()) + 1]  # up to and including the EOS
+            state["stopped"] = True
+        state["seen"] += new.numel()
+        streamer.put(new)
+
+    return hook
+
+
 def generate(
     model,
     input_ids: torch.Tensor,
@@ -179,6 +208,7 @@ def generate(
     prefill_inputs: dict | None = None,
     image_head: bool = False,
     progress=None,
+    streamer=None,
     seed: int = 0,
     **method_options,
 ):
@@ -194,6 +224,9 @@ def generate(
     prompt's last token (transformers' ``guidance_scale`` / ``negative_prompt_ids``).
     ``progress(counts [B], length)``: called once per step with the tokens emitted so far per
     request (``specops.decode.progress``; at the loop's stop check, no extra host read).
+    ``streamer``: a transformers streamer (``put`` / ``end``, e.g. ``TextStreamer``), batch 1
+    as in transformers: it gets the prompt, then the tokens each step commits, up to the first
+    EOS (one [1, T] copy to the host per step).
     ``prefill_inputs``: extra inputs of the prompt's forward, e.g. ``{"pixel_values": ...}``
     for a VLM (LLaVA).  ``image_head=True``: Janus image generation (the new tokens are VQ codes
     from its image-generation head; ``HFModel``).  ``attention_mask`` [B, P]: 0 marks padding
@@ -225,7 +258,10 @@ def generate(
         models = (ad, drafter)
     eos = _eos_ids(eos_token_id, ad)
     ad.eos_token_ids = torch.tensor(eos, device=ad.device) if eos else None
-    with decode.progress(progress):
+    hook, with_tokens = progress, False
+    if streamer is not None:
+        hook, with_tokens = _stream_hook(streamer, ids, eos, progress), True
+    with decode.progress(hook, tokens=with_tokens):
         toks, stats = fn(
             *models,
             prompts,
@@ -237,6 +273,8 @@ def generate(
             seed=seed,
             **method_options,
         )
+    if streamer is not None:
+        streamer.end()
     seqs = torch.cat([ids, toks.long()], 1)
     if pad_token_id is None:
         pad_token_id = getattr(ad.hf.generation_config, "pad_token_id", None)
