@@ -60,6 +60,7 @@ def build_info() -> dict:
         "cpp_import_error": _IMPORT_ERROR,
         "host_kernels": list(_C.host_kernels) if _C else [],
         "cxx_compiler": _C.cxx_compiler if _C else None,
+        "host_threads": int(_C.host_threads()) if _C else 1,
         "cuda_compiled": has_cuda_kernels(),
         "cuda_kernels": list(_C.cuda_kernels) if _C else [],
         "cuda_archs": _C.cuda_archs.split(",") if has_cuda_kernels() else [],
