@@ -426,6 +426,29 @@ class Tree:
         return f"Tree(batch={self.batch_size}, nodes={self.num_nodes}, device={self.device})"
 
 
+_CHAIN_BITS: dict = {}
+
+
+def chain_bits(n: int, batch: int, device) -> torch.Tensor:
+    """mask_bits [batch, n, ceil(n/32)] of a causal chain of n tokens (row i sees 0 .. i), built
+    once per (n, batch, device) and shared (read-only)."""
+    key = (n, batch, str(device))
+    bits = _CHAIN_BITS.get(key)
+    if bits is None:
+        bits = _CHAIN_BITS[key] = Tree.chain(n, batch=batch, device=device).mask_bits
+    return bits
+
+
+def call_bits(tree, batch: int, n: int, device) -> torch.Tensor:
+    """The mask bits a model call of ``n`` tokens attends with: a causal chain for ``tree=None``,
+    a Tree's own (batch 1 expanded to ``batch``), or ``tree`` itself when it is already bits."""
+    if tree is None:
+        return chain_bits(n, batch, device)
+    if isinstance(tree, Tree):
+        return tree.expand(batch).mask_bits if tree.batch_size == 1 else tree.mask_bits
+    return tree
+
+
 def pack_bits(mask: torch.Tensor) -> torch.Tensor:
     """[..., N] bool -> [..., ceil(N/32)] int32 with bit j % 32 of word j // 32 = mask[..., j]."""
     n = mask.shape[-1]

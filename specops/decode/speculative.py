@@ -38,7 +38,7 @@ import torch
 
 import specops
 from specops.decode._common import DraftRunner, emit_first, prompt_tokens, start
-from specops.tree import Tree, pack_bits
+from specops.tree import Tree, chain_bits, pack_bits
 
 __all__ = ["speculative", "draft_dynamic", "Drafted"]
 
@@ -53,14 +53,10 @@ class Drafted:
         self.beams, self.chain = beams, chain
 
 
-def _chain_bits(n: int, batch: int, device) -> torch.Tensor:
-    return pack_bits(torch.ones(n, n, dtype=torch.bool, device=device).tril()).expand(batch, n, -1)
-
-
 def draft_chain(dr: DraftRunner, root, logits, g, k: int, sampling, seed, rng, rec) -> Drafted:
     """x_j ~ q_j = drafter(. | x_<j), j = 1..k, each fed back with the drafter's own feature."""
     b = root.shape[0]
-    bits = _chain_bits(k, b, root.device)
+    bits = chain_bits(k, b, root.device)
     toks, qs = [root.int()], []
     for j in range(k):
         with rec.timer("specops"):

@@ -18,7 +18,7 @@ import torch
 
 from specops.hf.attention import decoder_config, use_tree_attention
 from specops.hf.cache import SpecopsCache
-from specops.tree import Tree
+from specops.tree import call_bits
 
 __all__ = ["HFModel"]
 
@@ -124,7 +124,6 @@ class HFModel:
                 "specops.hf.HFModel: prefill_inputs with allowed_tokens or image_head is not "
                 "supported (they run the decoder alone, which takes no image inputs)"
             )
-        self._chain: dict = {}
         self._prefilled = False
 
     def _mask(self, allowed) -> torch.Tensor:
@@ -170,12 +169,6 @@ class HFModel:
             dtype=dtype or self.dtype, device=device or self.device,
         )  # fmt: skip
 
-    def chain_bits(self, n: int, batch: int, device) -> torch.Tensor:
-        key = (n, batch, str(device))
-        if key not in self._chain:
-            self._chain[key] = Tree.chain(n, batch=batch, device=device).mask_bits
-        return self._chain[key]
-
     @torch.no_grad()
     def __call__(self, tokens, positions, cache: SpecopsCache, tree=None, *, n_old: int = 0):
         """tokens, positions [B, N]; tree: None (a causal chain), a Tree, or mask_bits
@@ -188,12 +181,7 @@ class HFModel:
             raise TypeError(
                 f"specops.hf.HFModel: cache must come from new_cache(), got {type(cache).__name__}"
             )
-        if tree is None:
-            bits = self.chain_bits(n, b, tokens.device)
-        elif isinstance(tree, Tree):
-            bits = tree.expand(b).mask_bits if tree.batch_size == 1 else tree.mask_bits
-        else:
-            bits = tree
+        bits = call_bits(tree, b, n, tokens.device)
         args = dict(
             input_ids=tokens.long().clamp(min=0),
             position_ids=positions.long(),

@@ -20,7 +20,7 @@ from torch import nn
 
 import specops
 from specops.models.transformer import ARConfig, Block, KVCache, RMSNorm, Transformer, make_rope
-from specops.tree import Tree
+from specops.tree import call_bits
 
 __all__ = ["Drafter"]
 
@@ -75,12 +75,7 @@ class Drafter(nn.Module):
         mask bits.  Appends K/V at cache.seqlens + m (not committed).
         -> (draft logits [B, M, vocab] float32, predicted features [B, M, H])."""
         b, m = tokens.shape
-        if tree is None:
-            bits = self.target.chain_bits(m, b, tokens.device)
-        elif isinstance(tree, Tree):
-            bits = tree.expand(b).mask_bits if tree.batch_size == 1 else tree.mask_bits
-        else:
-            bits = tree
+        bits = call_bits(tree, b, m, tokens.device)
         x = self.fc(self.inputs(tokens, features, step))
         kc, vc = cache.layer(0)
         g = self.norm(

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import specops
-from specops.tree import Tree
+from specops.tree import call_bits
 
 __all__ = [
     "ARConfig",
@@ -234,7 +234,6 @@ class Transformer(nn.Module):
         self.norm = RMSNorm(cfg.dim)
         self.head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
         self.register_buffer("rope", make_rope(cfg), persistent=False)
-        self._chain_bits: dict = {}
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -270,23 +269,12 @@ class Transformer(nn.Module):
             device=dev,
         )
 
-    def chain_bits(self, n: int, batch: int, device) -> torch.Tensor:
-        key = (n, batch, str(device))
-        if key not in self._chain_bits:
-            self._chain_bits[key] = Tree.chain(n, batch=batch, device=device).mask_bits
-        return self._chain_bits[key]
-
     def forward(self, tokens, positions, cache: KVCache, tree=None):
         """tokens, positions [B, N]; tree: None (causal chain), a Tree, or mask_bits
         [B, N, ceil(N/32)].  -> (logits [B, N, vocab] float32, hidden [B, N, dim]).
         Token -1 marks a padding node (its outputs are meaningless and never used)."""
         b, n = tokens.shape
-        if tree is None:
-            bits = self.chain_bits(n, b, tokens.device)
-        elif isinstance(tree, Tree):
-            bits = tree.expand(b).mask_bits if tree.batch_size == 1 else tree.mask_bits
-        else:
-            bits = tree
+        bits = call_bits(tree, b, n, tokens.device)
         x = self.embed(tokens.long().clamp(min=0))  # -1 = padding node: any embedding will do
         for i, blk in enumerate(self.blocks):
             kc, vc = cache.layer(i)
