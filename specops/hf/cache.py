@@ -15,6 +15,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 import specops
+from specops.models.transformer import KVCache
 
 __all__ = ["SpecopsCache", "SpecopsLayer"]
 
@@ -62,34 +63,20 @@ class SpecopsLayer(CacheLayerMixin):
         self.seqlens.zero_()
 
 
-class SpecopsCache(Cache):
+class SpecopsCache(KVCache, Cache):
     """Static cache of every decoder layer in specops's layout: ``kv`` [layers, 2, B, S, Hkv, D]
-    and ``seqlens`` [B] int32 (the protocol of ``specops.decode``), usable as a transformers
-    ``past_key_values``."""
+    and ``seqlens`` [B] int32 (the embedded model's ``KVCache``, the protocol of
+    ``specops.decode``), usable as a transformers ``past_key_values``."""
 
     def __init__(self, layers, batch, capacity, kv_heads, head_dim, *, dtype, device):
-        self.kv = torch.zeros(
-            layers, 2, batch, capacity, kv_heads, head_dim, dtype=dtype, device=device
+        KVCache.__init__(
+            self, layers, batch, capacity, kv_heads, head_dim, dtype=dtype, device=device
         )
-        self.seqlens = torch.zeros(batch, dtype=torch.int32, device=device)
         self.offset = 0  # tree slots already written past seqlens (drafter extension)
-        super().__init__(
+        Cache.__init__(
+            self,
             layers=[
                 SpecopsLayer(self.kv[i, 0], self.kv[i, 1], self.seqlens, self)
                 for i in range(layers)
-            ]
+            ],
         )
-
-    @property
-    def capacity(self) -> int:
-        return self.kv.shape[3]
-
-    @property
-    def batch(self) -> int:
-        return self.kv.shape[2]
-
-    def layer(self, i: int):
-        return self.kv[i, 0], self.kv[i, 1]
-
-    def reset(self) -> None:
-        self.seqlens.zero_()
