@@ -224,6 +224,24 @@ def environment(device: str) -> dict[str, str]:
     }
 
 
+class Table:
+    """A plain-text results table (the end-to-end scripts): printed line by line as it grows and,
+    with ``out``, appended to that file once complete."""
+
+    def __init__(self, title: str, head: str, out: str | None = None):
+        self.lines, self.out = [title, head, "-" * len(head)], out
+        print("\n".join(self.lines), flush=True)
+
+    def add(self, line: str) -> None:
+        self.lines.append(line)
+        print(line, flush=True)
+
+    def save(self) -> None:
+        if self.out:
+            with open(self.out, "a") as f:
+                f.write("\n".join(self.lines) + "\n")
+
+
 def with_ratios(rows: list[Row], subject_backends: tuple[str, ...]) -> list[Row]:
     """For every (op, shape), ratio of each other backend's time to each subject backend's."""
     by_case: dict[tuple[str, str], list[Row]] = {}

@@ -19,7 +19,7 @@ import torch
 from specops.decode import sjd, sjd_pac
 from specops.models.loading import load_default
 
-from .harness import git_commit
+from .harness import Table, git_commit
 
 
 def main(argv=None) -> list[dict]:
@@ -38,13 +38,12 @@ def main(argv=None) -> list[dict]:
         f"{'window':>6} {'init':<8} {'method':<26} {'step compr.':>11} {'branch cont.':>12} "
         f"{'s':>6}"
     )
-    lines = [
+    table = Table(
         f"bench.jacobi_e2e at {git_commit()}: {len(cls)} class prompts, seeds {args.seeds}, "
         f"temperature 1, {torch.get_num_threads()} CPU thread(s)",
         head,
-        "-" * len(head),
-    ]
-    print("\n".join(lines), flush=True)
+        args.out,
+    )
     rows = []
     for L in args.windows:
         for init in args.inits:
@@ -67,11 +66,8 @@ def main(argv=None) -> list[dict]:
                 rows.append(r)
                 line = (f"{L:>6} {init:<8} {label:<26} {tokens / passes:>11.2f} {cont:>12} "
                         f"{dt:>6.1f}")  # fmt: skip
-                lines.append(line)
-                print(line, flush=True)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write("\n".join(lines) + "\n")
+                table.add(line)
+    table.save()
     return rows
 
 

@@ -23,7 +23,7 @@ import torch
 from specops.decode import ar, speculative
 from specops.models.loading import load_default
 
-from .harness import git_commit
+from .harness import Table, git_commit
 
 
 def main(argv=None) -> list[dict]:
@@ -46,13 +46,12 @@ def main(argv=None) -> list[dict]:
         f"{'T':>3} {'depth':>5} {'budget':>6} {'tree':<16} {'step compr.':>11} {'nodes':>6} "
         f"{'s':>6}"
     )
-    lines = [
+    table = Table(
         f"bench.trees_e2e at {git_commit()}: {len(cls)} class prompts, branch {args.branch}, "
         f"seeds {args.seeds}, {torch.get_num_threads()} CPU thread(s)",
         head,
-        "-" * len(head),
-    ]
-    print("\n".join(lines), flush=True)
+        args.out,
+    )
     for temp in args.temperatures:
         ref = ar(m.target, cls, temperature=0)[0] if temp == 0 else None
         for depth in args.depths:
@@ -85,11 +84,8 @@ def main(argv=None) -> list[dict]:
                         f"{temp:>3g} {depth:>5} {budget:>6} {label:<16} "
                         f"{r['step_compression']:>11.2f} {r['mean_nodes']:>6.1f} {dt:>6.1f}"
                     )
-                    lines.append(line)
-                    print(line, flush=True)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write("\n".join(lines) + "\n")
+                    table.add(line)
+    table.save()
     return rows
 
 
