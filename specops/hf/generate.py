@@ -169,6 +169,7 @@ def _stream_hook(streamer, ids: torch.Tensor, eos: list, progress):
         )
     streamer.put(ids.cpu())
     state = {"seen": 0, "stopped": False}
+    eos_ids = torch.tensor(eos, dtype=torch.long) if eos else None
 
     def hook(counts, length, emitted):
         if progress is not None:
@@ -177,7 +178,7 @@ def _stream_hook(streamer, ids: torch.Tensor, eos: list, progress):
         new = row[state["seen"] :]
         if state["stopped"] or new.numel() == 0:
             return
-        hit = torch.isin(new, torch.tensor(eos, dtype=torch.long)) if eos else None
+        hit = torch.isin(new, eos_ids) if eos_ids is not None else None
         if hit is not None and bool(hit.any()):
             new = new[: int(hit.int().argmax()) + 1]  # up to and including the EOS
             state["stopped"] = True
