@@ -158,3 +158,26 @@ def test_errors(demo):
         speculative(demo.target, demo.drafter, prompt, hide=hide[:, 1:])
     with pytest.raises(ValueError, match="hide_positions must be"):
         speculative(demo.target, demo.drafter, prompt, hide_positions="nope")
+
+
+def test_hivis_training_sequence_and_weights(demo):
+    """The HiViS drafter's training keeps the class position and positions k .. (the visible
+    prefix's last token on); its loss is finite and trains the drafter; the shipped weights load
+    and decode greedily as AR with the prefix hidden."""
+    from specops.models.train_hivis import hivis_loss, kept_positions, load_hivis_drafter
+
+    assert kept_positions(1, 5).tolist() == [0, 1, 2, 3, 4]
+    assert kept_positions(3, 6).tolist() == [0, 3, 4, 5]
+    d = load_hivis_drafter(demo.target)
+    seq = torch.randint(0, demo.cfg.vocab, (2, 40))
+    seq[:, 0] = demo.cfg.vocab
+    d.requires_grad_(True)
+    loss = hivis_loss(d, demo.target, seq, 17, steps=1)
+    loss.backward()
+    assert torch.isfinite(loss) and d.fc.weight.grad.abs().sum() > 0
+    d.requires_grad_(False)
+    prompt, hide = _prompts(demo.cfg)
+    ref, _ = ar(demo.target, prompt, length=20, temperature=0)
+    kw = dict(hide=hide, hide_positions="target", length=20, temperature=0, num_nodes=10)
+    out, _ = speculative(demo.target, d, prompt, **kw)
+    assert torch.equal(out, ref)
