@@ -159,6 +159,12 @@ def test_errors(demo):
     with pytest.raises(ValueError, match="hide_positions must be"):
         speculative(demo.target, demo.drafter, prompt, hide_positions="nope")
 
+    class Standalone:
+        reads_prompt = True
+
+    with pytest.raises(ValueError, match="a standalone draft model reads the whole prompt"):
+        speculative(demo.target, Standalone(), prompt, hide=hide)
+
 
 def test_hivis_training_sequence_and_weights(demo):
     """The HiViS drafter's training keeps the class position and positions k .. (the visible

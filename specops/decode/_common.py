@@ -299,7 +299,7 @@ class DraftRunner:
         self.cache.seqlens -= n.to(self.cache.seqlens.dtype)
 
 
-def check_hide(name: str, prompt, hide, drafter_prefill: bool, hide_positions: str):
+def check_hide(name: str, prompt, hide, drafter_prefill: bool, hide_positions: str, drafter=None):
     """Validate the HiViS options of ``speculative`` / ``vvs`` (shapes only: no host read)."""
     if hide_positions not in ("compact", "target"):
         raise ValueError(
@@ -309,6 +309,11 @@ def check_hide(name: str, prompt, hide, drafter_prefill: bool, hide_positions: s
         return None
     if not drafter_prefill:
         raise ValueError(f"{name}: hide= needs drafter_prefill=True (it selects prefill entries)")
+    if getattr(drafter, "reads_prompt", False):
+        raise ValueError(
+            f"{name}: hide= applies to feature drafters; a standalone draft model reads the "
+            "whole prompt itself"
+        )
     hide = torch.as_tensor(hide, device=prompt.device)
     if hide.dtype != torch.bool or hide.shape != prompt.shape:
         raise ValueError(

@@ -240,7 +240,7 @@ def speculative(
     -> (tokens [B, length], Stats)."""
     prompt = prompt_tokens(model, classes)
     dev = prompt.device
-    hide = check_hide("speculative", prompt, hide, drafter_prefill, hide_positions)
+    hide = check_hide("speculative", prompt, hide, drafter_prefill, hide_positions, drafter)
     if relax is not None:
         if temperature == 0:
             raise ValueError("speculative: relax (LANTERN) needs sampling; greedy is exact")

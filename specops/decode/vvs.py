@@ -168,7 +168,7 @@ def vvs(
         raise ValueError("vvs: relax (LANTERN) needs sampling; greedy (temperature=0) is exact")
     prompt = prompt_tokens(model, classes)
     dev = prompt.device
-    hide = check_hide("vvs", prompt, hide, drafter_prefill, hide_positions)
+    hide = check_hide("vvs", prompt, hide, drafter_prefill, hide_positions, drafter)
     b = prompt.shape[0]
     length = length or model.cfg.grid**2
     greedy = temperature == 0
