@@ -4,7 +4,9 @@ static tree with sampled children.  Lossless in every mode (``temperature=0``: b
 One step, with the root s_c the last emitted token (not yet in the target's cache):
 
 1. the drafter catches up on the entries the last verification committed and predicts the
-   root's children (``DraftRunner.update``);
+   root's children (``DraftRunner.update``); at the first step these are its prefill over the
+   prompt, [e(x_{i+1}) || f_i] for every prompt position i that ``hide`` keeps (HiViS Eq. 3,
+   ``DraftRunner.first_entries``);
 2. drafting:
    - chain: x_1 ~ q_1, x_2 ~ q_2(. | x_1), ..., K tokens; ``verify_chain`` with q;
    - ``tree="dynamic"`` (EAGLE-2, HiViS Sec. 3.1, VSD App. D): every frontier node expands its
