@@ -15,7 +15,9 @@ depth 5, 24 nodes) for every row of the table:
 - ``hide``: the image prefix hidden (``hide=``), compact drafter positions (the paper's);
 - ``hide, tgt pos``: hidden, the drafter at the target's position ids (the 2D-RoPE grid cells);
 - ``HiViS drafter``: the drafter trained for hidden prefixes (``specops.models.train_hivis``),
-  hidden with target positions, and the same drafter reading the whole prompt.
+  hidden with target positions (``--hivis-positions compact``: compact ones, for a drafter
+  trained with ``train_hivis --positions compact`` and given by ``--hivis-weights DIR``), and
+  the same drafter reading the whole prompt.
 
 Columns: the drafter's prefill length (entries, mean over requests) and its share of the
 target's prompt, step compression (generated tokens / target passes, the prefill pass counted)
@@ -63,11 +65,17 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--temperatures", type=float, nargs="*", default=[1.0, 0.0])
     ap.add_argument("--tree", choices=["dynamic", "chain"], default="dynamic")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--hivis-weights", default=None, help="dir of drafter_hivis.pt (default: shipped)"
+    )
+    ap.add_argument("--hivis-positions", choices=["target", "compact"], default="target")
     ap.add_argument("--out", default=None, help="also append the table here")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     m = load_default()
-    hivis = load_hivis_drafter(m.target)
+    hivis = load_hivis_drafter(m.target, weights_dir=args.hivis_weights)
+    hpos = args.hivis_positions
+    hlabel = "HiViS drafter: hide" + ("" if hpos == "target" else ", compact")
     tree = dict(tree="dynamic") if args.tree == "dynamic" else dict(tree=None, num_draft=4)
     head = (
         f"{'T':>3} {'rows':>4} {'prompt':>6} {'drafter / setting':<24} {'prefill':>7} "
@@ -93,7 +101,7 @@ def main(argv=None) -> list[dict]:
                 ("hide", m.drafter, dict(hide=hide)),
                 ("hide, tgt pos", m.drafter, dict(hide=hide, hide_positions="target")),
                 ("HiViS drafter: prefill", hivis, {}),
-                ("HiViS drafter: hide", hivis, dict(hide=hide, hide_positions="target")),
+                (hlabel, hivis, dict(hide=hide, hide_positions=hpos)),
             ]
             for label, drafter, kw in runs:
                 t = time.perf_counter()

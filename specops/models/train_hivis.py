@@ -18,7 +18,8 @@ and p_{J[c+1]}.  Drafter positions are the target's, J[c] (+ s): the embedded mo
 encodes the grid cell, which a compact position would shift (``hide_positions="target"``).
 k is drawn per batch from {1, 16, 32, .., 192} (whole rows; k = 1 is plain EAGLE training,
 HiViS's mix of text-only and multimodal data).  Same recipe as the plain drafter otherwise
-(300 steps, batch 8, AdamW 2e-3 cosine, seed 1); about 1-2 CPU minutes.
+(300 steps, batch 8, AdamW 2e-3 cosine, seed 1); about 1-2 CPU minutes.  ``--positions
+compact`` trains at compact drafter positions instead (the paper's; for comparison only).
 
 Writes ``specops/models/weights/drafter_hivis.pt`` (float16, ~0.5 MB); ``load_hivis_drafter``
 reads it.
@@ -47,8 +48,11 @@ def kept_positions(k: int, t_len: int) -> torch.Tensor:
     return torch.cat([torch.zeros(1, dtype=torch.long), torch.arange(max(k, 1), t_len)])
 
 
-def hivis_loss(drafter: Drafter, target: Transformer, seq: torch.Tensor, k: int, steps: int):
-    """Unrolled drafter loss on seq [B, T] with the prefix tokens 1 .. k - 1 hidden."""
+def hivis_loss(
+    drafter: Drafter, target: Transformer, seq: torch.Tensor, k: int, steps: int, compact=False
+):
+    """Unrolled drafter loss on seq [B, T] with the prefix tokens 1 .. k - 1 hidden; drafter
+    positions the target's (J[c] + s) or, with ``compact``, c + s."""
     with torch.no_grad():
         logits, f_full = target.forward_train(seq)
         p_full = logits.softmax(-1)  # p[t] = target distribution of x_{t+1}
@@ -64,7 +68,7 @@ def hivis_loss(drafter: Drafter, target: Transformer, seq: torch.Tensor, k: int,
     total = 0.0
     for s in range(steps + 1):
         nxt = (idx + 1 + s).clamp(max=t_len - 1)
-        pos = (j[idx] + s).clamp(max=target.cfg.max_seq - 1).expand(b, n)
+        pos = ((idx if compact else j[idx]) + s).clamp(max=target.cfg.max_seq - 1).expand(b, n)
         if s == 0:
             mask, extra = None, None
         else:
@@ -102,6 +106,7 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--unroll", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--positions", choices=["target", "compact"], default="target")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     from specops.models.loading import load_default
@@ -122,7 +127,7 @@ def main(argv=None):
         k = max(16 * rows, 1)  # visible prefix tokens t_1 .. t_{k-1} hidden, t_k kept
         for group in opt.param_groups:
             group["lr"] = cosine_lr(step, args.steps, args.lr)
-        loss = hivis_loss(drafter, target, seq, k, args.unroll)
+        loss = hivis_loss(drafter, target, seq, k, args.unroll, args.positions == "compact")
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
@@ -131,7 +136,7 @@ def main(argv=None):
             print(f"hivis drafter step {step:4d} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
     record = dict(
         steps=args.steps, batch=args.batch, seconds=time.time() - t0, loss=loss.item(),
-        unroll=args.unroll, seed=args.seed, hidden_rows="0..12 per batch", positions="target",
+        unroll=args.unroll, seed=args.seed, hidden_rows="0..12 per batch", positions=args.positions,
     )  # fmt: skip
     state = {
         "step_dim": drafter.step_embed.embedding_dim,
