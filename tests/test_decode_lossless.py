@@ -89,7 +89,7 @@ class MarkovLM:
         """Exact P(x_start, x_start+1, x_start+2) (tokens 1-based, x_0 = prompt) [V, V, V]."""
         t = self.table.numpy()
         pair = np.zeros((V + 2, V + 1))  # distribution of (x_{i-1}, x_i)
-        pair[V + 1, V] = 1.0  # (start, prompt)
+        pair[getattr(self, "first", (V + 1, V))] = 1.0  # (start, prompt)
         for _ in range(start - 1):
             new = np.zeros_like(pair)
             for a, c in itertools.product(range(V + 2), range(V + 1)):
@@ -182,6 +182,21 @@ def test_speculative_lossless(markov, kw):
     tokens, stats = speculative(m, d, CLASSES, length=LENGTH, seed=12, **kw)
     _check(m, tokens)
     assert stats.step_compression > 1.2
+
+
+@pytest.mark.parametrize("hide", [None, "first"])
+@pytest.mark.parametrize("tree", [None, "dynamic"], ids=["chain", "dynamic"])
+def test_speculative_drafter_prefill_lossless(tree, hide):
+    """A two-token prompt [V, V] (the chain then starts from the pair (V, V)): the drafter's
+    prefill over it, with or without its first position hidden, keeps sampling lossless."""
+    m, d = MarkovLM(), MarkovDrafter()
+    m.first = (V, V)
+    prompt = torch.full((BATCH, 2), V)
+    mask = None if hide is None else torch.tensor([[True, False]]).expand(BATCH, 2)
+    opts = dict(tree=tree, num_draft=3, branch=2, depth=3, num_nodes=6)
+    tokens, stats = speculative(m, d, prompt, length=LENGTH, seed=14, hide=mask, **opts)
+    _check(m, tokens)
+    assert stats.extra["drafter_prefill"] == (1 if hide else 2)
 
 
 @pytest.mark.parametrize("init", ["target", "uniform"])

@@ -31,6 +31,7 @@ __all__ = [
     "start",
     "emit_first",
     "init_rows",
+    "check_hide",
 ]
 
 
@@ -201,6 +202,10 @@ class DraftRunner:
         self.drafter, self.rec = drafter, rec
         self.cache = drafter.new_cache(batch, capacity, device=device)
         self.batch = batch
+        # drafter position = own entry count + shift: 0 (compact sequence), or the number of
+        # hidden prompt positions when hidden visual tokens keep the target's positions
+        self.shift = torch.zeros(batch, dtype=torch.long, device=device)
+        self._positions = None
 
     def prefill(self, prompt: torch.Tensor) -> None:
         """A standalone draft model (``drafter.reads_prompt``) first reads the prompt [B, P] (-1
@@ -218,6 +223,46 @@ class DraftRunner:
             slots = torch.where(cols < n[:, None], cols, -1).int()
             specops.commit_kv(self.cache.kv, self.cache.seqlens, slots)
 
+    def first_entries(self, prompt, hidden, root, *, prefill=True, hide=None, keep_positions=False):
+        """The entries of the drafter's first update, after the target's prefill (prompt [B, P],
+        -1 padded on the right; hidden [B, P, H] = f_0 .. f_{P-1}; root [B] = s_1).
+        -> (tokens [B, M], feats [B, M, H], n [B]) for ``update``.
+
+        ``prefill`` (HiViS Eq. 3, EAGLE): one entry per prompt position i, [e(x_{i+1}) || f_i]
+        with x_{i+1} the next prompt token and, at the last position, s_1 -- the drafter attends
+        over the whole prompt.  Otherwise (or for a draft model that read the prompt itself) the
+        single entry [e(s_1) || f_{n-1}] of the last prompt position.
+        ``hide`` [B, P] bool (HiViS, hidden visual tokens): those positions get no entry; the
+        sequence is the kept positions j_0 < .. < j_{m-1} with entry k = [e(x_{j_{k+1}}) ||
+        f_{j_k}] (the next *kept* token, Eq. 3's e_text^{t+1} || f_text^t), the image reaching
+        the drafter only through the features.  The last prompt position is always kept (its
+        feature is the one that predicts s_1).  Drafter positions are compact (0 .. m-1, the
+        paper's: the drafter is trained on text-only sequences), or with ``keep_positions`` the
+        target's (j_k; later entries sit at the target's positions too)."""
+        b, p = prompt.shape
+        dev = prompt.device
+        rows = torch.arange(b, device=dev)
+        n = (prompt >= 0).sum(1)  # real prompt length n_b
+        if not prefill or getattr(self.drafter, "reads_prompt", False):
+            return root[:, None], hidden[rows, n - 1][:, None], torch.ones_like(n)
+        keep = prompt >= 0
+        if hide is not None:
+            keep = keep & ~hide.to(dev, torch.bool)
+            keep[rows, n - 1] = True
+        m = keep.sum(1)  # the drafter's prefill length m_b
+        # j[b, k]: the k-th kept position (k < m_b), then the rest; a stable sort keeps the order
+        j = torch.sort((~keep).int(), dim=1, stable=True).indices
+        k = torch.arange(p, device=dev)[None, :]
+        nxt = prompt.gather(1, torch.cat([j[:, 1:], j[:, :1]], 1))  # x_{j_{k+1}}
+        tokens = torch.where(k < m[:, None] - 1, nxt, -1)
+        tokens = torch.where(k == m[:, None] - 1, root[:, None].to(tokens.dtype), tokens)
+        with self.rec.timer("specops"):
+            feats = specops.gather_rows(hidden, torch.where(k < m[:, None], j, -1))
+        if keep_positions:
+            self._positions = torch.where(k < m[:, None], j, k)
+            self.shift = (n - m).long()  # later entries: own count + hidden positions
+        return tokens, feats, m
+
     def update(self, tokens, feats, n):
         """Append the committed entries (tokens [B, M] = s_{i+1}, feats [B, M, H] = f_i, the
         first n[b] valid), commit them, and return (logits, feature) of the last one [B, V],
@@ -225,7 +270,9 @@ class DraftRunner:
         b, m = tokens.shape
         dev = tokens.device
         cols = torch.arange(m, device=dev)
-        pos = self.cache.seqlens.long()[:, None] + cols
+        pos = (self.cache.seqlens.long() + self.shift)[:, None] + cols
+        if self._positions is not None:  # the prefill with the target's positions
+            pos, self._positions = self._positions, None
         with self.rec.timer("model"):
             logits, g = self.drafter(tokens, feats, 0, pos, self.cache)
         self.rec.stats.drafter_passes += 1
@@ -240,7 +287,7 @@ class DraftRunner:
         """Draft nodes at tree depth ``depth`` (drafter position seqlens + depth - 1), slots
         n_old .. of the draft tree; -> (logits [B, k, V], features [B, k, H])."""
         b, k = tokens.shape
-        pos = (self.cache.seqlens.long() + depth - 1)[:, None].expand(b, k)
+        pos = (self.cache.seqlens.long() + self.shift + depth - 1)[:, None].expand(b, k)
         with self.rec.timer("model"):
             out = self.drafter.extend(tokens, feats, depth, pos, self.cache, bits, n_old)
         self.rec.stats.drafter_passes += 1
@@ -250,6 +297,30 @@ class DraftRunner:
         """Forget the last n[b] committed entries (VVS: they were built on stale features and
         are redone after post-verification)."""
         self.cache.seqlens -= n.to(self.cache.seqlens.dtype)
+
+
+def check_hide(name: str, prompt, hide, drafter_prefill: bool, hide_positions: str, drafter=None):
+    """Validate the HiViS options of ``speculative`` / ``vvs`` (shapes only: no host read)."""
+    if hide_positions not in ("compact", "target"):
+        raise ValueError(
+            f"{name}: hide_positions must be 'compact' or 'target', got {hide_positions!r}"
+        )
+    if hide is None:
+        return None
+    if not drafter_prefill:
+        raise ValueError(f"{name}: hide= needs drafter_prefill=True (it selects prefill entries)")
+    if getattr(drafter, "reads_prompt", False):
+        raise ValueError(
+            f"{name}: hide= applies to feature drafters; a standalone draft model reads the "
+            "whole prompt itself"
+        )
+    hide = torch.as_tensor(hide, device=prompt.device)
+    if hide.dtype != torch.bool or hide.shape != prompt.shape:
+        raise ValueError(
+            f"{name}: hide must be a bool mask of the prompt's shape {tuple(prompt.shape)}, got "
+            f"{hide.dtype} {tuple(hide.shape)}"
+        )
+    return hide
 
 
 class Output:

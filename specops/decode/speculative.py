@@ -4,7 +4,9 @@ static tree with sampled children.  Lossless in every mode (``temperature=0``: b
 One step, with the root s_c the last emitted token (not yet in the target's cache):
 
 1. the drafter catches up on the entries the last verification committed and predicts the
-   root's children (``DraftRunner.update``);
+   root's children (``DraftRunner.update``); at the first step these are its prefill over the
+   prompt, [e(x_{i+1}) || f_i] for every prompt position i that ``hide`` keeps (HiViS Eq. 3,
+   ``DraftRunner.first_entries``);
 2. drafting:
    - chain: x_1 ~ q_1, x_2 ~ q_2(. | x_1), ..., K tokens; ``verify_chain`` with q;
    - ``tree="dynamic"`` (EAGLE-2, HiViS Sec. 3.1, VSD App. D): every frontier node expands its
@@ -37,7 +39,7 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops.decode._common import DraftRunner, emit_first, prompt_tokens, start
+from specops.decode._common import DraftRunner, check_hide, emit_first, prompt_tokens, start
 from specops.tree import Tree, chain_bits, pack_bits
 
 __all__ = ["speculative", "draft_dynamic", "Drafted"]
@@ -216,6 +218,9 @@ def speculative(
     top_p=None,
     cfg_scale=None,
     seed: int = 0,
+    drafter_prefill: bool = True,
+    hide=None,
+    hide_positions: str = "compact",
 ):
     """Speculative decoding of ``length`` tokens per prompt.
 
@@ -227,9 +232,17 @@ def speculative(
     (children sampled; ``without_replacement`` picks the sibling scheme).
     ``temperature=0``: greedy drafts and greedy verification.  ``relax``: LANTERN relaxed
     acceptance (``specops.decode.lantern(codebook, k, delta)``; LOSSY, the LANTERN baseline of
-    the VVS paper).  -> (tokens [B, length], Stats)."""
+    the VVS paper).  ``drafter_prefill`` (default): a feature drafter first reads the prompt,
+    entry i = [e(x_{i+1}) || f_i] with the target's last hidden states (HiViS Eq. 3), in one
+    call; False: it starts from the last prompt position alone.  ``hide`` [B, P] bool (HiViS):
+    prompt positions (visual tokens) left out of the drafter's sequence, seen only through the
+    target's features at the kept positions; ``hide_positions`` "compact" (drafter positions
+    0 .. m-1 over the kept entries, the paper's) or "target" (the target's position ids).
+    ``stats.extra["drafter_prefill"]`` = mean drafter prefill length.
+    -> (tokens [B, length], Stats)."""
     prompt = prompt_tokens(model, classes)
     dev = prompt.device
+    hide = check_hide("speculative", prompt, hide, drafter_prefill, hide_positions, drafter)
     if relax is not None:
         if temperature == 0:
             raise ValueError("speculative: relax (LANTERN) needs sampling; greedy is exact")
@@ -272,10 +285,15 @@ def speculative(
     cols = torch.arange(width, device=dev)[None, :]
 
     probs, hidden = tgt.prefill()
-    root, ones = emit_first(probs, out, rec, seed, rng)
+    root, _ = emit_first(probs, out, rec, seed, rng)
     # the drafter's first entry: [e(s_1) || f_0] (f_0 = hidden state of the prompt's last token)
-    last = (prompt >= 0).sum(1) - 1  # each prompt's last token (ragged: -1 padded)
-    upd_tok, upd_feat, upd_n = root[:, None], hidden[rows, last][:, None], ones
+    # the drafter's first update: its prefill over the prompt, [e(x_{i+1}) || f_i] (HiViS Eq. 3;
+    # visual positions in ``hide`` omitted), or only [e(s_1) || f_{n-1}] without drafter_prefill
+    upd_tok, upd_feat, upd_n = dr.first_entries(
+        prompt, hidden, root, prefill=drafter_prefill, hide=hide,
+        keep_positions=hide_positions == "target",
+    )  # fmt: skip
+    upd_n0 = upd_n  # the drafter's prefill length
     node_sum = torch.zeros((), dtype=torch.long, device=dev)
     while not out.done():
         active = out.active
@@ -332,6 +350,7 @@ def speculative(
             upd_feat = specops.gather_rows(hidden, path)
         upd_n = n_emit
     stats = rec.finish()
+    stats.extra["drafter_prefill"] = float(upd_n0.float().mean())
     if mode in ("dynamic", "confidence"):
         steps = sum(stats.passes_per_request) - b  # the prefill is no tree step
         stats.extra["mean_tree_nodes"] = int(node_sum) / max(steps, 1)

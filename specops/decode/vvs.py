@@ -45,7 +45,7 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops.decode._common import DraftRunner, emit_first, prompt_tokens, start
+from specops.decode._common import DraftRunner, check_hide, emit_first, prompt_tokens, start
 from specops.decode.speculative import draft_dynamic
 from specops.reference.verify import Relaxation
 from specops.tree import pack_bits
@@ -145,6 +145,9 @@ def vvs(
     top_p=None,
     cfg_scale=None,
     seed: int = 0,
+    drafter_prefill: bool = True,
+    hide=None,
+    hide_positions: str = "compact",
 ):
     """VVS on top of EAGLE-2 drafting (``branch``/``depth``/``num_nodes`` as in
     ``speculative``); ``codebook`` [V, C] = the VQ latent embeddings; ``threshold`` = T_sim
@@ -154,7 +157,9 @@ def vvs(
     verified steps (``lantern(codebook, k, delta)``; LOSSY, delta 0 = exact), None = exact.
     -> (tokens [B, length] int32, Stats with extra["skipped_steps"], extra["skipped_tokens"],
     extra["mean_feature_age"], extra["ride_along_rows"] (skipping requests computed in a batched
-    target pass anyway))."""
+    target pass anyway), extra["drafter_prefill"]).  ``drafter_prefill``, ``hide``,
+    ``hide_positions``: the drafter's prefill over the prompt and HiViS hidden visual tokens, as
+    in ``speculative``."""
     if schedule not in ("similarity", "interval"):
         raise ValueError(f"vvs: schedule must be 'similarity' or 'interval', got {schedule!r}")
     if paths not in ("tree", "frontier"):
@@ -163,6 +168,7 @@ def vvs(
         raise ValueError("vvs: relax (LANTERN) needs sampling; greedy (temperature=0) is exact")
     prompt = prompt_tokens(model, classes)
     dev = prompt.device
+    hide = check_hide("vvs", prompt, hide, drafter_prefill, hide_positions, drafter)
     b = prompt.shape[0]
     length = length or model.cfg.grid**2
     greedy = temperature == 0
@@ -186,13 +192,18 @@ def vvs(
     fcache = specops.FeatureCache(b, cap, hidden.shape[-1], dtype=hidden.dtype, device=dev)
     with rec.timer("specops"):
         fcache.write(torch.arange(prompt.shape[1], device=dev).expand(b, -1), hidden, 0)
-    root, ones = emit_first(probs, out, rec, seed, rng)
+    root, _ = emit_first(probs, out, rec, seed, rng)
     gamma = torch.zeros(b, dtype=torch.long, device=dev)  # unverified tokens pending
     unver = torch.full((b, G), -1, dtype=torch.int32, device=dev)  # x°, left-aligned
     droot = root.clone()  # the drafting root: last emitted token
     since = torch.zeros(b, dtype=torch.long, device=dev)  # verified steps since the last skip
-    last = (prompt >= 0).sum(1) - 1  # each prompt's last token (ragged: -1 padded)
-    upd_tok, upd_feat, upd_n = root[:, None], hidden[rows, last][:, None], ones
+    # the drafter's first update: its prefill over the prompt, [e(x_{i+1}) || f_i] (HiViS Eq. 3;
+    # visual positions in ``hide`` omitted), or only [e(s_1) || f_{n-1}] without drafter_prefill
+    upd_tok, upd_feat, upd_n = dr.first_entries(
+        prompt, hidden, root, prefill=drafter_prefill, hide=hide,
+        keep_positions=hide_positions == "target",
+    )  # fmt: skip
+    upd_n0 = upd_n  # the drafter's prefill length
     rewind = torch.zeros(b, dtype=torch.long, device=dev)
     skipped_steps = torch.zeros((), dtype=torch.long, device=dev)
     skipped_tokens = torch.zeros((), dtype=torch.long, device=dev)
@@ -334,5 +345,6 @@ def vvs(
         skipped_tokens=int(skipped_tokens),
         mean_feature_age=float(age_sum) / max(int(age_cnt), 1),
         ride_along_rows=int(ride_along),
+        drafter_prefill=float(upd_n0.float().mean()),
     )
     return out.tokens(), stats

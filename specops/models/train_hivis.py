@@ -1,0 +1,152 @@
+"""A HiViS drafter for the embedded model: ``python -m specops.models.train_hivis``.
+
+The embedded target stands in for a VLM by image *completion*: its prompt is the class token
+followed by the first k image tokens of a reference image (the "image prefix", the visual
+tokens), and it generates the rest.  HiViS hides the visual tokens from the drafter: the
+drafter's sequence holds the class position, the last prompt position (whose feature predicts
+the first generated token) and the generated positions, the image reaching it only through the
+target's last hidden states f (``speculative(..., hide=mask)``).
+
+This script trains the one-layer ``Drafter`` for that input, as HiViS trains on sequences that
+keep only the text positions with their target features (Sec. 3.3, "Mixed Modality Dataset"):
+on a training sequence [class, t_1 .. t_256] with k visible prefix tokens it keeps the positions
+J = {0} + {k, k + 1, .., 256} (k = 1: nothing hidden), takes the frozen target's f and p = softmax
+(logits) at those positions from the *full* sequence, and runs the unrolled multi-step loss of
+``specops.models.train`` (steps s = 0..3, soft cross-entropy to p + 0.1 smooth-L1 to f) on the
+compact sequence: step-0 entry c = [e(x_{J[c+1]}) || f_{J[c]} || e_seq^0] predicts f_{J[c+1]}
+and p_{J[c+1]}.  Drafter positions are the target's, J[c] (+ s): the embedded model's 2D RoPE
+encodes the grid cell, which a compact position would shift (``hide_positions="target"``).
+k is drawn per batch from {1, 16, 32, .., 192} (whole rows; k = 1 is plain EAGLE training,
+HiViS's mix of text-only and multimodal data).  Same recipe as the plain drafter otherwise
+(300 steps, batch 8, AdamW 2e-3 cosine, seed 1); about 1-2 CPU minutes.  ``--positions
+compact`` trains at compact drafter positions instead (the paper's; for comparison only).
+
+Writes ``specops/models/weights/drafter_hivis.pt`` (float16, ~0.5 MB); ``load_hivis_drafter``
+reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from specops.models.data import make_dataset
+from specops.models.drafter import Drafter
+from specops.models.train import WEIGHTS, cosine_lr, half_state
+from specops.models.transformer import Transformer
+
+__all__ = ["hivis_loss", "load_hivis_drafter", "kept_positions"]
+
+
+def kept_positions(k: int, t_len: int) -> torch.Tensor:
+    """The drafter's positions J of a sequence of t_len tokens whose tokens 1 .. k - 1 are the
+    hidden image prefix (k = 1: all)."""
+    return torch.cat([torch.zeros(1, dtype=torch.long), torch.arange(max(k, 1), t_len)])
+
+
+def hivis_loss(
+    drafter: Drafter, target: Transformer, seq: torch.Tensor, k: int, steps: int, compact=False
+):
+    """Unrolled drafter loss on seq [B, T] with the prefix tokens 1 .. k - 1 hidden; drafter
+    positions the target's (J[c] + s) or, with ``compact``, c + s."""
+    with torch.no_grad():
+        logits, f_full = target.forward_train(seq)
+        p_full = logits.softmax(-1)  # p[t] = target distribution of x_{t+1}
+    j = kept_positions(k, seq.shape[1])
+    seq_c, f, p = seq[:, j], f_full[:, j], p_full[:, j]  # the compact sequence
+    b, t_len = seq_c.shape
+    n = t_len - 1  # drafter entries c = 0 .. n-1
+    idx = torch.arange(n)
+    causal = idx[None, :] <= idx[:, None]
+    diag = idx[None, :] == idx[:, None]
+    keys: list = []
+    feat = f[:, :n]
+    total = 0.0
+    for s in range(steps + 1):
+        nxt = (idx + 1 + s).clamp(max=t_len - 1)
+        pos = ((idx if compact else j[idx]) + s).clamp(max=target.cfg.max_seq - 1).expand(b, n)
+        if s == 0:
+            mask, extra = None, None
+        else:
+            mask = torch.cat([causal] + [diag] * s, 1)
+            extra = (torch.cat([kk for kk, _ in keys], 1), torch.cat([v for _, v in keys], 1))
+        lg, g, kv = drafter.forward_train(seq_c[:, nxt], feat, s, pos, mask, extra)
+        keys.append(kv)
+        # entry c predicts x_{J[c+2+s]}, a real image token; entry 0 (the class) is context only
+        # when the prefix is hidden (inference never drafts from it)
+        valid = (idx + 1 + s <= t_len - 2) & ((idx > 0) | (k <= 1))
+        ce = -(p[:, nxt] * lg.log_softmax(-1)).sum(-1)  # soft cross-entropy to the target
+        reg = F.smooth_l1_loss(g, f[:, nxt], reduction="none").sum(-1)
+        total = total + ((ce + 0.1 * reg) * valid).sum() / (valid.sum() * b)
+        feat = g
+    return total / (steps + 1)
+
+
+def load_hivis_drafter(target: Transformer, *, weights_dir=None) -> Drafter:
+    """The HiViS drafter (``drafter_hivis.pt``) bound to ``target``, on its device and dtype."""
+    wd = Path(weights_dir) if weights_dir is not None else WEIGHTS
+    d = torch.load(wd / "drafter_hivis.pt", map_location="cpu", weights_only=True)
+    drafter = Drafter(target.cfg, step_dim=d["step_dim"], max_step=d["max_step"])
+    drafter.load_state_dict({k: t.float() for k, t in d["state"].items()})
+    w = target.embed.weight
+    return drafter.to(device=w.device, dtype=w.dtype).eval().requires_grad_(False).bind(target)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=str(WEIGHTS))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--per-class", type=int, default=600)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--unroll", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--positions", choices=["target", "compact"], default="target")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from specops.models.loading import load_default
+
+    m = load_default(weights_dir=args.out, with_drafter=False)
+    target = m.target
+    images, labels = make_dataset(args.per_class, seed=args.seed)
+    tokens, labels = m.vq.encode(images).reshape(len(images), -1), torch.as_tensor(labels)
+    torch.manual_seed(args.seed + 1)
+    drafter = Drafter(target.cfg).bind(target)
+    opt = torch.optim.AdamW(drafter.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    g = torch.Generator().manual_seed(args.seed + 1)
+    t0 = time.time()
+    for step in range(args.steps):
+        idx = torch.randint(0, tokens.shape[0], (args.batch,), generator=g)
+        seq = torch.cat([(labels[idx] + target.cfg.vocab)[:, None], tokens[idx]], 1)
+        rows = int(torch.randint(0, 13, (1,), generator=g))
+        k = max(16 * rows, 1)  # visible prefix tokens t_1 .. t_{k-1} hidden, t_k kept
+        for group in opt.param_groups:
+            group["lr"] = cosine_lr(step, args.steps, args.lr)
+        loss = hivis_loss(drafter, target, seq, k, args.unroll, args.positions == "compact")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
+        opt.step()
+        if step % 50 == 0 or step == args.steps - 1:
+            print(f"hivis drafter step {step:4d} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
+    record = dict(
+        steps=args.steps, batch=args.batch, seconds=time.time() - t0, loss=loss.item(),
+        unroll=args.unroll, seed=args.seed, hidden_rows="0..12 per batch", positions=args.positions,
+    )  # fmt: skip
+    state = {
+        "step_dim": drafter.step_embed.embedding_dim,
+        "max_step": drafter.max_step,
+        "state": half_state(drafter),
+        "train": record,
+    }
+    torch.save(state, Path(args.out) / "drafter_hivis.pt")
+    print("wrote", Path(args.out) / "drafter_hivis.pt")
+
+
+if __name__ == "__main__":
+    main()
