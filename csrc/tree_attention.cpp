@@ -267,15 +267,20 @@ bool have_avx512() { return false; }
 
 // ---- the driver ----------------------------------------------------------------------------
 struct Scratch {
-  std::vector<float> qt, kf, vf, s, o, m, l, alpha, zero;
+  std::vector<float> qt, kf, vf, s, o, m, l, alpha, zero, qrow;
   const float* krow[kBlock];
   const float* vrow[kBlock];
 };
 
+// One (request b, KV head h): all N * G query rows, in tiles of kTile rows (tile t: rows
+// [t kTile, ...), its qt at qt + t D kTile with row stride rp_t, its o at o + t kTile Dp, its
+// m, l, alpha at + t kTile).  Each key block is loaded once and used by every tile.
 struct Item {
   const TreeAttnArgs& a;
   bool simd;
-  int64_t g, tiles;
+  int64_t g, rows_all, tiles, dp;
+
+  int64_t rows_of(int64_t t) const { return std::min(kTile, rows_all - t * kTile); }
 
   // The K (or V) row of request b, KV head h at logical position pos (0 <= pos < capacity).
   const char* row(const char* base, int64_t s0, int64_t s1, int64_t sh, int64_t b, int64_t h,
@@ -288,101 +293,124 @@ struct Item {
     return base + page * s0 + (pos % a.page_size) * s1 + h * sh;
   }
 
-  void load(const char* p, int64_t sd, int64_t dp, float* dst) const {
+  void load(const char* p, int64_t sd, int64_t width, float* dst) const {
 #if defined(SPECOPS_HOST_AVX512)
-    if (simd) return load_row_avx512(p, sd, a.kind, a.d, dp, dst);
+    if (simd) return load_row_avx512(p, sd, a.kind, a.d, width, dst);
 #endif
-    load_row_scalar(p, sd, a.kind, a.d, dp, dst);
+    load_row_scalar(p, sd, a.kind, a.d, width, dst);
   }
 
-  // One block of nb keys at positions pos0 + i (tree: slots j0 + i, masked per row).
-  void block(Scratch& w, int64_t b, int64_t h, int64_t r0, int64_t rows, int64_t rp, int64_t dp,
-             int64_t pos0, int64_t nb, bool tree, int64_t j0) const {
-    const int64_t d = a.d;
-    // fp32 rows with unit stride are read in place (V also needs D a multiple of 16)
-    const bool k_direct = a.kind == kF32 && (a.k_sd == 4 || d <= 1);
-    const bool v_direct = a.kind == kF32 && (a.v_sd == 4 || d <= 1) && dp == d;
-    for (int64_t i = 0; i < nb; ++i) {
-      const char* kr = row(a.k, a.k_s0, a.k_s1, a.k_sh, b, h, pos0 + i);
-      const char* vr = row(a.v, a.v_s0, a.v_s1, a.v_sh, b, h, pos0 + i);
-      if (k_direct) {
-        w.krow[i] = reinterpret_cast<const float*>(kr);
-      } else {
-        load(kr, a.k_sd, d, w.kf.data() + i * d);
-        w.krow[i] = w.kf.data() + i * d;
-      }
-      if (v_direct) {
-        w.vrow[i] = reinterpret_cast<const float*>(vr);
-      } else {
-        load(vr, a.v_sd, dp, w.vf.data() + i * dp);
-        w.vrow[i] = w.vf.data() + i * dp;
+  // Prefetch the K/V rows at positions [pos0, pos1) (clamped to the capacity): the next block,
+  // while this one computes (rows are D elements every Hkv * D, too short for the hardware's
+  // stream prefetcher to run ahead).
+  void prefetch(int64_t b, int64_t h, int64_t pos0, int64_t pos1) const {
+#if defined(SPECOPS_HOST_AVX512)
+    const int64_t es = a.kind == kF32 ? 4 : 2, bytes = a.d * es;
+    if (a.k_sd != es || a.v_sd != es) return;
+    for (int64_t pos = pos0; pos < std::min(pos1, a.capacity); ++pos) {
+      const char* kr = row(a.k, a.k_s0, a.k_s1, a.k_sh, b, h, pos);
+      const char* vr = row(a.v, a.v_s0, a.v_s1, a.v_sh, b, h, pos);
+      for (int64_t c = 0; c < bytes; c += 64) {
+        _mm_prefetch(kr + c, _MM_HINT_T1);
+        _mm_prefetch(vr + c, _MM_HINT_T1);
       }
     }
+#endif
+  }
+
+  // One block of nb keys at positions pos0 + i (tree: slots j0 + i, masked per row); next0 is
+  // the first position of the block after it (prefetched).
+  void block(Scratch& w, int64_t b, int64_t h, int64_t pos0, int64_t nb, bool tree, int64_t j0,
+             int64_t next0) const {
+    const int64_t d = a.d;
+    // K/V rows are copied (as float32) into contiguous blocks even when they are float32 already:
+    // in the cache they sit Hkv * D elements apart, a power of two that maps a block's rows onto
+    // a few L1 sets
+    for (int64_t i = 0; i < nb; ++i) {
+      load(row(a.k, a.k_s0, a.k_s1, a.k_sh, b, h, pos0 + i), a.k_sd, d, w.kf.data() + i * d);
+      load(row(a.v, a.v_s0, a.v_s1, a.v_sh, b, h, pos0 + i), a.v_sd, dp, w.vf.data() + i * dp);
+      w.krow[i] = w.kf.data() + i * d;
+      w.vrow[i] = w.vf.data() + i * dp;
+    }
+    if (next0 >= 0) prefetch(b, h, next0, next0 + kBlock);
     const int64_t nbp = (nb + 7) / 8 * 8;
     for (int64_t i = nb; i < nbp; ++i) w.krow[i] = w.zero.data();
     float* s = w.s.data();
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t r0 = t * kTile, rows = rows_of(t), rp = round16(rows);
+      const float* qt = w.qt.data() + r0 * d;
+      float *o = w.o.data() + r0 * dp, *m = w.m.data() + r0, *l = w.l.data() + r0;
+      float* alpha = w.alpha.data() + r0;
 #if defined(SPECOPS_HOST_AVX512)
-    if (simd) qk_avx512(w.krow, nbp, w.qt.data(), rp, d, s);
+      if (simd) qk_avx512(w.krow, nbp, qt, rp, d, s);
 #endif
-    if (!simd) qk_scalar(w.krow, nb, w.qt.data(), rp, d, s);
-    if (tree) {  // slot j0 + i is visible to row r iff bit (j0 + i) of mask row n = r / G is set
-      const int32_t* mrow = a.mask + b * a.mask_sb;
-      for (int64_t r = 0; r < rows; ++r) {
-        const int32_t* mn = mrow + ((r0 + r) / g) * a.mask_sn;
-        for (int64_t i = 0; i < nb; ++i) {
-          const int64_t j = j0 + i;
-          const uint32_t word = static_cast<uint32_t>(mn[(j >> 5) * a.mask_sw]);
-          if (!((word >> (j & 31)) & 1u)) s[i * rp + r] = kNegInf;
+      if (!simd) qk_scalar(w.krow, nb, qt, rp, d, s);
+      if (tree) {  // slot j0 + i is visible to row r iff bit j0 + i of mask row n = r / G is set
+        const int32_t* mrow = a.mask + b * a.mask_sb;
+        for (int64_t r = 0; r < rows; ++r) {
+          const int32_t* mn = mrow + ((r0 + r) / g) * a.mask_sn;
+          for (int64_t i = 0; i < nb; ++i) {
+            const int64_t j = j0 + i;
+            const uint32_t word = static_cast<uint32_t>(mn[(j >> 5) * a.mask_sw]);
+            if (!((word >> (j & 31)) & 1u)) s[i * rp + r] = kNegInf;
+          }
         }
       }
-    }
 #if defined(SPECOPS_HOST_AVX512)
-    if (simd) {
-      softmax_avx512(s, nb, rp, w.m.data(), w.l.data(), w.alpha.data());
-      pv_avx512(s, nb, rp, w.vrow, dp, w.alpha.data(), w.o.data());
-      return;
-    }
+      if (simd) {
+        softmax_avx512(s, nb, rp, m, l, alpha);
+        pv_avx512(s, nb, rp, w.vrow, dp, alpha, o);
+        continue;
+      }
 #endif
-    softmax_scalar(s, nb, rp, w.m.data(), w.l.data(), w.alpha.data());
-    pv_scalar(s, nb, rp, w.vrow, dp, w.alpha.data(), w.o.data());
+      softmax_scalar(s, nb, rp, m, l, alpha);
+      pv_scalar(s, nb, rp, w.vrow, dp, alpha, o);
+    }
   }
 
   void operator()(int64_t item) const {
-    const int64_t t = item % tiles, bh = item / tiles;
-    const int64_t b = bh / a.hkv, h = bh % a.hkv;
-    const int64_t d = a.d, dp = round16(d), r0 = t * kTile;
-    const int64_t rows = std::min(kTile, a.n * g - r0), rp = round16(rows);
+    const int64_t b = item / a.hkv, h = item % a.hkv, d = a.d;
+    const size_t all = static_cast<size_t>(tiles * kTile);
     thread_local Scratch w;
-    w.qt.assign(static_cast<size_t>(d * rp), 0.f);
+    w.qt.assign(static_cast<size_t>(d) * all, 0.f);
     w.kf.resize(static_cast<size_t>(kBlock * d));
     w.vf.resize(static_cast<size_t>(kBlock * dp));
-    w.s.resize(static_cast<size_t>(kBlock * rp));
-    w.o.assign(static_cast<size_t>(rp * dp), 0.f);
-    w.m.assign(static_cast<size_t>(rp), kNegInf);
-    w.l.assign(static_cast<size_t>(rp), 0.f);
-    w.alpha.resize(static_cast<size_t>(rp));
+    w.s.resize(static_cast<size_t>(kBlock * kTile));
+    w.o.assign(static_cast<size_t>(dp) * all, 0.f);
+    w.m.assign(all, kNegInf);
+    w.l.assign(all, 0.f);
+    w.alpha.resize(all);
     w.zero.assign(static_cast<size_t>(std::max<int64_t>(dp, 1)), 0.f);
-    // qt[i][r] = q[b, n, h G + g, i] * sm_scale * log2(e), r = n G + g - r0
-    std::vector<float> qrow(static_cast<size_t>(dp));
+    w.qrow.resize(static_cast<size_t>(dp));
+    // qt of tile t: qt[i][r] = q[b, n, h G + g, i] * sm_scale * log2(e), r = n G + g - t kTile
     const float qs = a.scale * kLog2e;
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t n = (r0 + r) / g, head = h * g + (r0 + r) % g;
-      load(a.q + b * a.q_sb + n * a.q_sn + head * a.q_sh, a.q_sd, dp, qrow.data());
-      for (int64_t i = 0; i < d; ++i) w.qt[i * rp + r] = qrow[i] * qs;
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t r0 = t * kTile, rows = rows_of(t), rp = round16(rows);
+      float* qt = w.qt.data() + r0 * d;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t n = (r0 + r) / g, head = h * g + (r0 + r) % g;
+        load(a.q + b * a.q_sb + n * a.q_sn + head * a.q_sh, a.q_sd, dp, w.qrow.data());
+        for (int64_t i = 0; i < d; ++i) qt[i * rp + r] = w.qrow[i] * qs;
+      }
     }
     // visible keys: the prefix [0, clamp(L, 0, C)), then the slots j with 0 <= L + j < C
     const int64_t L = a.seqlens64 ? static_cast<const int64_t*>(a.seqlens)[b * a.seqlens_s]
                                   : static_cast<const int32_t*>(a.seqlens)[b * a.seqlens_s];
     const int64_t cap = a.capacity, pre = std::min(std::max<int64_t>(L, 0), cap);
-    for (int64_t p0 = 0; p0 < pre; p0 += kBlock)
-      block(w, b, h, r0, rows, rp, dp, p0, std::min(kBlock, pre - p0), false, 0);
     const int64_t j_lo = L < 0 ? (L <= -a.n ? a.n : -L) : 0;
     const int64_t j_hi = L >= cap ? 0 : std::min(a.n, cap - L);
-    for (int64_t j = j_lo; j < j_hi; j += kBlock)
-      block(w, b, h, r0, rows, rp, dp, L + j, std::min(kBlock, j_hi - j), true, j);
+    prefetch(b, h, 0, std::min(kBlock, pre));
+    for (int64_t p0 = 0; p0 < pre; p0 += kBlock) {
+      const int64_t nb = std::min(kBlock, pre - p0);
+      block(w, b, h, p0, nb, false, 0, p0 + nb < pre ? p0 + nb : (j_lo < j_hi ? L + j_lo : -1));
+    }
+    for (int64_t j = j_lo; j < j_hi; j += kBlock) {
+      const int64_t nb = std::min(kBlock, j_hi - j);
+      block(w, b, h, L + j, nb, true, j, j + nb < j_hi ? L + j + nb : -1);
+    }
     // out = o / l, lse = (m + log2 l) ln 2; no visible key (l = 0): out 0, lse -inf
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t n = (r0 + r) / g, head = h * g + (r0 + r) % g;
+    for (int64_t r = 0; r < rows_all; ++r) {
+      const int64_t n = r / g, head = h * g + r % g;
       const int64_t at = (b * a.n + n) * a.hq + head;
       const float l = w.l[r];
       float* out = a.out + at * d;
@@ -397,8 +425,8 @@ struct Item {
 void tree_attention_host(const TreeAttnArgs& a) {
   if (a.batch == 0 || a.n == 0 || a.hq == 0 || a.hkv == 0) return;
   const int64_t g = a.hq / a.hkv, tiles = (a.n * g + kTile - 1) / kTile;
-  const Item item{a, have_avx512(), g, tiles};
-  parallel_for(a.batch * a.hkv * tiles, item);
+  const Item item{a, have_avx512(), g, a.n * g, tiles, round16(a.d)};
+  parallel_for(a.batch * a.hkv, item);
 }
 
 }  // namespace specops
