@@ -65,8 +65,8 @@ TreeAttnArgs attn_args(bool cuda, T q, T k, T v, T seqlens, T mask, T block_tabl
   a.mask_sn = mask.stride[1];
   a.mask_sw = mask.stride[2];
   if (block_table.defined()) {
-    c.need(block_table, "block_table", block_table.dtype == DType::i64 ? DType::i64 : DType::i32,
-           2, {a.batch});
+    c.need(block_table, "block_table", block_table.dtype == DType::i64 ? DType::i64 : DType::i32, 2,
+           {a.batch});
     if (k.size[0] == 0) c.fail("k_cache", "must have at least one page");
     a.block_table = block_table.data;
     a.bt64 = block_table.dtype == DType::i64;

@@ -225,8 +225,8 @@ SPECOPS_AVX512 void pv_tile(const float* p, int64_t nb, int64_t rp, const float*
   __m512 acc[4][DV];
   for (int r = 0; r < 4; ++r)
     for (int v = 0; v < DV; ++v)
-      acc[r][v] = _mm512_mul_ps(_mm512_loadu_ps(o + r * dp + d0 + 16 * v),
-                                _mm512_set1_ps(alpha[r]));
+      acc[r][v] =
+          _mm512_mul_ps(_mm512_loadu_ps(o + r * dp + d0 + 16 * v), _mm512_set1_ps(alpha[r]));
   for (int64_t j = 0; j < nb; ++j) {
     __m512 x[DV];
     for (int v = 0; v < DV; ++v) x[v] = _mm512_loadu_ps(vrow[j] + d0 + 16 * v);

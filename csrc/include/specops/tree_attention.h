@@ -1,4 +1,4 @@
-// tree_attention: the CPU twin (csrc/tree_attention.cpp).  Semantics: specops/reference/attention.py.
+// tree_attention CPU twin (csrc/tree_attention.cpp); semantics: specops/reference/attention.py.
 //
 // Request b with prefix length L = seqlens[b], KV head h, query n, query head h * G + g
 // (G = Hq / Hkv).  Key position s (logical, 0 <= s < capacity) is visible to query n iff
