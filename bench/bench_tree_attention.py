@@ -24,8 +24,11 @@ device-to-device copy bandwidth (read + write) of the same run.  Ratios = peer t
     python -m bench.bench_tree_attention --aot [--arch 90]   (no GPU needed: compile the kernel
         configs of the GPU shapes for sm_XX and print registers / spills / shared memory)
 
-On CPU it only runs a tiny correctness-sized case (the Triton interpreter is no performance
-target): reference vs SDPA, checked to agree.
+On CPU the subject is backend="cpu" (the C++ twin, csrc/tree_attention.cpp; what "auto" picks)
+against "sdpa dense mask" over issue 13's grid: N in {16, 64}, S in {256, 1024, 4096}, D in
+{64, 128}, Hq/Hkv = 32/8, B = 1, float32 (SDPA's CPU kernel has no GQA-shared K/V reads, the
+twin reads each K/V row once per group).  Run it single-threaded for comparable numbers:
+OMP_NUM_THREADS=1 SPECOPS_NUM_THREADS=1 python -m bench --device cpu --ops tree_attention.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import sys
 import torch
 
 import specops
-from specops import Tree
+from specops import Tree, _build
 
 from . import harness
 from .harness import Row, time_fn, with_ratios
@@ -50,7 +53,8 @@ CASES_GPU = [
     for s in (1024, 4096, 16384)
     for hq, hkv in ((32, 32), (32, 8))
 ]
-CASES_CPU = [(1, 16, 256, 8, 2, 64)]
+# (B, N, S, Hq, Hkv, D): issue 13's CPU grid, float32
+CASES_CPU = [(1, n, s, 32, 8, d) for n in (16, 64) for s in (256, 1024, 4096) for d in (64, 128)]
 CASES_QUICK = [(1, 5, 64, 4, 2, 64)]
 PAGE = 16
 _CEIL: dict = {}
@@ -184,8 +188,6 @@ def _peer_flashinfer(c: _Case):
 
 
 def _peer_cascade(c: _Case):
-    from specops import _build
-
     if not _build.has_flash_attn():
         raise ImportError("flash-attn is not installed (pip install 'specops[flash]')")
     ta = specops.tree_attention
@@ -214,7 +216,7 @@ def _bench_case(case, device, dtype, copies) -> list[Row]:
             Row("tree_attention", shape, name, st.median_us, st.p20_us, st.p80_us, gbps, note=note)
         )
 
-    be = "triton" if device == "cuda" else "reference"
+    be = "triton" if device == "cuda" else ("cpu" if _build.has_cpp() else "reference")
     ta = specops.tree_attention
     want = ta(c.q, c.k[0], c.v[0], c.L, c.tree, backend="reference") if nbytes < 2**28 else None
     with specops.validation(False):
