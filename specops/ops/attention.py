@@ -150,9 +150,10 @@ def tree_attention(
 
     ``backend``: "auto" (triton on CUDA, cpu on CPU; the reference for float64), "triton" (CUDA,
     or the Triton interpreter on CPU), "cpu" (the C++ twin: float32/float16/bfloat16, any head
-    dim, float32 accumulation, reads only the prefix and the tree slots), "reference" (plain
-    PyTorch, any device/dtype), or "cascade" (CUDA with
-    flash-attn installed, ``pip install 'specops[flash]'``; never chosen by "auto"): the prefix
+    dim, float32 accumulation, reads only the prefix and the tree slots, each K/V row once per
+    GQA group), "reference" (plain PyTorch, any device/dtype; scores the whole cache capacity),
+    or "cascade" (CUDA with flash-attn installed, ``pip install 'specops[flash]'``; never
+    chosen by "auto"): the prefix
     through ``flash_attn_with_kvcache``, the tree slots through the Triton kernel, merged by
     log-sum-exp.  cascade takes float16/bfloat16, D <= 256 and, for paged caches, a page size
     divisible by 256 (flash-attn 2.x)."""
