@@ -272,6 +272,13 @@ struct Scratch {
   const float* vrow[kBlock];
 };
 
+// The calling thread's scratch, looked up once per item: in a shared library each access to a
+// thread_local goes through __tls_get_addr, which the compiler repeated inside the key loop.
+__attribute__((noinline)) Scratch& thread_scratch() {
+  thread_local Scratch w;
+  return w;
+}
+
 // One (request b, KV head h): all N * G query rows, in tiles of kTile rows (tile t: rows
 // [t kTile, ...), its qt at qt + t D kTile with row stride rp_t, its o at o + t kTile Dp, its
 // m, l, alpha at + t kTile).  Each key block is loaded once and used by every tile.
@@ -371,7 +378,7 @@ struct Item {
   void operator()(int64_t item) const {
     const int64_t b = item / a.hkv, h = item % a.hkv, d = a.d;
     const size_t all = static_cast<size_t>(tiles * kTile);
-    thread_local Scratch w;
+    Scratch& w = thread_scratch();
     w.qt.assign(static_cast<size_t>(d) * all, 0.f);
     w.kf.resize(static_cast<size_t>(kBlock * d));
     w.vf.resize(static_cast<size_t>(kBlock * dp));
