@@ -1,16 +1,18 @@
-// tree_attention CPU twin: flash-style attention of a tile of query rows over the visible keys
-// (specops/tree_attention.h states the maths).  Layout of one item (request b, KV head h, up to
-// kTile query rows r = n * G + g):
+// tree_attention CPU twin: flash-style attention of query rows over the visible keys
+// (specops/tree_attention.h states the maths).  One item = (request b, KV head h), its rows
+// r = n * G + g in tiles of kTile; per tile:
 //
-//   qt [D][Rp]     the tile's queries, transposed, times sm_scale * log2(e)  (Rp = rows padded
-//                  to 16, padded rows zero and discarded)
+//   qt [D][Rp]      the tile's queries, transposed, times sm_scale * log2(e)  (Rp = rows padded
+//                   to 16, padded rows zero and discarded)
 //   s  [kBlock][Rp] scores y of a key block (key-major, so the softmax runs down the rows)
-//   o  [Rp][Dp]    the running sum_j p_j v_j (Dp = D padded to 16)
+//   o  [Rp][Dp]     the running sum_j p_j v_j (Dp = D padded to 16)
 //
 // Scores: s[j][r] = sum_d k_j[d] qt[d][r] (a broadcast of k_j[d] times a vector of 16 rows);
 // output: o[r][:] += sum_j s[j][r] v_j[:] (a broadcast of p times a vector of 16 dims).  Each
-// K/V row is read once per tile, for all G heads of its group.  AVX-512 when the CPU has it
-// (checked at run time), the same maths in plain loops otherwise.
+// key block is converted to float32 once and used by every tile, so each K/V row is read once
+// for all G heads of its group.  AVX-512 when the CPU has it (checked at run time), the same
+// maths in plain loops otherwise (checked against each other once by hand: max |diff| 6e-8 in
+// out, 1e-6 in lse).
 #include "specops/tree_attention.h"
 
 #include <math.h>

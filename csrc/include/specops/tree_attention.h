@@ -16,10 +16,10 @@
 // request b as page block_table[b][s / page] (clamped into [0, P), as the reference's gather
 // does) at row s % page.
 //
-// The kernel works on one (request, KV head, tile of up to 64 query rows) at a time; the rows of
-// a tile are the (n, g) pairs r = n * G + g, so each K/V row is read once for all G heads of its
-// group.  Keys go in blocks of 64 through an online (flash) softmax in base 2: with
-// y = x * log2(e), per row
+// The kernel works on one (request, KV head) at a time (the work items of the thread pool): its
+// N * G query rows r = n * G + g, in tiles of 64, all take each block of 64 keys in turn, so each
+// K/V row is read once for all G heads of its group.  Keys go through an online (flash) softmax
+// in base 2: with y = x * log2(e), per row
 //
 //     m' = max(m, max_j y_j),  a = 2^(m - m'),  p_j = 2^(y_j - m'),
 //     l' = a l + sum_j p_j,    o' = a o + sum_j p_j v_j
