@@ -241,9 +241,10 @@ SPECOPS_AVX512 void pv_tile(const float* p, int64_t nb, int64_t rp, const float*
     for (int v = 0; v < DV; ++v) _mm512_storeu_ps(o + r * dp + d0 + 16 * v, acc[r][v]);
 }
 
-SPECOPS_AVX512 void pv_avx512(const float* p, int64_t nb, int64_t rp, const float* const* vrow,
-                              int64_t dp, const float* alpha, float* o) {
-  for (int64_t r = 0; r < rp; r += 4) {
+// rows r < rows (rounded up to 4; rp is the row stride of p): padded rows are not computed
+SPECOPS_AVX512 void pv_avx512(const float* p, int64_t nb, int64_t rp, int64_t rows,
+                              const float* const* vrow, int64_t dp, const float* alpha, float* o) {
+  for (int64_t r = 0; r < rows; r += 4) {
     for (int64_t d0 = 0; d0 < dp; d0 += 64) {
       const float* pr = p + r;
       float* orow = o + r * dp;
@@ -368,7 +369,7 @@ struct Item {
 #if defined(SPECOPS_HOST_AVX512)
       if (simd) {
         softmax_avx512(s, nb, rp, m, l, alpha);
-        pv_avx512(s, nb, rp, w.vrow, dp, alpha, o);
+        pv_avx512(s, nb, rp, rows, w.vrow, dp, alpha, o);
         continue;
       }
 #endif
