@@ -153,10 +153,9 @@ def tree_attention(
     dim, float32 accumulation, reads only the prefix and the tree slots, each K/V row once per
     GQA group), "reference" (plain PyTorch, any device/dtype; scores the whole cache capacity),
     or "cascade" (CUDA with flash-attn installed, ``pip install 'specops[flash]'``; never
-    chosen by "auto"): the prefix
-    through ``flash_attn_with_kvcache``, the tree slots through the Triton kernel, merged by
-    log-sum-exp.  cascade takes float16/bfloat16, D <= 256 and, for paged caches, a page size
-    divisible by 256 (flash-attn 2.x)."""
+    chosen by "auto"): the prefix through ``flash_attn_with_kvcache``, the tree slots through
+    the Triton kernel, merged by log-sum-exp.  cascade takes float16/bfloat16, D <= 256 and,
+    for paged caches, a page size divisible by 256 (flash-attn 2.x)."""
     op = "tree_attention"
     c.check_tensor(op, "q", q, ndim=4, dtypes=_ATTN_DTYPES)
     dev = q.device
