@@ -24,8 +24,11 @@ device-to-device copy bandwidth (read + write) of the same run.  Ratios = peer t
     python -m bench.bench_tree_attention --aot [--arch 90]   (no GPU needed: compile the kernel
         configs of the GPU shapes for sm_XX and print registers / spills / shared memory)
 
-On CPU it only runs a tiny correctness-sized case (the Triton interpreter is no performance
-target): reference vs SDPA, checked to agree.
+On CPU the subject is backend="cpu" (the C++ twin, csrc/tree_attention.cpp; what "auto" picks)
+against "sdpa dense mask" over issue 13's grid: N in {16, 64}, S in {256, 1024, 4096}, D in
+{64, 128}, Hq/Hkv = 32/8, B = 1, float32 (SDPA's CPU kernel has no GQA-shared K/V reads, the
+twin reads each K/V row once per group).  Run it single-threaded for comparable numbers:
+OMP_NUM_THREADS=1 SPECOPS_NUM_THREADS=1 python -m bench --device cpu --ops tree_attention.
 """
 
 from __future__ import annotations
@@ -33,11 +36,12 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 
 import torch
 
 import specops
-from specops import Tree
+from specops import Tree, _build
 
 from . import harness
 from .harness import Row, time_fn, with_ratios
@@ -50,7 +54,8 @@ CASES_GPU = [
     for s in (1024, 4096, 16384)
     for hq, hkv in ((32, 32), (32, 8))
 ]
-CASES_CPU = [(1, 16, 256, 8, 2, 64)]
+# (B, N, S, Hq, Hkv, D): issue 13's CPU grid, float32
+CASES_CPU = [(1, n, s, 32, 8, d) for n in (16, 64) for s in (256, 1024, 4096) for d in (64, 128)]
 CASES_QUICK = [(1, 5, 64, 4, 2, 64)]
 PAGE = 16
 _CEIL: dict = {}
@@ -62,6 +67,25 @@ def _random_tree(n: int, b: int, gen: torch.Generator) -> Tree:
     for i in range(1, n):
         parents[:, i] = torch.randint(max(0, i - 4), i, (b,), generator=gen)  # bushy, deep
     return Tree.from_parents(parents)
+
+
+def _time_interleaved(fns: list, trials: int = 9, min_time_s: float = 0.05) -> list:
+    """CPU: every callable timed in turn within each trial (round robin), so that all of them see
+    the same load from other processes on a shared machine; -> one Stats per callable."""
+    per = []
+    for f in fns:
+        f()
+        t0 = time.perf_counter()
+        f()
+        per.append(max(1, int(min_time_s / max(time.perf_counter() - t0, 1e-7))))
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(trials):
+        for f, n, out in zip(fns, per, samples):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                f()
+            out.append((time.perf_counter() - t0) / n * 1e6)
+    return [harness._summary(s) for s in samples]
 
 
 def _time(fns, device):
@@ -184,8 +208,6 @@ def _peer_flashinfer(c: _Case):
 
 
 def _peer_cascade(c: _Case):
-    from specops import _build
-
     if not _build.has_flash_attn():
         raise ImportError("flash-attn is not installed (pip install 'specops[flash]')")
     ta = specops.tree_attention
@@ -214,19 +236,21 @@ def _bench_case(case, device, dtype, copies) -> list[Row]:
             Row("tree_attention", shape, name, st.median_us, st.p20_us, st.p80_us, gbps, note=note)
         )
 
-    be = "triton" if device == "cuda" else "reference"
+    be = "triton" if device == "cuda" else ("cpu" if _build.has_cpp() else "reference")
     ta = specops.tree_attention
     want = ta(c.q, c.k[0], c.v[0], c.L, c.tree, backend="reference") if nbytes < 2**28 else None
+    # (name, callables, note); on CPU timed together round robin, on a GPU one after the other
+    timed = []
     with specops.validation(False):
         ours = [lambda k=k, v=v: ta(c.q, k, v, c.L, c.tree, backend=be) for k, v in zip(c.k, c.v)]
-        add("specops", _time(ours, device), f"backend={be}")
+        timed.append(("specops", ours, f"backend={be}"))
         fns = [lambda k=k, v=v: ta(c.q, k, v, c.L, c.chain, backend=be) for k, v in zip(c.k, c.v)]
-        add("specops chain", _time(fns, device))
+        timed.append(("specops chain", fns, ""))
         fns = [
             lambda k=k, v=v: ta(c.q, k, v, c.L, c.tree, block_table=c.bt, backend=be)
             for k, v in zip(c.kp, c.vp)
         ]
-        add("specops paged", _time(fns, device), f"page={PAGE}")
+        timed.append(("specops paged", fns, f"page={PAGE}"))
         out = ours[0]()
     peers = [("sdpa dense mask", _peer_sdpa)]
     if device == "cuda":
@@ -240,12 +264,22 @@ def _bench_case(case, device, dtype, copies) -> list[Row]:
             if want is not None:
                 err = (got.float() - want.float()).abs().max().item()
                 note = f"max|diff| vs reference {err:.1e}"
-            add(name, _time(fns, device), note)
+            if device == "cuda":  # timed here: a peer failing while timed is skipped too
+                timed.append((name, _time(fns, device), note))
+            else:
+                timed.append((name, fns, note))
         except Exception as exc:  # not installed / unsupported here: say so, keep going
             print(
                 f"[bench] tree_attention {shape}: {name} skipped ({type(exc).__name__}: "
                 f"{str(exc).splitlines()[0][:120] if str(exc) else ''})"
             )
+    with specops.validation(False):
+        if device == "cuda":
+            stats = [f if isinstance(f, harness.Stats) else _time(f, device) for _, f, _ in timed]
+        else:
+            stats = _time_interleaved([fns[0] for _, fns, _ in timed])
+    for (name, _, note), st in zip(timed, stats):
+        add(name, st, note)
     if nbytes * 2 * 4 < 2**31 and device == "cuda":  # the reference copies K/V to float32
         fns = lambda: ta(c.q, c.k[0], c.v[0], c.L, c.tree, backend="reference")  # noqa: E731
         add("reference", _time(fns, device))

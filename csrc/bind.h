@@ -136,5 +136,6 @@ void bind_kv(pybind11::module_& m);
 void bind_features(pybind11::module_& m);
 void bind_jacobi(pybind11::module_& m);
 void bind_probs(pybind11::module_& m);
+void bind_tree_attention(pybind11::module_& m);
 
 }  // namespace specops

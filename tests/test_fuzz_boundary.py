@@ -331,7 +331,7 @@ def c_tree_attention(g, b=3, n=4, s=16, hq=4, hkv=2, d=8, page=None, idt=torch.i
         block_table=t.get("block_table"), return_lse=True, backend=be,
     )  # fmt: skip
     tol = 2e-3 if fdt == torch.float16 else 1e-4
-    return Case(t, call, ("triton",), float_tol=tol)
+    return Case(t, call, CPU_TRITON, float_tol=tol)
 
 
 def c_tree_attention_paged(g, **kw):

@@ -457,7 +457,7 @@ def _attention_with_nans():
     return (q, k, v, L, tree), want, want_lse
 
 
-@pytest.mark.parametrize("be", ["reference", "triton"])
+@pytest.mark.parametrize("be", ["reference", "triton", "cpu"])
 def test_tree_attention_propagates_nan(be):
     """NaN in q, in a visible K row or in a visible V row gives NaN outputs exactly where IEEE
     arithmetic puts them (every query that reads it); NaN in cache rows that no query reads

@@ -131,7 +131,7 @@ CASES = {
     "gather_rows": (_single(specops.gather_rows), _gather, ("triton", "cpu", "reference")),
     "drafter_inputs": (_single(specops.drafter_inputs), _drafter, ("triton", "cpu", "reference")),
     "path_similarity": (_single(specops.path_similarity), _paths, ("triton", "cpu", "reference")),
-    "tree_attention": (_attention_with_out, _attention, ("triton", "reference")),
+    "tree_attention": (_attention_with_out, _attention, ("triton", "cpu", "reference")),
     "path_acceptance": (
         specops.path_acceptance,
         lambda: _path_args(_tree()[0]),

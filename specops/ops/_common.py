@@ -66,8 +66,8 @@ def declare_backends(have: tuple[str, ...], *ops: str) -> tuple[str, ...]:
 
 def backend_table() -> dict[str, tuple[str, ...]]:
     """Every public op's backends, fastest first (some ops narrow them per call: tree_attention
-    and append_kv run the reference for float64, tree_attention for head dims over the Triton
-    kernel's limit; "cascade" is asked for by name only)."""
+    and append_kv run the reference for float64, tree_attention drops triton for head dims over
+    the Triton kernel's limit; "cascade" is asked for by name only)."""
     return dict(sorted(_BACKEND_TABLE.items()))
 
 

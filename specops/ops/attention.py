@@ -1,8 +1,10 @@
 """specops.tree_attention and specops.append_kv: tree-masked attention over a KV cache.
 
 Semantics in specops/reference/attention.py; the Triton kernel in
-triton_kernels/tree_attention.py.  Backends: "triton" (CUDA, or the interpreter on CPU when
-asked for explicitly) and "reference"; "auto" picks triton on CUDA and the reference on CPU.
+triton_kernels/tree_attention.py, the C++ CPU twin in csrc/tree_attention.cpp.  Backends:
+"triton" (CUDA, or the interpreter on CPU when asked for explicitly), "cpu" (tree_attention only:
+the C++ twin, float32/float16/bfloat16) and "reference"; "auto" picks triton on CUDA and, on CPU,
+the C++ twin for tree_attention (the reference for float64) and the reference for append_kv.
 tree_attention also has "cascade" (CUDA with the optional flash-attn, ``specops[flash]``; by name
 only, never "auto"): the prefix through flash-attn, the tree through the Triton kernel, merged
 by log-sum-exp (specops/ops/_attention_cascade.py).
@@ -22,7 +24,8 @@ from specops.tree import Tree
 
 __all__ = ["tree_attention", "append_kv"]
 
-_BACKENDS = c.declare_backends(("triton", "reference"), "tree_attention", "append_kv")
+_BACKENDS = c.declare_backends(("triton", "cpu", "reference"), "tree_attention")
+_APPEND_BACKENDS = c.declare_backends(("triton", "reference"), "append_kv")
 _ATTN_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _IDX_DTYPES = (torch.int32, torch.int64)
 _TRITON_MAX_HEAD_DIM = 256  # = specops.triton_kernels.tree_attention.MAX_HEAD_DIM
@@ -145,12 +148,14 @@ def tree_attention(
     1/sqrt(D).  Returns out [B, N, Hq, D] in q's dtype, and lse [B, N, Hq] float32 (natural log)
     when ``return_lse``; ``out`` / ``lse_out`` preallocate them (contiguous; checked).
 
-    ``backend``: "auto" (triton on CUDA, the reference on CPU), "triton" (CUDA, or the Triton
-    interpreter on CPU), "reference" (plain PyTorch, any device/dtype), or "cascade" (CUDA with
-    flash-attn installed, ``pip install 'specops[flash]'``; never chosen by "auto"): the prefix
-    through ``flash_attn_with_kvcache``, the tree slots through the Triton kernel, merged by
-    log-sum-exp.  cascade takes float16/bfloat16, D <= 256 and, for paged caches, a page size
-    divisible by 256 (flash-attn 2.x)."""
+    ``backend``: "auto" (triton on CUDA, cpu on CPU; the reference for float64), "triton" (CUDA,
+    or the Triton interpreter on CPU), "cpu" (the C++ twin: float32/float16/bfloat16, any head
+    dim, float32 accumulation, reads only the prefix and the tree slots, each K/V row once per
+    GQA group), "reference" (plain PyTorch, any device/dtype; scores the whole cache capacity),
+    or "cascade" (CUDA with flash-attn installed, ``pip install 'specops[flash]'``; never
+    chosen by "auto"): the prefix through ``flash_attn_with_kvcache``, the tree slots through
+    the Triton kernel, merged by log-sum-exp.  cascade takes float16/bfloat16, D <= 256 and,
+    for paged caches, a page size divisible by 256 (flash-attn 2.x)."""
     op = "tree_attention"
     c.check_tensor(op, "q", q, ndim=4, dtypes=_ATTN_DTYPES)
     dev = q.device
@@ -166,6 +171,11 @@ def tree_attention(
         raise ValueError(
             f"specops.{op}: the triton backend takes head_dim <= {_TRITON_MAX_HEAD_DIM} and "
             f"float16/bfloat16/float32, got D = {d}, {q.dtype}"
+        )
+    if backend == "cpu" and q.dtype == torch.float64:
+        raise ValueError(
+            f"specops.{op}: the cpu backend takes float16/bfloat16/float32, got {q.dtype} "
+            "(float64 runs on the reference)"
         )
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(d) if d else 1.0  # D = 0: every score is 0 whatever the scale
@@ -196,7 +206,12 @@ def _attn_impl(
     out=None,
 ) -> tuple[Tensor, Tensor]:
     d = q.shape[-1]
-    have = _BACKENDS if d <= _TRITON_MAX_HEAD_DIM and q.dtype != torch.float64 else ("reference",)
+    if q.dtype == torch.float64:
+        have = ("reference",)
+    elif d > _TRITON_MAX_HEAD_DIM:
+        have = ("cpu", "reference")
+    else:
+        have = _BACKENDS
     if backend == "cascade":  # checked here, so direct torch.ops calls get the same error
         if why := cascade.unsupported(q, k_cache, v_cache, block_table):
             raise ValueError(f"specops.tree_attention: {why}")
@@ -213,13 +228,20 @@ def _attn_impl(
             block_table=block_table, sm_scale=sm_scale, return_lse=True,
         )  # fmt: skip
         return c.write_outs(out, (o.contiguous(), lse.float().contiguous()))
-    from specops.triton_kernels.tree_attention import tree_attention_triton
-
     if out is None:
         out = (
             torch.empty((b, n, hq, d), dtype=q.dtype, device=q.device),
             torch.empty((b, n, hq), dtype=torch.float32, device=q.device),
         )
+    if be == "cpu":  # the twin writes float32; other dtypes are rounded by one copy
+        o32 = out[0] if q.dtype == torch.float32 else torch.empty((b, n, hq, d), device=q.device)
+        c.launch(be, "tree_attention", q.device, q, k_cache, v_cache, cache_seqlens, mask_bits,
+                 block_table, sm_scale, o32, out[1])  # fmt: skip
+        if o32 is not out[0]:
+            out[0].copy_(o32)
+        return out
+    from specops.triton_kernels.tree_attention import tree_attention_triton
+
     tree_attention_triton(
         q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_scale, *out
     )
@@ -276,7 +298,7 @@ def _append_impl(
     block_table: Tensor | None,
     backend: str,
 ) -> None:
-    have = _BACKENDS if k.dtype != torch.float64 else ("reference",)
+    have = _APPEND_BACKENDS if k.dtype != torch.float64 else ("reference",)
     be = c.pick_backend("append_kv", backend, k.device, have)
     if be == "reference":
         reference.append_kv(k_cache, v_cache, k, v, cache_seqlens, block_table=block_table)
