@@ -242,7 +242,8 @@ def train_drafter_vsd(args, target: Transformer, drafter: Drafter, tokens, label
     opt = torch.optim.AdamW(
         drafter.parameters(), lr=args.vsd_lr, betas=(0.9, 0.95), weight_decay=0.0
     )
-    g = torch.Generator().manual_seed(args.seed + 2)
+    g = torch.Generator().manual_seed(args.seed + 2)  # batches: the same whatever the weight
+    g_paths = torch.Generator().manual_seed(args.seed + 3)  # E-step draws
     t0 = time.time()
     steps = args.vsd_steps
     bar = Progress("drafter-vsd", steps, unit="steps")
@@ -255,7 +256,10 @@ def train_drafter_vsd(args, target: Transformer, drafter: Drafter, tokens, label
         for group in opt.param_groups:
             group["lr"] = cosine_lr(step, steps, args.vsd_lr, warmup=warm)
         ce = drafter_loss(drafter, target, seq, args.unroll)
-        path, st = vsd_batch_loss(drafter, target, seq, args, g)
+        if args.vsd_weight:
+            path, st = vsd_batch_loss(drafter, target, seq, args, g_paths)
+        else:  # control run: the same schedule on the CE term alone
+            path, st = torch.zeros(()), {"exp_len": float("nan"), "oracle_pass": float("nan")}
         loss = ce + args.vsd_weight * path
         opt.zero_grad(set_to_none=True)
         loss.backward()
