@@ -177,6 +177,12 @@ def main(argv=None):
     ap.add_argument("--vsd-samples", type=int, default=8, help="S, proposals per prefix")
     ap.add_argument("--vsd-prefixes", type=int, default=16, help="prefixes per sequence")
     ap.add_argument("--vsd-tau", type=float, default=0.2, help="CAR temperature (Eq. 16)")
+    ap.add_argument(
+        "--vsd-pathwise",
+        type=float,
+        default=0.0,
+        help="weight of the pathwise d/dq of Eq. 10 (extension; 0 = the paper's)",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     out = Path(args.out)
@@ -215,6 +221,7 @@ def main(argv=None):
         drafter, secs, loss = train_drafter_vsd(args, target, drafter, tokens, labels)
         vsd = {k: getattr(args, k) for k in ("vsd_steps", "vsd_lr", "vsd_weight", "vsd_samples")}
         vsd |= {"vsd_prefixes": args.vsd_prefixes, "vsd_tau": args.vsd_tau, "init": "drafter.pt"}
+        vsd["vsd_pathwise"] = args.vsd_pathwise
         save_drafter(out / "drafter_vsd.pt", drafter, args, secs, loss, objective="vsd", **vsd)
     sizes = {f.name: os.path.getsize(f) for f in sorted(out.glob("*.pt"))}
     print("wrote", sizes)

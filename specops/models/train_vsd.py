@@ -187,9 +187,12 @@ def rollout(drafter: Drafter, target: Transformer, seq, starts, samples: int, le
 
 
 # the estimator (Algorithm 1, Eqs. 14-17) ------------------------------------------------------
-def vsd_loss(logq, logp, samples: int, tau: float = 0.2):
+def vsd_loss(logq, logp, samples: int, tau: float = 0.2, pathwise: float = 0.0):
     """Surrogate loss whose gradient is -g of Eq. 17, from ``rollout``'s [B, M, 2S+1, L] log-probs.
-    Returns (loss, stats dict of floats for logging)."""
+    ``pathwise`` > 0 (an extension, off by default) adds -pathwise * the mean of Eq. 10's
+    E[A | z~] = sum_k S_k over the drafter's own chains, differentiated through q in
+    alpha_i = min(1, p_i / q_i): the pathwise half of grad E_q[...], which Eq. 17 (a score-function
+    estimator over oracle-filtered samples) leaves out.  Returns (loss, stats dict of floats)."""
     s_n = samples
     length = logq.shape[-1]
     cum_q = logq.cumsum(-1)  # log q(z_<=l), autograd
@@ -213,6 +216,11 @@ def vsd_loss(logq, logp, samples: int, tau: float = 0.2):
     per_prefix = -(o_prime * inner).sum((2, 3)) / norm.clamp_min(1e-12)
     has = norm > 0
     loss = (per_prefix * has).sum() / has.sum().clamp_min(1)
+    if pathwise:
+        # d/dq of sum_k S_k with S_k = exp(sum_{i<=k} min(0, log p_i - log q_i)): only tokens
+        # with q > p (over-confident drafts) get a gradient, pushing their q down toward p
+        s_k = chain_log_survival(logp[:, :, :s_n], logq[:, :, :s_n]).exp()
+        loss = loss - pathwise * s_k.sum(-1).mean()
     e_len = log_s[:, :, :s_n].exp().sum(-1).mean()  # Eq. 11 (MC over q) on length-L chains
     stats = {
         "exp_len": e_len.item(),
@@ -228,7 +236,7 @@ def vsd_batch_loss(drafter, target, seq, args, gen):
     hi = n - length + 1  # t + 1 + L <= T - 1: the whole chain lies inside the image
     starts = torch.randperm(hi, generator=gen)[: args.vsd_prefixes].sort().values
     logq, logp = rollout(drafter, target, seq, starts, args.vsd_samples, length, gen)
-    return vsd_loss(logq, logp, args.vsd_samples, args.vsd_tau)
+    return vsd_loss(logq, logp, args.vsd_samples, args.vsd_tau, args.vsd_pathwise)
 
 
 def train_drafter_vsd(args, target: Transformer, drafter: Drafter, tokens, labels):
