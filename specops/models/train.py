@@ -171,9 +171,9 @@ def main(argv=None):
         default="ce",
         help="ce: train drafter.pt; vsd: fine-tune the CE drafter into drafter_vsd.pt",
     )
-    ap.add_argument("--vsd-steps", type=int, default=150)
-    ap.add_argument("--vsd-lr", type=float, default=3e-4)
-    ap.add_argument("--vsd-weight", type=float, default=0.1, help="path term next to CE")
+    ap.add_argument("--vsd-steps", type=int, default=300)
+    ap.add_argument("--vsd-lr", type=float, default=5e-4)
+    ap.add_argument("--vsd-weight", type=float, default=1.0, help="path term next to CE")
     ap.add_argument("--vsd-samples", type=int, default=8, help="S, proposals per prefix")
     ap.add_argument("--vsd-prefixes", type=int, default=16, help="prefixes per sequence")
     ap.add_argument("--vsd-tau", type=float, default=0.2, help="CAR temperature (Eq. 16)")
