@@ -85,13 +85,13 @@ def image_grid(rows: list[np.ndarray], labels: list[str], scale: int = 2) -> np.
 
 def format_table(stats: list) -> str:
     head = (
-        f"{'method':<11} {'step compr.':>11} {'passes/img':>10} {'batched':>8} {'wall s':>8} "
+        f"{'method':<13} {'step compr.':>11} {'passes/img':>10} {'batched':>8} {'wall s':>8} "
         f"{'model s':>8} {'specops s':>9} {'specops %':>9}"
     )
     lines = [head, "-" * len(head)]
     for s in stats:
         lines.append(
-            f"{s.method:<11} {s.step_compression:>11.2f} {s.mean_passes:>10.1f} "
+            f"{s.method:<13} {s.step_compression:>11.2f} {s.mean_passes:>10.1f} "
             f"{s.target_passes:>8d} {s.wall_s:>8.2f} {s.model_s:>8.2f} {s.specops_s:>9.2f} "
             f"{100 * s.specops_share:>8.1f}%"
         )
