@@ -160,7 +160,9 @@ def test_train_script_smoke(tmp_path):
         [
             "--out", str(tmp_path), "--per-class", "4", "--codebook", "32", "--ar-steps", "2",
             "--batch", "2", "--drafter-steps", "1", "--drafter-batch", "2", "--threads", "1",
+            "--objective", "vsd", "--vsd-steps", "1", "--vsd-samples", "2", "--vsd-prefixes", "2",
         ]
     )  # fmt: skip
     m = load_default(weights_dir=tmp_path)
     assert m.vq.vocab_size == 32 and m.drafter is not None
+    assert load_default(weights_dir=tmp_path, drafter="vsd").train["drafter"]["objective"] == "vsd"

@@ -176,6 +176,7 @@ def main(argv=None):
     ap.add_argument("--vsd-weight", type=float, default=1.0, help="path term next to CE")
     ap.add_argument("--vsd-samples", type=int, default=8, help="S, proposals per prefix")
     ap.add_argument("--vsd-prefixes", type=int, default=16, help="prefixes per sequence")
+    ap.add_argument("--vsd-seed", type=int, default=0, help="batch / E-step draws (not data)")
     ap.add_argument("--vsd-tau", type=float, default=0.2, help="CAR temperature (Eq. 16)")
     ap.add_argument(
         "--vsd-pathwise",

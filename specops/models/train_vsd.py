@@ -250,15 +250,16 @@ def train_drafter_vsd(args, target: Transformer, drafter: Drafter, tokens, label
     """Fine-tune ``drafter`` with CE (the KL surrogate) + vsd_weight * the Eq. 17 path term."""
     from specops.models.train import cosine_lr, drafter_loss
 
-    torch.manual_seed(args.seed + 2)
+    seed = args.seed + 2 + 10 * getattr(args, "vsd_seed", 0)  # batches / draws of this run
+    torch.manual_seed(seed)
     for p in target.parameters():
         p.requires_grad_(False)
     drafter.train().requires_grad_(True)
     opt = torch.optim.AdamW(
         drafter.parameters(), lr=args.vsd_lr, betas=(0.9, 0.95), weight_decay=0.0
     )
-    g = torch.Generator().manual_seed(args.seed + 2)  # batches: the same whatever the weight
-    g_paths = torch.Generator().manual_seed(args.seed + 3)  # E-step draws
+    g = torch.Generator().manual_seed(seed)  # batches: the same whatever the weight
+    g_paths = torch.Generator().manual_seed(seed + 1)  # E-step draws
     t0 = time.time()
     steps = args.vsd_steps
     bar = Progress("drafter-vsd", steps, unit="steps")
