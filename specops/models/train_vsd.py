@@ -39,9 +39,10 @@ default: VSD starts from the baseline's drafter), 300 steps at peak lr 5e-4 (cos
 clip 0.5 as in App. E). The shipped ``drafter_vsd.pt`` is ``python -m specops.models.train
 --only-drafter --objective vsd --threads 1`` with these defaults (15 min on 2 busy CPU cores).
 
-Measured (``python -m bench.drafters_e2e --offline 16``; README): most of what fine-tuning buys
-here comes from the extra training steps -- the shipped CE drafter is short-trained, and the same
-schedule on CE alone gains nearly as much -- the path term adds a small increment on top.
+Measured (``python -m bench.drafters_e2e --offline 16``; README): what fine-tuning buys here
+comes from the extra training steps -- the shipped CE drafter is short-trained, and the same
+schedule on CE alone gains as much; the path term's own effect is within the training-seed spread
+(the CE term already matches the whole target distribution p, which is what acceptance rewards).
 """
 
 from __future__ import annotations
