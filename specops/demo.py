@@ -9,7 +9,8 @@ and seed), writes the grid as a PNG, a second PNG with each method's accepted-le
 passes per image, wall time and the share of it spent in specops' decoding ops.  Needs pillow and
 matplotlib (``pip install 'specops[demo]'``), checked before any work starts.  The
 lossless methods (AR, speculative, SJD, SJD-PAC) sample the same distribution, so their rows
-are different draws of the same model; VVS trades exactness for fewer passes.
+are different draws of the same model; VVS trades exactness for fewer passes.  ``spec-tree-vsd``
+is ``spec-tree`` with the drafter fine-tuned by VSD's path-level objective (``drafter_vsd.pt``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from specops.decode.speculative import speculative
 from specops.decode.vvs import vvs
 from specops.models.loading import load_default
 
-METHODS = ("ar", "spec-chain", "spec-tree", "spec-conf", "sjd", "sjd-pac", "vvs")
+METHODS = ("ar", "spec-chain", "spec-tree", "spec-tree-vsd", "spec-conf", "sjd", "sjd-pac", "vvs")
 WINDOW = 64  # SJD and SJD-PAC at the same window: the SJD-PAC paper's L
 
 
@@ -48,6 +49,9 @@ def run_method(name: str, m, classes, *, seed: int, temperature: float, cfg_scal
         return speculative(m.target, m.drafter, classes, tree=None, num_draft=4, **kw)
     if name == "spec-tree":
         return speculative(m.target, m.drafter, classes, tree="dynamic", **tree, **kw)
+    if name == "spec-tree-vsd":  # the same tree, drafter trained with VSD's path-level objective
+        drafter = m.drafter_named("vsd")
+        return speculative(m.target, drafter, classes, tree="dynamic", **tree, **kw)
     if name == "spec-conf":
         return speculative(m.target, m.drafter, classes, tree="confidence", threshold=0.5, **tree,
                            **kw)  # fmt: skip
@@ -81,13 +85,13 @@ def image_grid(rows: list[np.ndarray], labels: list[str], scale: int = 2) -> np.
 
 def format_table(stats: list) -> str:
     head = (
-        f"{'method':<11} {'step compr.':>11} {'passes/img':>10} {'batched':>8} {'wall s':>8} "
+        f"{'method':<13} {'step compr.':>11} {'passes/img':>10} {'batched':>8} {'wall s':>8} "
         f"{'model s':>8} {'specops s':>9} {'specops %':>9}"
     )
     lines = [head, "-" * len(head)]
     for s in stats:
         lines.append(
-            f"{s.method:<11} {s.step_compression:>11.2f} {s.mean_passes:>10.1f} "
+            f"{s.method:<13} {s.step_compression:>11.2f} {s.mean_passes:>10.1f} "
             f"{s.target_passes:>8d} {s.wall_s:>8.2f} {s.model_s:>8.2f} {s.specops_s:>9.2f} "
             f"{100 * s.specops_share:>8.1f}%"
         )

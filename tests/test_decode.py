@@ -71,7 +71,8 @@ def test_confidence_tree_uses_at_most_its_budget(runs):
     assert conf.step_compression > 1.5
 
 
-def test_greedy_speculative_equals_greedy_ar(model):
+@pytest.mark.parametrize("drafter", ["ce", "vsd"])
+def test_greedy_speculative_equals_greedy_ar(model, drafter):
     cls = CLASSES[:2]
     ref, _ = ar(model.target, cls, temperature=0)
     for kw in (
@@ -79,7 +80,7 @@ def test_greedy_speculative_equals_greedy_ar(model):
         dict(tree="dynamic", branch=3, depth=4, num_nodes=16),
         dict(tree="confidence", branch=3, depth=6, num_nodes=16, threshold=0.5),
     ):
-        got, st = speculative(model.target, model.drafter, cls, temperature=0, **kw)
+        got, st = speculative(model.target, model.drafter_named(drafter), cls, temperature=0, **kw)
         assert torch.equal(got, ref), kw
         assert st.step_compression > 1.5
 

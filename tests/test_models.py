@@ -145,7 +145,7 @@ def test_drafter_extend_matches_chain_forward(small):
 
 def test_embedded_weights_load_and_are_small():
     files = sorted(WEIGHTS.glob("*.pt"))
-    assert {f.name for f in files} == {"ar.pt", "drafter.pt", "vq.pt"}
+    assert {f.name for f in files} == {"ar.pt", "drafter.pt", "drafter_vsd.pt", "vq.pt"}
     assert sum(f.stat().st_size for f in files) < 6 * 2**20
     m = load_default()
     assert m.cfg.grid == 16 and m.vq.vocab_size == m.cfg.vocab
@@ -160,7 +160,9 @@ def test_train_script_smoke(tmp_path):
         [
             "--out", str(tmp_path), "--per-class", "4", "--codebook", "32", "--ar-steps", "2",
             "--batch", "2", "--drafter-steps", "1", "--drafter-batch", "2", "--threads", "1",
+            "--objective", "vsd", "--vsd-steps", "1", "--vsd-samples", "2", "--vsd-prefixes", "2",
         ]
     )  # fmt: skip
     m = load_default(weights_dir=tmp_path)
     assert m.vq.vocab_size == 32 and m.drafter is not None
+    assert load_default(weights_dir=tmp_path, drafter="vsd").train["drafter"]["objective"] == "vsd"

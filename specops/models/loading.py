@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -11,9 +11,13 @@ from specops.models.drafter import Drafter
 from specops.models.transformer import ARConfig, Transformer
 from specops.models.vq import PatchVQ
 
-__all__ = ["DemoModel", "load_default", "WEIGHTS"]
+__all__ = ["DemoModel", "load_default", "load_drafter", "DRAFTERS", "WEIGHTS"]
 
 WEIGHTS = Path(__file__).parent / "weights"
+
+# the shipped drafters: token-level cross-entropy training, and that drafter fine-tuned with VSD's
+# path-level objective (``python -m specops.models.train --only-drafter --objective vsd``)
+DRAFTERS = {"ce": "drafter.pt", "vsd": "drafter_vsd.pt"}
 
 
 @dataclass
@@ -23,14 +27,47 @@ class DemoModel:
     vq: PatchVQ
     classes: tuple
     train: dict
+    weights_dir: Path = WEIGHTS
+    _drafters: dict = field(default_factory=dict, repr=False)
 
     @property
     def cfg(self) -> ARConfig:
         return self.target.cfg
 
+    def drafter_named(self, name: str) -> Drafter:
+        """The shipped drafter ``name`` (a key of ``DRAFTERS``) bound to this target, on its
+        device and dtype; loaded once."""
+        if name not in self._drafters:
+            w = self.target.embed.weight
+            self._drafters[name] = load_drafter(
+                self.target, name, self.weights_dir, w.device, w.dtype
+            )
+        return self._drafters[name][0]
 
-def load_default(device="cpu", dtype=torch.float32, *, weights_dir=None, with_drafter=True):
-    """Load the embedded target (+ drafter) and tokenizer onto ``device`` in ``dtype``."""
+
+def load_drafter(target: Transformer, name="ce", weights_dir=None, device="cpu", dtype=None):
+    """The shipped drafter ``name`` (``"ce"`` or ``"vsd"``) for ``target``, in eval mode and bound
+    to it -> (Drafter, its training record)."""
+    if name not in DRAFTERS:
+        raise ValueError(f"drafter={name!r}: expected one of {tuple(DRAFTERS)}")
+    wd = Path(weights_dir) if weights_dir is not None else WEIGHTS
+    d = torch.load(wd / DRAFTERS[name], map_location="cpu", weights_only=True)
+    drafter = Drafter(target.cfg, step_dim=d["step_dim"], max_step=d["max_step"])
+    drafter.load_state_dict({k: t.float() for k, t in d["state"].items()})
+    drafter = drafter.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    return drafter.bind(target), d.get("train", {})
+
+
+def load_default(
+    device="cpu", dtype=torch.float32, *, weights_dir=None, with_drafter=True, drafter="ce"
+):
+    """Load the embedded target (+ drafter) and tokenizer onto ``device`` in ``dtype``.
+
+    ``drafter``: which shipped drafter -- ``"ce"`` (token-level cross-entropy training,
+    ``drafter.pt``) or ``"vsd"`` (fine-tuned with VSD's path-level objective,
+    ``drafter_vsd.pt``; ``specops.models.train_vsd``)."""
+    if drafter not in DRAFTERS:
+        raise ValueError(f"load_default: drafter={drafter!r}, expected one of {tuple(DRAFTERS)}")
     wd = Path(weights_dir) if weights_dir is not None else WEIGHTS
     v = torch.load(wd / "vq.pt", map_location="cpu", weights_only=True)
     vq = PatchVQ(v["codebook"], v["patch"]).to(device)
@@ -39,12 +76,8 @@ def load_default(device="cpu", dtype=torch.float32, *, weights_dir=None, with_dr
     target.load_state_dict({k: t.float() for k, t in a["state"].items()})
     target = target.to(device=device, dtype=dtype).eval().requires_grad_(False)
     train = {"ar": a.get("train", {})}
-    drafter = None
+    m = DemoModel(target, None, vq, tuple(v["classes"]), train, wd)
     if with_drafter:
-        d = torch.load(wd / "drafter.pt", map_location="cpu", weights_only=True)
-        drafter = Drafter(target.cfg, step_dim=d["step_dim"], max_step=d["max_step"])
-        drafter.load_state_dict({k: t.float() for k, t in d["state"].items()})
-        drafter = drafter.to(device=device, dtype=dtype).eval().requires_grad_(False)
-        drafter.bind(target)
-        train["drafter"] = d.get("train", {})
-    return DemoModel(target, drafter, vq, tuple(v["classes"]), train)
+        m.drafter = m.drafter_named(drafter)
+        train["drafter"] = m._drafters[drafter][1]
+    return m

@@ -15,8 +15,12 @@ Three stages, all on CPU in a few minutes, deterministic given the seed (up to t
    (the path it drafted).  Loss per step: soft cross-entropy to p (so the drafter matches the
    target distribution, which is what acceptance rewards) + smooth-L1 on the features.
 
+``--objective vsd`` then fine-tunes that CE drafter with VSD's path-level objective
+(``specops.models.train_vsd``: Eqs. 7-8 with the MCMC-EM estimator of the paper's Algorithm 1)
+into ``drafter_vsd.pt``; ``--only-drafter --objective vsd`` starts from the saved ``drafter.pt``.
+
 Weights are written to ``specops/models/weights/`` in float16 (``vq.pt``, ``ar.pt``,
-``drafter.pt``) with their configs and the training record.
+``drafter.pt``, ``drafter_vsd.pt``) with their configs and the training record.
 """
 
 from __future__ import annotations
@@ -161,6 +165,25 @@ def main(argv=None):
     ap.add_argument("--unroll", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only-drafter", action="store_true", help="reuse the saved vq.pt/ar.pt")
+    ap.add_argument(
+        "--objective",
+        choices=("ce", "vsd"),
+        default="ce",
+        help="ce: train drafter.pt; vsd: fine-tune the CE drafter into drafter_vsd.pt",
+    )
+    ap.add_argument("--vsd-steps", type=int, default=300)
+    ap.add_argument("--vsd-lr", type=float, default=5e-4)
+    ap.add_argument("--vsd-weight", type=float, default=1.0, help="path term next to CE")
+    ap.add_argument("--vsd-samples", type=int, default=8, help="S, proposals per prefix")
+    ap.add_argument("--vsd-prefixes", type=int, default=16, help="prefixes per sequence")
+    ap.add_argument("--vsd-seed", type=int, default=0, help="batch / E-step draws (not data)")
+    ap.add_argument("--vsd-tau", type=float, default=0.2, help="CAR temperature (Eq. 16)")
+    ap.add_argument(
+        "--vsd-pathwise",
+        type=float,
+        default=0.0,
+        help="weight of the pathwise d/dq of Eq. 10 (extension; 0 = the paper's)",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     out = Path(args.out)
@@ -169,8 +192,8 @@ def main(argv=None):
     if args.only_drafter:
         from specops.models.loading import load_default
 
-        m = load_default(weights_dir=out, with_drafter=False)
-        target, vq = m.target, m.vq
+        m = load_default(weights_dir=out, with_drafter=args.objective == "vsd")
+        target, vq, drafter = m.target, m.vq, m.drafter
         images, labels = make_dataset(args.per_class, seed=args.seed)
         tokens, labels = vq.encode(images).reshape(len(images), -1), torch.as_tensor(labels)
     else:
@@ -190,7 +213,22 @@ def main(argv=None):
         }
         state = {"config": cfg.to_dict(), "state": half_state(target), "train": record}
         torch.save(state, out / "ar.pt")
-    drafter, secs, loss = train_drafter(args, target, tokens, labels)
+    if not (args.only_drafter and args.objective == "vsd"):
+        drafter, secs, loss = train_drafter(args, target, tokens, labels)
+        save_drafter(out / "drafter.pt", drafter, args, secs, loss)
+    if args.objective == "vsd":
+        from specops.models.train_vsd import train_drafter_vsd
+
+        drafter, secs, loss = train_drafter_vsd(args, target, drafter, tokens, labels)
+        vsd = {k: getattr(args, k) for k in ("vsd_steps", "vsd_lr", "vsd_weight", "vsd_samples")}
+        vsd |= {"vsd_prefixes": args.vsd_prefixes, "vsd_tau": args.vsd_tau, "init": "drafter.pt"}
+        vsd["vsd_pathwise"] = args.vsd_pathwise
+        save_drafter(out / "drafter_vsd.pt", drafter, args, secs, loss, objective="vsd", **vsd)
+    sizes = {f.name: os.path.getsize(f) for f in sorted(out.glob("*.pt"))}
+    print("wrote", sizes)
+
+
+def save_drafter(path, drafter, args, secs, loss, objective="ce", **extra):
     record = {
         "steps": args.drafter_steps,
         "batch": args.drafter_batch,
@@ -199,15 +237,15 @@ def main(argv=None):
         "unroll": args.unroll,
         "seed": args.seed,
     }
+    if objective != "ce":  # the CE record keeps its original keys (drafter.pt reproducible)
+        record |= {"objective": objective, "steps": args.vsd_steps, **extra}
     state = {
         "step_dim": drafter.step_embed.embedding_dim,
         "max_step": drafter.max_step,
         "state": half_state(drafter),
         "train": record,
     }
-    torch.save(state, out / "drafter.pt")
-    sizes = {f.name: os.path.getsize(f) for f in sorted(out.glob("*.pt"))}
-    print("wrote", sizes)
+    torch.save(state, path)
 
 
 if __name__ == "__main__":
