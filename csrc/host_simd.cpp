@@ -48,31 +48,37 @@ SPECOPS_AVX512 inline __m512 resid16(const float* p, const float* q, int64_t v) 
   return _mm512_max_ps(d, _mm512_setzero_ps());  // as clamp0: +0 for d <= 0
 }
 
-SPECOPS_AVX512 inline __m512d add_f32x16(__m512d acc, __m512 r) {
-  acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(r)));
-  return _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_extractf32x8_ps(r, 1)));
+// lo += float64(r[0..8)), hi += float64(r[8..16)): two independent add chains (one chain per
+// 16 entries would bound a pass at 8 entries per add latency)
+SPECOPS_AVX512 inline void add_f32x16(__m512d& lo, __m512d& hi, __m512 r) {
+  lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(r)));
+  hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(r, 1)));
+}
+
+SPECOPS_AVX512 inline double reduce4(__m512d a0, __m512d a1, __m512d a2, __m512d a3) {
+  return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
 }
 
 SPECOPS_AVX512 double resid_sum_avx512(const float* p, const float* q, int64_t lo, int64_t hi) {
-  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+  __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
   int64_t v = lo;
   for (; v + 32 <= hi; v += 32) {
-    a0 = add_f32x16(a0, resid16(p, q, v));
-    a1 = add_f32x16(a1, resid16(p, q, v + 16));
+    add_f32x16(a0, a1, resid16(p, q, v));
+    add_f32x16(a2, a3, resid16(p, q, v + 16));
   }
-  double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+  double s = reduce4(a0, a1, a2, a3);
   for (; v < hi; ++v) s += static_cast<double>(residual_at(p, q, -1, v));
   return s;
 }
 
 SPECOPS_AVX512 double mass_sum_avx512(const float* p, int64_t lo, int64_t hi) {
-  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+  __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
   int64_t v = lo;
   for (; v + 32 <= hi; v += 32) {
-    a0 = add_f32x16(a0, mass16(_mm512_loadu_ps(p + v)));
-    a1 = add_f32x16(a1, mass16(_mm512_loadu_ps(p + v + 16)));
+    add_f32x16(a0, a1, mass16(_mm512_loadu_ps(p + v)));
+    add_f32x16(a2, a3, mass16(_mm512_loadu_ps(p + v + 16)));
   }
-  double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+  double s = reduce4(a0, a1, a2, a3);
   for (; v < hi; ++v) s += static_cast<double>(mass(p[v]));
   return s;
 }
@@ -128,7 +134,7 @@ SPECOPS_AVX512 float logits_to_x_avx512(const float* c, const float* u, float s,
 
 SPECOPS_AVX512 double drop_sum_avx512(const float* q, int64_t x, int64_t n) {
   const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  __m512d a0 = _mm512_setzero_pd();
+  __m512d a0 = _mm512_setzero_pd(), a1 = a0;
   int64_t v = 0;
   for (; v + 16 <= n; v += 16) {
     __m512 m = mass16(_mm512_loadu_ps(q + v));
@@ -136,9 +142,9 @@ SPECOPS_AVX512 double drop_sum_avx512(const float* q, int64_t x, int64_t n) {
       const __mmask16 is_x = _mm512_cmpeq_epi32_mask(step, _mm512_set1_epi32(int(x - v)));
       m = _mm512_maskz_mov_ps(static_cast<__mmask16>(~is_x), m);
     }
-    a0 = add_f32x16(a0, m);
+    add_f32x16(a0, a1, m);
   }
-  double t = _mm512_reduce_add_pd(a0);
+  double t = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
   for (; v < n; ++v) t += v == x ? 0.0 : static_cast<double>(mass(q[v]));
   return t;
 }
@@ -204,20 +210,21 @@ SPECOPS_AVX512 void walk_terms_avx512(const float* p0, const float* q0, int64_t 
                                       const int64_t* xs, const double* S, const double* T,
                                       int64_t x, int64_t n, double* s, double* t) {
   const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  __m512d as = _mm512_setzero_pd(), at = _mm512_setzero_pd();
+  __m512d as0 = _mm512_setzero_pd(), as1 = as0, at0 = as0, at1 = as0;
   int64_t v = 0;
   for (; v + 16 <= n; v += 16) {
     __m512 p, q;
     walk16(p0, q0, j, xs, S, T, v, &p, &q);
-    as = add_f32x16(as, _mm512_max_ps(_mm512_sub_ps(p, q), _mm512_setzero_ps()));
+    add_f32x16(as0, as1, _mm512_max_ps(_mm512_sub_ps(p, q), _mm512_setzero_ps()));
     const int64_t off = x - v;
     __mmask16 not_x = 0xffff;
     if (off >= 0 && off < 16)
       not_x = static_cast<__mmask16>(
           ~_mm512_cmpeq_epi32_mask(step, _mm512_set1_epi32(static_cast<int>(off))));
-    at = add_f32x16(at, _mm512_maskz_mov_ps(not_x, q));
+    add_f32x16(at0, at1, _mm512_maskz_mov_ps(not_x, q));
   }
-  double s1 = _mm512_reduce_add_pd(as), s2 = _mm512_reduce_add_pd(at);
+  double s1 = _mm512_reduce_add_pd(_mm512_add_pd(as0, as1));
+  double s2 = _mm512_reduce_add_pd(_mm512_add_pd(at0, at1));
   const WalkRejectTerms f{WalkRow{p0, q0, j, xs, S, T}, x};
   for (; v < n; ++v) {
     float r, qd;
@@ -232,14 +239,14 @@ SPECOPS_AVX512 void walk_terms_avx512(const float* p0, const float* q0, int64_t 
 SPECOPS_AVX512 double walk_pos_avx512(const float* p0, const float* q0, int64_t j,
                                       const int64_t* xs, const double* S, const double* T,
                                       int64_t lo, int64_t hi) {
-  __m512d a = _mm512_setzero_pd();
+  __m512d a0 = _mm512_setzero_pd(), a1 = a0;
   int64_t v = lo;
   for (; v + 16 <= hi; v += 16) {
     __m512 p, q;
     walk16(p0, q0, j, xs, S, T, v, &p, &q);
-    a = add_f32x16(a, _mm512_max_ps(p, _mm512_setzero_ps()));
+    add_f32x16(a0, a1, _mm512_max_ps(p, _mm512_setzero_ps()));
   }
-  double s = _mm512_reduce_add_pd(a);
+  double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
   const WalkPosW w{WalkRow{p0, q0, j, xs, S, T}};
   for (; v < hi; ++v) s += static_cast<double>(w(v));
   return s;
