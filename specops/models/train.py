@@ -88,34 +88,42 @@ def train_ar(args, cfg: ARConfig, tokens, labels):
     return model, time.time() - t0, loss.item()
 
 
-def drafter_loss(drafter: Drafter, target: Transformer, seq: torch.Tensor, steps: int):
-    """Unrolled drafter loss on sequences seq [B, T] (see the module docstring)."""
+def drafter_loss(
+    drafter: Drafter, target: Transformer, seq: torch.Tensor, steps: int, keep=None, compact=False
+):
+    """Unrolled drafter loss on sequences seq [B, T] (see the module docstring).  ``keep`` (HiViS,
+    ``train_hivis``): the positions J of seq the drafter's sequence holds (default all); entry c
+    then sits at the target's position J[c] + s, or at c + s with ``compact``, and when positions
+    are hidden entry 0 (the class) is context only (inference never drafts from it)."""
     with torch.no_grad():
         logits, f = target.forward_train(seq)
         p = logits.softmax(-1)  # p[t] = target distribution of x_{t+1}
+    hidden = keep is not None and keep.numel() < seq.shape[1]
+    if keep is not None:
+        seq, f, p = seq[:, keep], f[:, keep], p[:, keep]  # the drafter's (compact) sequence
     b, t_len = seq.shape
     n = t_len - 1  # drafter indices t = 0 .. n-1
     idx = torch.arange(n)
+    at = idx if keep is None or compact else keep[idx]  # entry t's position at step 0
     causal = idx[None, :] <= idx[:, None]
     diag = idx[None, :] == idx[:, None]
     keys: list = []
     feat = f[:, :n]
     total = 0.0
     for s in range(steps + 1):
-        tok_idx = (idx + 1 + s).clamp(max=t_len - 1)
-        tokens = seq[:, tok_idx]
-        pos = (idx + s).clamp(max=target.cfg.max_seq - 1).expand(b, n)
+        nxt = (idx + 1 + s).clamp(max=t_len - 1)
+        pos = (at + s).clamp(max=target.cfg.max_seq - 1).expand(b, n)
         if s == 0:
             mask, extra = None, None
         else:
             mask = torch.cat([causal] + [diag] * s, 1)
             extra = (torch.cat([k for k, _ in keys], 1), torch.cat([v for _, v in keys], 1))
-        lg, g, kv = drafter.forward_train(tokens, feat, s, pos, mask, extra)
+        lg, g, kv = drafter.forward_train(seq[:, nxt], feat, s, pos, mask, extra)
         keys.append(kv)
-        valid = idx + 1 + s <= t_len - 2  # predicts x_{t+2+s}, a real image token
-        tgt = (idx + 1 + s).clamp(max=t_len - 1)
-        ce = -(p[:, tgt] * lg.log_softmax(-1)).sum(-1)  # soft cross-entropy to the target
-        reg = F.smooth_l1_loss(g, f[:, tgt], reduction="none").sum(-1)
+        # entry t predicts x_{t+2+s} (x_{J[t+2+s]}), a real image token
+        valid = (idx + 1 + s <= t_len - 2) & ((idx > 0) | (not hidden))
+        ce = -(p[:, nxt] * lg.log_softmax(-1)).sum(-1)  # soft cross-entropy to the target
+        reg = F.smooth_l1_loss(g, f[:, nxt], reduction="none").sum(-1)
         total = total + ((ce + 0.1 * reg) * valid).sum() / (valid.sum() * b)
         feat = g
     return total / (steps + 1)

@@ -32,11 +32,10 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from specops.models.data import make_dataset
 from specops.models.drafter import Drafter
-from specops.models.train import WEIGHTS, cosine_lr, half_state
+from specops.models.train import WEIGHTS, cosine_lr, drafter_loss, half_state
 from specops.models.transformer import Transformer
 
 __all__ = ["hivis_loss", "load_hivis_drafter", "kept_positions"]
@@ -53,37 +52,8 @@ def hivis_loss(
 ):
     """Unrolled drafter loss on seq [B, T] with the prefix tokens 1 .. k - 1 hidden; drafter
     positions the target's (J[c] + s) or, with ``compact``, c + s."""
-    with torch.no_grad():
-        logits, f_full = target.forward_train(seq)
-        p_full = logits.softmax(-1)  # p[t] = target distribution of x_{t+1}
-    j = kept_positions(k, seq.shape[1])
-    seq_c, f, p = seq[:, j], f_full[:, j], p_full[:, j]  # the compact sequence
-    b, t_len = seq_c.shape
-    n = t_len - 1  # drafter entries c = 0 .. n-1
-    idx = torch.arange(n)
-    causal = idx[None, :] <= idx[:, None]
-    diag = idx[None, :] == idx[:, None]
-    keys: list = []
-    feat = f[:, :n]
-    total = 0.0
-    for s in range(steps + 1):
-        nxt = (idx + 1 + s).clamp(max=t_len - 1)
-        pos = ((idx if compact else j[idx]) + s).clamp(max=target.cfg.max_seq - 1).expand(b, n)
-        if s == 0:
-            mask, extra = None, None
-        else:
-            mask = torch.cat([causal] + [diag] * s, 1)
-            extra = (torch.cat([kk for kk, _ in keys], 1), torch.cat([v for _, v in keys], 1))
-        lg, g, kv = drafter.forward_train(seq_c[:, nxt], feat, s, pos, mask, extra)
-        keys.append(kv)
-        # entry c predicts x_{J[c+2+s]}, a real image token; entry 0 (the class) is context only
-        # when the prefix is hidden (inference never drafts from it)
-        valid = (idx + 1 + s <= t_len - 2) & ((idx > 0) | (k <= 1))
-        ce = -(p[:, nxt] * lg.log_softmax(-1)).sum(-1)  # soft cross-entropy to the target
-        reg = F.smooth_l1_loss(g, f[:, nxt], reduction="none").sum(-1)
-        total = total + ((ce + 0.1 * reg) * valid).sum() / (valid.sum() * b)
-        feat = g
-    return total / (steps + 1)
+    keep = kept_positions(k, seq.shape[1])
+    return drafter_loss(drafter, target, seq, steps, keep=keep, compact=compact)
 
 
 def load_hivis_drafter(target: Transformer, *, weights_dir=None) -> Drafter:
