@@ -145,7 +145,8 @@ def test_drafter_extend_matches_chain_forward(small):
 
 def test_embedded_weights_load_and_are_small():
     files = sorted(WEIGHTS.glob("*.pt"))
-    assert {f.name for f in files} == {"ar.pt", "drafter.pt", "drafter_vsd.pt", "vq.pt"}
+    shipped = {"ar.pt", "drafter.pt", "drafter_vsd.pt", "drafter_hivis.pt", "vq.pt"}
+    assert {f.name for f in files} == shipped
     assert sum(f.stat().st_size for f in files) < 6 * 2**20
     m = load_default()
     assert m.cfg.grid == 16 and m.vq.vocab_size == m.cfg.vocab
