@@ -6,16 +6,14 @@
 // variable between jobs, so they never hold a core while torch runs.
 #include "host_parallel.h"
 
+#include "host_simd.h"  // SPECOPS_HOST_AVX512, SPECOPS_AVX512, have_avx512
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <vector>
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define SPECOPS_HOST_AVX512 1
-#endif
 
 namespace specops {
 
@@ -114,7 +112,7 @@ void uniforms_scalar(const RngArgs& rng, int64_t row, int64_t draw0, const int32
 // Philox-4x32-10 on 8 counters per vector, each 32-bit word in the low half of a 64-bit lane (so
 // _mm512_mul_epu32 gives the full 32 x 32 -> 64 product); two vectors in flight.  Counter
 // (draw, row, offset lo, offset hi), key (seed lo, seed hi): word 0 only, as philox_uniform.
-__attribute__((target("avx512f,avx512dq"))) void uniforms_avx512(const RngArgs& rng, int64_t row,
+SPECOPS_AVX512 void uniforms_avx512(const RngArgs& rng, int64_t row,
                                                                  int64_t draw0, const int32_t* idx,
                                                                  int64_t n, float* u) {
   const uint64_t seed = rng.seed_of(row), off = rng.offset();
@@ -161,10 +159,6 @@ __attribute__((target("avx512f,avx512dq"))) void uniforms_avx512(const RngArgs& 
   uniforms_scalar(rng, row, draw0, idx + i, n - i, u + i);
 }
 
-bool have_avx512() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-  return ok;
-}
 #endif
 
 }  // namespace

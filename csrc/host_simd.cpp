@@ -4,11 +4,6 @@
 #include "specops/jacobi.h"  // WalkRow (scalar fallback)
 #include "specops/verify.h"  // mass, clamp0, residual_at, normalised
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define SPECOPS_HOST_AVX512 1
-#endif
-
 namespace specops {
 
 namespace {
@@ -28,12 +23,6 @@ inline uint32_t key_scalar(float x) {
 }
 
 #if defined(SPECOPS_HOST_AVX512)
-bool have_avx512() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-  return ok;
-}
-
-#define SPECOPS_AVX512 __attribute__((target("avx512f,avx512dq")))
 
 // mass(x): x where 0 < x <= FLT_MAX, else 0 (NaN compares false)
 SPECOPS_AVX512 inline __m512 mass16(__m512 v) {
@@ -499,5 +488,12 @@ int64_t gumbel_survivors_host(const float* u, const float* pos, int64_t m, float
   }
   return n;
 }
+
+#if defined(SPECOPS_HOST_AVX512)
+bool have_avx512() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  return ok;
+}
+#endif
 
 }  // namespace specops

@@ -7,7 +7,19 @@
 #pragma once
 #include <stdint.h>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SPECOPS_HOST_AVX512 1
+// the AVX-512 subset the host kernels use, enabled per function (the build targets baseline x86-64)
+#define SPECOPS_AVX512 __attribute__((target("avx512f,avx512dq")))
+#endif
+
 namespace specops {
+
+#if defined(SPECOPS_HOST_AVX512)
+// Whether this CPU runs the SPECOPS_AVX512 functions (checked once).
+bool have_avx512();
+#endif
 
 // sum over v in [lo, hi) of float64(r_v)
 double resid_sum_host(const float* p, const float* q, int64_t x, int64_t lo, int64_t hi);

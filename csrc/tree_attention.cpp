@@ -22,12 +22,8 @@
 #include <vector>
 
 #include "host_parallel.h"
+#include "host_simd.h"  // SPECOPS_HOST_AVX512, SPECOPS_AVX512, have_avx512
 #include "specops/features.h"  // FloatKind, half_to_float, bits_to_float
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define SPECOPS_HOST_AVX512 1
-#endif
 
 namespace specops {
 
@@ -108,12 +104,6 @@ void pv_scalar(const float* p, int64_t nb, int64_t rp, const float* const* vrow,
 
 // ---- AVX-512 kernels -----------------------------------------------------------------------
 #if defined(SPECOPS_HOST_AVX512)
-bool have_avx512() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-  return ok;
-}
-
-#define SPECOPS_AVX512 __attribute__((target("avx512f,avx512dq")))
 
 // 2^x (Cephes exp2f: x = n + f, |f| <= 1/2, 2^f by a degree-6 polynomial, relative error
 // ~2e-7; 2^n by scalef).  x is clamped into [-200, 200] with the variable as the second operand
