@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_reference_attention import make_cache, make_tree
+from test_reference_attention import _case, make_tree
 from test_tree_attention import check_against_float64
 
 import specops
@@ -23,12 +23,7 @@ F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 
 
 def _inputs(b, n, hq, hkv, d, seqlens, dtype, page=None, seed=0, extra=3, kind="random"):
-    gen = torch.Generator().manual_seed(seed)
-    cap = max(seqlens) + n + extra
-    q = torch.randn(b, n, hq, d, generator=gen).to(dtype)
-    k, v, bt = make_cache(b, cap, hkv, d, dtype, page=page, generator=gen)
-    tree = make_tree(kind, n, batch=b if kind == "random" else 1, generator=gen)
-    return q, k, v, torch.tensor(seqlens, dtype=torch.int32), tree, bt
+    return _case(b, n, hq, hkv, d, seqlens, kind, dtype, page=page, seed=seed, extra=extra)
 
 
 def _cpu(*args, **kw):
