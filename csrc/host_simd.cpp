@@ -263,22 +263,35 @@ SPECOPS_AVX512 int64_t keys_in_bin_avx512(const float* o, int64_t n, uint32_t bi
   return m;
 }
 
+// Append the ids base .. base + 15 selected by `keep` at ids[0..) (compressed in a register, then
+// one full 16-wide store, so ids holds 16 spare entries: the memory form of vcompress is
+// microcoded and slow on some CPUs, AMD Zen 4); returns how many were selected.  No branch on an
+// empty mask: it mispredicts on sparse rows (top-k filtered).
+SPECOPS_AVX512 inline int64_t append_ids16(__mmask16 keep, int64_t base, int32_t* ids) {
+  const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  _mm512_storeu_si512(ids, _mm512_maskz_compress_epi32(
+                               keep, _mm512_add_epi32(_mm512_set1_epi32(int32_t(base)), step)));
+  return __builtin_popcount(keep);
+}
+
+// append_ids16, plus the selected entries of x at vals[0..) (16 spare entries likewise)
+SPECOPS_AVX512 inline int64_t append16(__mmask16 keep, __m512 x, int64_t base, float* vals,
+                                       int32_t* ids) {
+  _mm512_storeu_ps(vals, _mm512_maskz_compress_ps(keep, x));
+  return append_ids16(keep, base, ids);
+}
+
 SPECOPS_AVX512 int64_t take_kept_avx512(float* o, int64_t n, bool use_k, uint32_t tau_k,
                                         float tau_p, int32_t* idx, float* xs) {
   const __m512i tk = _mm512_set1_epi32(static_cast<int>(tau_k));
   const __m512 tp = _mm512_set1_ps(tau_p);
-  const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   int64_t m = 0, v = 0;
   for (; v + 16 <= n; v += 16) {
     const __m512 x = _mm512_loadu_ps(o + v);
     __mmask16 keep = _mm512_cmp_ps_mask(x, tp, _CMP_GE_OQ);
     if (use_k) keep &= _mm512_cmp_epu32_mask(key16(x), tk, _MM_CMPINT_NLT);
     _mm512_storeu_ps(o + v, _mm512_setzero_ps());
-    _mm512_storeu_ps(xs + m, _mm512_maskz_compress_ps(keep, x));
-    _mm512_storeu_si512(
-        idx + m, _mm512_maskz_compress_epi32(
-                     keep, _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(v)), step)));
-    m += __builtin_popcount(keep);
+    m += append16(keep, x, v, xs + m, idx + m);
   }
   for (; v < n; ++v) {
     const float x = o[v];
@@ -292,16 +305,13 @@ SPECOPS_AVX512 int64_t take_kept_avx512(float* o, int64_t n, bool use_k, uint32_
 
 SPECOPS_AVX512 int64_t survivors_avx512(const float* u, const float* pos, int64_t m, float scale,
                                         int32_t* sel) {
-  const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   const __m512 one = _mm512_set1_ps(1.f), sv = _mm512_set1_ps(scale);
   int64_t n = 0, j = 0;
   for (; j + 16 <= m; j += 16) {
     const __mmask16 ok =
         _mm512_cmp_ps_mask(_mm512_sub_ps(one, _mm512_loadu_ps(u + j)),
                            _mm512_mul_ps(_mm512_loadu_ps(pos + j), sv), _CMP_LT_OQ);
-    _mm512_storeu_si512(sel + n, _mm512_maskz_compress_epi32(
-                                     ok, _mm512_add_epi32(_mm512_set1_epi32(int(j)), step)));
-    n += __builtin_popcount(ok);
+    n += append_ids16(ok, j, sel + n);
   }
   for (; j < m; ++j) {
     sel[n] = static_cast<int32_t>(j);
@@ -313,19 +323,11 @@ SPECOPS_AVX512 int64_t survivors_avx512(const float* u, const float* pos, int64_
 SPECOPS_AVX512 int64_t compact_avx512(const float* p, int64_t lo, int64_t hi, float thr,
                                       int32_t* idx, float* pos) {
   int64_t m = 0, v = lo;
-  const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   for (; v + 16 <= hi; v += 16) {
     const __m512 x = _mm512_loadu_ps(p + v);
     const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(thr), _CMP_GT_OQ) &
                          _mm512_cmp_ps_mask(x, _mm512_set1_ps(3.402823466e+38f), _CMP_LE_OQ);
-    // compress in a register, then a full store (within idx/pos: m + 16 <= v + 16 - lo): the
-    // memory form of vcompress is microcoded and slow on some CPUs (AMD Zen 4).  No branch on
-    // an empty mask: it mispredicts on sparse rows (top-k filtered).
-    _mm512_storeu_ps(pos + m, _mm512_maskz_compress_ps(ok, x));
-    _mm512_storeu_si512(
-        idx + m, _mm512_maskz_compress_epi32(
-                     ok, _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(v)), step)));
-    m += __builtin_popcount(ok);
+    m += append16(ok, x, v, pos + m, idx + m);  // within idx/pos: m + 16 <= v + 16 - lo
   }
   for (; v < hi; ++v) {
     const float pv = mass(p[v]);
@@ -393,16 +395,7 @@ void walk_terms_sum_host(const float* p0, const float* q0, int64_t j, const int6
 #if defined(SPECOPS_HOST_AVX512)
   if (q0 != nullptr && have_avx512()) return walk_terms_avx512(p0, q0, j, xs, S, T, x, n, s, t);
 #endif
-  const WalkRejectTerms f{WalkRow{p0, q0, j, xs, S, T}, x};
-  double s1 = 0.0, s2 = 0.0;
-  for (int64_t v = 0; v < n; ++v) {
-    float r, qd;
-    f(v, &r, &qd);
-    s1 += static_cast<double>(r);
-    s2 += static_cast<double>(qd);
-  }
-  *s = s1;
-  *t = s2;
+  sum2_range_host(WalkRejectTerms{WalkRow{p0, q0, j, xs, S, T}, x}, 0, n, s, t);
 }
 
 double walk_pos_sum_host(const float* p0, const float* q0, int64_t j, const int64_t* xs,

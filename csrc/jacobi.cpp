@@ -29,15 +29,7 @@ struct HostJacobiOps {
 
   template <class F>
   void sum2(const F& f, double* s1, double* s2) const {
-    double a = 0.0, b = 0.0;
-    for (int64_t v = 0; v < vocab; ++v) {
-      float r, q;
-      f(v, &r, &q);
-      a += static_cast<double>(r);
-      b += static_cast<double>(q);
-    }
-    *s1 = a;
-    *s2 = b;
+    sum2_range_host(f, 0, vocab, s1, s2);
   }
 
   template <class W>

@@ -303,6 +303,21 @@ inline double sum_host(W w, int64_t vocab) {
   return sum_range_host(w, 0, vocab);
 }
 
+// Two float64 sums over [lo, hi) in one pass, entry by entry in order: f(v, &a, &b) gives entry v
+// of both rows.
+template <typename F>
+inline void sum2_range_host(const F& f, int64_t lo, int64_t hi, double* s1, double* s2) {
+  double a = 0.0, b = 0.0;
+  for (int64_t v = lo; v < hi; ++v) {
+    float x, y;
+    f(v, &x, &y);
+    a += static_cast<double>(x);
+    b += static_cast<double>(y);
+  }
+  *s1 = a;
+  *s2 = b;
+}
+
 // min{i : w_0 + ... + w_i > target, w_i > 0} (float64 sums), else the last positive, else 0.
 template <typename W>
 inline int32_t inverse_cdf_host(W w, int64_t vocab, double target) {
