@@ -72,25 +72,25 @@ def sjd_pac_paper(length=None) -> Paper:
         [
             Run("AR", lambda m, c, s: ar(m.target, c, seed=s, **kw), "1.00x"),
             Run("EAGLE-2 tree (24 nodes)", lambda m, c, s: _tree(m, c, s, **kw), "EAGLE 2.10x"),
-            Run("SJD (L 64)", lambda m, c, s: sjd(m.target, c, window=64, seed=s, **kw), "2.05x"),
-            Run(
-                "SJD-PAC (L 64, K 4, D 3)",
-                lambda m, c, s: sjd_pac(m.target, c, window=64, branch=4, depth=3, seed=s, **kw),
-                "4.51x",
-            ),
+            *jacobi_runs("", kw, ("2.05x", "4.51x")),
             # the demo's sampling (no CFG, no top-k), where the drafts are not diluted by guidance
-            Run(
-                "SJD (L 64), no CFG/top-k",
-                lambda m, c, s: sjd(m.target, c, window=64, seed=s, length=length),
-                "",
-            ),  # fmt: skip
-            Run(
-                "SJD-PAC (L 64, K 4, D 3), no CFG/top-k",
-                lambda m, c, s: sjd_pac(m.target, c, window=64, seed=s, length=length),
-                "",
-            ),
+            *jacobi_runs(", no CFG/top-k", dict(length=length), ("", "")),
         ],
     )
+
+
+def jacobi_runs(tag: str, kw: dict, paper: tuple[str, str]) -> list[Run]:
+    """SJD and SJD-PAC (K 4, D 3: the paper's) at the paper's window L = 64 with sampling ``kw``."""
+    return [
+        Run(
+            f"SJD (L 64){tag}", lambda m, c, s: sjd(m.target, c, window=64, seed=s, **kw), paper[0]
+        ),  # fmt: skip
+        Run(
+            f"SJD-PAC (L 64, K 4, D 3){tag}",
+            lambda m, c, s: sjd_pac(m.target, c, window=64, branch=4, depth=3, seed=s, **kw),
+            paper[1],
+        ),
+    ]
 
 
 def vvs_paper(length=None) -> Paper:
