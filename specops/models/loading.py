@@ -50,8 +50,14 @@ def load_drafter(target: Transformer, name="ce", weights_dir=None, device="cpu",
     to it -> (Drafter, its training record)."""
     if name not in DRAFTERS:
         raise ValueError(f"drafter={name!r}: expected one of {tuple(DRAFTERS)}")
+    return load_drafter_file(target, DRAFTERS[name], weights_dir, device, dtype)
+
+
+def load_drafter_file(target: Transformer, file: str, weights_dir=None, device="cpu", dtype=None):
+    """The drafter saved as ``file`` in ``weights_dir`` (default: the shipped weights), in eval
+    mode and bound to ``target`` -> (Drafter, its training record)."""
     wd = Path(weights_dir) if weights_dir is not None else WEIGHTS
-    d = torch.load(wd / DRAFTERS[name], map_location="cpu", weights_only=True)
+    d = torch.load(wd / file, map_location="cpu", weights_only=True)
     drafter = Drafter(target.cfg, step_dim=d["step_dim"], max_step=d["max_step"])
     drafter.load_state_dict({k: t.float() for k, t in d["state"].items()})
     drafter = drafter.to(device=device, dtype=dtype).eval().requires_grad_(False)

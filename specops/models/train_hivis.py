@@ -35,6 +35,7 @@ import torch
 
 from specops.models.data import make_dataset
 from specops.models.drafter import Drafter
+from specops.models.loading import load_default, load_drafter_file
 from specops.models.train import WEIGHTS, cosine_lr, drafter_loss, half_state
 from specops.models.transformer import Transformer
 
@@ -58,12 +59,8 @@ def hivis_loss(
 
 def load_hivis_drafter(target: Transformer, *, weights_dir=None) -> Drafter:
     """The HiViS drafter (``drafter_hivis.pt``) bound to ``target``, on its device and dtype."""
-    wd = Path(weights_dir) if weights_dir is not None else WEIGHTS
-    d = torch.load(wd / "drafter_hivis.pt", map_location="cpu", weights_only=True)
-    drafter = Drafter(target.cfg, step_dim=d["step_dim"], max_step=d["max_step"])
-    drafter.load_state_dict({k: t.float() for k, t in d["state"].items()})
     w = target.embed.weight
-    return drafter.to(device=w.device, dtype=w.dtype).eval().requires_grad_(False).bind(target)
+    return load_drafter_file(target, "drafter_hivis.pt", weights_dir, w.device, w.dtype)[0]
 
 
 def main(argv=None):
@@ -79,8 +76,6 @@ def main(argv=None):
     ap.add_argument("--positions", choices=["target", "compact"], default="target")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from specops.models.loading import load_default
-
     m = load_default(weights_dir=args.out, with_drafter=False)
     target = m.target
     images, labels = make_dataset(args.per_class, seed=args.seed)
