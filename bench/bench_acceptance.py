@@ -10,7 +10,7 @@ where the first rejection happens:
          for sure), then every child at that depth is rejected as above;
   full   p = q everywhere: every draft is accepted, only the bonus row is scanned.
 Rows are what a visual AR model samples from: softmax of top-k 2000 filtered logits (``dense``:
-unfiltered, every entry positive, so a Gumbel key per entry for the SJD-PAC candidates).
+unfiltered, every entry positive, so the SJD-PAC candidates' draws scan the whole row).
 
 GB/s = the unique probability bytes the step must read (``floor bytes``: every target/draft row
 that the semantics scan in full, counted once; scalar reads of accepted drafts are left out; for

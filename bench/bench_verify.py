@@ -270,9 +270,7 @@ def bench_jacobi(device, quick) -> list[Row]:
             fn = lambda be=be: specops.verify_jacobi(p, x, q, seed=1, backend=be)  # noqa: E731
             shape = f"B={b} L={L} V={v} chain"
             rows.append(_row("verify_jacobi", shape, be, _time(fn, device, be), nbytes))
-            if pac is not None and not (device == "cpu" and be == "reference" and not quick):
-                # (the CPU reference of the full step draws L*V Philox uniforms in int64 torch
-                # ops: tens of seconds a call, so it is left out of the CPU run)
+            if pac is not None:
                 fn = lambda be=be: specops.verify_jacobi(  # noqa: E731
                     p, x, q, tree=pac, num_candidates=3, seed=1, backend=be
                 )

@@ -1,5 +1,5 @@
 // CPU twin of verify_jacobi: the shared cores of specops/jacobi.h with host vocabulary passes
-// (float64 sums, chunked inverse-CDF draw, Gumbel top-k from specops/verify.h).  Independent work
+// (float64 sums, chunked inverse-CDF draws from specops/verify.h).  Independent work
 // items run on host_threads() threads (csrc/host_parallel.h): chain slots once the prefixes are
 // known; in tree mode the requests' walks, then every continuation node; results do not depend on
 // the thread count.  The tree mode's continuation is computed only along the line actually reached
@@ -56,8 +56,29 @@ struct HostJacobiOps {
     });
   }
 
-  void topk(const float* p, int64_t row, int64_t draw0, int64_t k, int32_t* out) const {
-    gumbel_topk_host(p, vocab, *rng, row, draw0, k, out);
+  // The row's positive entries are compacted once (ids and masses, in order); candidate j is the
+  // chunked draw over that list with candidates 0..j-1 zeroed in place: the draw from mass(p)
+  // without them (zero entries add nothing to the prefix sums).  j >= the number of positive
+  // entries: -1.  One pass over the row and k uniforms, whatever the row's support.
+  void candidates(const float* p, int64_t row, int64_t draw0, int64_t k, int32_t* out) const {
+    thread_local std::vector<int32_t> idx;
+    thread_local std::vector<float> pos;
+    if (static_cast<int64_t>(idx.size()) < vocab + 16) {
+      idx.resize(vocab + 16);
+      pos.resize(vocab + 16);
+    }
+    const int64_t m = compact_above_host(p, 0, vocab, 0.f, idx.data(), pos.data());
+    float* w = pos.data();
+    for (int64_t j = 0; j < k; ++j) {
+      if (j >= m) {
+        out[j] = -1;
+        continue;
+      }
+      const auto chunk_sum = [&](int64_t lo, int64_t hi) { return mass_sum_host(w, lo, hi); };
+      const int32_t i = draw_host_chunked(PosW{w}, m, rng->uniform(row, draw0 + j), chunk_sum);
+      out[j] = idx[i];
+      w[i] = 0.f;
+    }
   }
 };
 

@@ -263,7 +263,7 @@ def c_verify_jacobi_tree(g, b=3, v=7, idt=torch.int32, fdt=torch.float32):
         "target_probs": _probs(g, b, L, v, dtype=fdt),
         "window_tokens": _ids(g, v, b, L, dtype=idt),
         "draft_probs": _probs(g, b, L, v, dtype=fdt),
-        "uniforms": torch.rand(b, 2 * L + L * v, generator=g),
+        "uniforms": torch.rand(b, 2 * L + L * 2, generator=g),  # 2 candidates
     }
     call = lambda be, t: specops.verify_jacobi(
         t["target_probs"], t["window_tokens"], t["draft_probs"], tree=_KCHAIN, num_candidates=2,

@@ -9,10 +9,12 @@ truth); CUDA cases are marked ``gpu`` and run wherever a GPU exists."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
+from helpers import chi2_pvalue, random_probs
 from helpers import gen as _gen
-from helpers import random_probs
 from helpers import to_device as _to
 from test_reference_verify import (
     PASS,
@@ -336,7 +338,7 @@ def test_seeds_offsets_and_explicit_uniforms(be):
     t = Tree.kary_chain(2, 2, L)
     pt, xt, qt = tree_case(b, t, v, gen, kind="far")
     for k in (1, 3):
-        draws = 2 * L + (L * v if k > 1 else 0)
+        draws = 2 * L + (L * k if k > 1 else 0)
         u = torch.rand(b, draws, generator=gen).clamp(1e-6, 1 - 1e-6)
         check(be, p, x, q, num_candidates=k, uniforms=u)
         check(be, pt, xt, qt, tree=t, num_candidates=k, uniforms=u)
@@ -430,6 +432,31 @@ def test_cpu_chain_every_slot_is_a_sample_of_its_p(cont):
     v = p.shape[-1]
     grp = _slot_groups(g, L, groups)
     assert grouped_pvalue(grp, r.next_window.flatten(), p.reshape(-1, v), L * groups) > PASS
+
+
+@pytest.mark.parametrize("be", ["reference", "cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_candidates_follow_sampling_without_replacement(be):
+    """All k candidates, jointly: P(c0, c1, c2) = p0 p1 / (1 - p0) p2 / (1 - p0 - p1) (Plackett-
+    Luce: sequential sampling without replacement), -1 where the positive entries run out.  A
+    kernel that drew later candidates with replacement, from the full row, or in id order fails."""
+    b, L = 3000, 5
+    row = torch.tensor([0.4, 0.25, 0.0, 0.2, 0.15, 0.0])  # 4 positive entries
+    p = row.expand(b, L, 6).contiguous()
+    x = torch.full((b, L), 2)  # p(x) = 0: slot 0 is rejected, slots 1..L-1 get candidates
+    dev = _dev(be)
+    r = specops.verify_jacobi(_to(p, dev), _to(x, dev), None, num_candidates=5, seed=11, backend=be)
+    c = r.candidates.cpu()[:, 1:].reshape(-1, 5).long()
+    assert (c[:, 4] == -1).all() and (c[:, :4] >= 0).all()
+    pos = [0, 1, 3, 4]
+    idx = {(i, j, k): n for n, (i, j, k) in enumerate(itertools.permutations(pos, 3))}
+    want = torch.zeros(len(idx), dtype=torch.float64)
+    for (i, j, k), n in idx.items():
+        pi, pj, pk = row[i].item(), row[j].item(), row[k].item()
+        want[n] = pi * pj / (1 - pi) * pk / (1 - pi - pj)
+    got = torch.zeros(len(idx))
+    for t in c[:, :3].tolist():
+        got[idx[tuple(t)]] += 1
+    assert chi2_pvalue(got.numpy(), want.numpy()) > PASS
 
 
 def test_cpu_tree_is_lossless_and_continuation_samples_p():

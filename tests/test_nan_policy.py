@@ -344,7 +344,7 @@ def test_verify_jacobi_tree(seed, cont, with_q):
 
     want = check(call, ["cpu"], p, x, q)
     # the CUDA kernel's plan (speculative continuation per node), run by the CPU twin
-    u = reference.verify.row_uniforms(9, 0, b, 2 * L + L * V)
+    u = reference.verify.row_uniforms(9, 0, b, 2 * L + L * 2)  # 2 candidates
     got = _jacobi_kernels.verify_jacobi(
         "cpu", p, x, q, JTREE.first_child, JTREE.next_sibling, cont, 2,
         None, 0, None, 0, None, 0.0, u, emulate_cuda=True,

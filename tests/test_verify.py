@@ -220,7 +220,7 @@ def test_verify_jacobi_errors():
         f(p, x, p, num_candidates=2.0)
     with pytest.raises(TypeError, match="continue_after_reject"):
         f(p, x, p, continue_after_reject="yes")
-    with pytest.raises(ValueError, match=r"uniforms must have shape \[3, 42\]"):
+    with pytest.raises(ValueError, match=r"uniforms must have shape \[3, 24\]"):
         f(p, x, p, num_candidates=2, uniforms=torch.rand(b, 12))
     with pytest.raises(ValueError, match="tree has 7 nodes"):
         f(p, x, p, tree=Tree.kary_chain(2, 3, 7))

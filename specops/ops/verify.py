@@ -379,7 +379,7 @@ def verify_jacobi(
     the window tokens were drawn from; None = one-hot).  ``tree``: None (chain window: row i =
     target dist of slot i) or a ``Tree`` of L nodes, batch 1 or B, e.g. ``Tree.kary_chain``
     (``verify_tree``'s node convention).  ``num_candidates`` > 1 adds the proactive-drafting
-    candidates.  ``uniforms`` [B, 2L] float32, or [B, 2L + L*V] with num_candidates > 1.
+    candidates.  ``uniforms`` [B, 2L] float32, or [B, 2L + L*k] with num_candidates k > 1.
 
     Returns ``JacobiResult(num_accepted [B], next_window [B, L], first_reject [B],
     candidates [B, L, num_candidates] or None, path [B, L] in tree mode or None)``, int32,
@@ -404,7 +404,7 @@ def verify_jacobi(
         raise ValueError(f"specops.{op}: num_candidates must be >= 1, got {num_candidates}")
     nb, delta = _check_relax(op, relax, v, dev)
     seed_t, seed_i, off_t, off_i = c.rng_args(op, seed, offset, dev, b)
-    draws = 2 * L + (L * v if num_candidates > 1 else 0)
+    draws = 2 * L + (L * num_candidates if num_candidates > 1 else 0)
     _check_uniforms(op, uniforms, b, draws, dev)
     if c.validating():
         c.check_values_probs(op, "target_probs", target_probs)

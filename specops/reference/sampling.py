@@ -6,7 +6,14 @@ import torch
 
 from specops.reference.philox import row_uniforms
 
-__all__ = ["mass", "rows_per_seed", "inverse_cdf", "sample", "sample_without_replacement"]
+__all__ = [
+    "mass",
+    "rows_per_seed",
+    "inverse_cdf",
+    "sample",
+    "successive_draws",
+    "sample_without_replacement",
+]
 
 
 def mass(p: torch.Tensor) -> torch.Tensor:
@@ -54,6 +61,24 @@ def sample(probs: torch.Tensor, *, seed=0, offset=0, uniforms=None) -> torch.Ten
             seed, offset, r, 1, rows_per_seed=rows_per_seed(seed, r), device=probs.device
         )[:, 0]
     return inverse_cdf(p, u).reshape(lead)
+
+
+def successive_draws(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """k draws without replacement per row of ``p`` [R, V] (unnormalised), one uniform each
+    (``u`` [R, k]) -> [R, k] int32: draw j is ``inverse_cdf`` of ``mass(p)`` with the ids of draws
+    0..j-1 set to 0, with uniform u[:, j]; -1 once no positive entry is left.  Same distribution
+    as Gumbel top-k (sequential sampling without replacement), k uniforms instead of V."""
+    w = mass(p).clone()
+    rows = torch.arange(w.shape[0], device=w.device)
+    out = []
+    for j in range(u.shape[1]):
+        left = (w > 0).any(-1)
+        c = inverse_cdf(w, u[:, j]).long()
+        out.append(torch.where(left, c, -1))
+        w[rows, c] = torch.where(left, 0.0, w[rows, c])
+    if not out:
+        return torch.empty(w.shape[0], 0, dtype=torch.int32, device=w.device)
+    return torch.stack(out, -1).to(torch.int32)
 
 
 def sample_without_replacement(probs: torch.Tensor, k: int, *, seed=0, offset=0, uniforms=None):

@@ -13,8 +13,8 @@ Conventions shared by all ops here
   (they should sum to 1: ``probs_from_logits`` rows do).
 * NaN policy (every backend alike): every entry of ``target_probs`` and ``draft_probs`` is read
   through ``mass`` -- NaN, negative and +inf entries count as probability 0 -- before anything
-  else: in acceptance tests, residuals, sums, inverse CDFs, argmaxes (greedy), Gumbel keys and
-  LANTERN pools.  A row left without mass falls back as documented below (token 0 for draws and
+  else: in acceptance tests, residuals, sums, inverse CDFs, argmaxes (greedy) and LANTERN
+  pools.  A row left without mass falls back as documented below (token 0 for draws and
   argmaxes, -1 padding for candidates).  In validation mode the public ops reject such rows.
 * Acceptance test (Leviathan/Chen; SJD-PAC Alg. 1 line 8): accept ``x`` iff
   ``u * q(x) < p(x)``, i.e. with probability ``min(1, p(x)/q(x))`` (1 when q(x) = 0 < p(x), 0 when
@@ -51,7 +51,7 @@ from specops.reference.sampling import (
     inverse_cdf,
     mass,
     rows_per_seed,
-    sample_without_replacement,
+    successive_draws,
 )
 
 __all__ = [
@@ -454,8 +454,9 @@ def verify_jacobi(
         resampled from max(p - q, 0) (``continue_after_reject``), or sampled afresh from p
         (without).  Other entries are -1.
 
-    ``num_candidates`` k > 1: candidates [B, L, k] = k draws without replacement (Gumbel top-k,
-    see ``sample_without_replacement``, in draw order) from the stale target dist of every
+    ``num_candidates`` k > 1: candidates [B, L, k] = k draws without replacement
+    (``successive_draws``: draw j is an inverse-CDF draw from p with draws 0..j-1 removed, one
+    uniform each; the distribution of Gumbel top-k) from the stale target dist of every
     position after the first rejection (chain: slot i > first_reject from p_i; tree: position
     d > a on the line, from target row l_d); -1 elsewhere, everywhere when first_reject = -1,
     and where p has fewer than k positive entries.  These are the K children proactive drafting
@@ -466,9 +467,8 @@ def verify_jacobi(
         (residual or fresh), 0 <= i < L.
       tree mode: draw n - 1 = the test of node n (in the walk or in continuation, 1 <= n < L);
         draw L - 1 = t; draw L + n - 1 = the resample replacing node n's token in continuation.
-      candidates: draw 2L + d * V + v = the Gumbel uniform of vocabulary entry v at slot /
-        position d.
-    ``uniforms`` [B, 2L], or [B, 2L + L * V] with num_candidates > 1.
+      candidates: draw 2L + d * k + j = the uniform of candidate j at slot / position d.
+    ``uniforms`` [B, 2L], or [B, 2L + L * k] with num_candidates k > 1.
     """
     b, L, v = target_probs.shape
     dev = target_probs.device
@@ -476,7 +476,7 @@ def verify_jacobi(
     x_all = window_tokens.to(dev).long()
     q_all = mass(draft_probs.to(dev)) if draft_probs is not None else None
     k = int(num_candidates)
-    draws = 2 * L + (L * v if k > 1 else 0)
+    draws = 2 * L + (L * k if k > 1 else 0)
     u = _draws(seed, offset, b, draws, dev, uniforms)
     rows = torch.arange(b, device=dev)
     pos = torch.arange(L, device=dev)[None, :]
@@ -544,8 +544,8 @@ def verify_jacobi(
     if k > 1:
         src = cand_src.clamp(min=0)
         pc = p_all[rows[:, None], src]  # [B, L, V]: stale target dist of each position
-        uc = u[:, 2 * L :].reshape(b * L, v)
-        cands = sample_without_replacement(pc.reshape(b * L, v), k, uniforms=uc).reshape(b, L, k)
+        uc = u[:, 2 * L :].reshape(b * L, k)
+        cands = successive_draws(pc.reshape(b * L, v), uc).reshape(b, L, k)
         cands = torch.where(cand_src[:, :, None] >= 0, cands, -1).to(torch.int32)
     else:
         cands = None

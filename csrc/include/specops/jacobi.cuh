@@ -3,7 +3,7 @@
 //
 // Chain mode: grid (L, B), one block per (slot i, request b).  Each block recomputes the accepted
 // prefix a from the L scalar tests (one per thread, L loads of p(x) and q(x)), then finishes its
-// slot: the residual or fresh draw and the Gumbel top-k candidates.  Slots never wait on each
+// slot: the residual or fresh draw and the candidates.  Slots never wait on each
 // other.
 //
 // Tree mode (SJD-PAC window): grid (L, B).  Block 0 of a request walks the tree (its passes
@@ -13,7 +13,7 @@
 // for the walk.  Every block bumps the request's counter after a fence; the last one reads the
 // workspace, writes the outputs (jacobi_tree_finish) and resets the counter.  Bytes: the walk
 // reads its rows once per rejection plus twice for the final draw; a line node reads p and q
-// twice for a resample (sum, then the draw's chunk sums) and p once for the candidates.
+// twice for a resample (sum, then the draw's chunk sums) and p once per candidate (k draws).
 //
 // Vocabulary passes are block-wide with float64 sums and 16-byte loads.  A draw t ~ w
 // (u * total) is one pass of per-chunk sums (a warp per chunk, the chunks' sum is the total) and a
@@ -26,16 +26,11 @@
 
 #include "specops/block_sample.cuh"
 #include "specops/jacobi.h"
-#include "specops/sample_wor.cuh"
 
 namespace specops {
 
 constexpr int kJacobiChunks = 64;  // most chunks of a draw's first pass
-constexpr int kJacobiTopK = 4;     // Gumbel keys kept per thread (k <= 4: one pass)
 constexpr int kJacobiUnroll = 4;   // quads (16-byte loads per row) in flight per thread
-// Every Gumbel key is < log(p) + kGumbelBound: -log(-log u) <= 17.33 for the largest uniform
-// 1 - 2^-25, and the margin covers the float32 rounding of keys of magnitude < ~1e4.
-constexpr float kGumbelBound = 17.5f;
 
 template <int BLOCK>
 struct JacobiSmem {
@@ -43,12 +38,10 @@ struct JacobiSmem {
     typename cub::BlockReduce<double, BLOCK>::TempStorage reduce;
     typename cub::BlockScan<double, BLOCK>::TempStorage scan;
     typename cub::BlockReduce<int, BLOCK>::TempStorage reduce_int;
-    typename GumbelReduce<BLOCK>::TempStorage gumbel;
   } tmp;
   double chunk[kJacobiChunks];
   double d0, d1, d2;
   int i0, i1, i2;
-  KeyId win;
 };
 
 __device__ __forceinline__ double warp_sum(double v) {
@@ -158,12 +151,12 @@ struct BlockJacobiOps {
     *s2 = block_sum(b);
   }
 
-  // t = min{i : w_0 + ... + w_i > u * total, w_i > 0}; else the last i with w_i > 0; else 0.
+  // t = min{i : w_0 + ... + w_i > u * total, w_i > 0}; else the last i with w_i > 0; else `none`.
   // Pass 1: chunk sums (a warp per chunk of a multiple of 128 entries; their sum is the total)
   // and the last positive entry.  Pass 2: a block scan of the chunk holding u * total only
   // (it runs on into later chunks only if float64 rounding disagrees with pass 1's sums).
   template <class W>
-  __device__ int32_t draw(const W& w, float u) {
+  __device__ int32_t draw(const W& w, float u, int32_t none = 0) {
     const int64_t V = vocab;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t per = (V + kJacobiChunks - 1) / kJacobiChunks;
@@ -218,7 +211,7 @@ struct BlockJacobiOps {
     const int64_t hit = sm.i0;
     double running = sm.d1;
     const double target = sm.d2;
-    const int fallback = last >= 0 ? last : 0;
+    const int fallback = last >= 0 ? last : none;
     if (hit >= nchunks) return fallback;  // rounding ran past the end, or no mass
     // pass 2: tiles of 4 * BLOCK entries, 4 consecutive per thread, from the chunk's start
     int found = INT32_MAX;
@@ -253,69 +246,16 @@ struct BlockJacobiOps {
     return found != INT32_MAX ? found : fallback;
   }
 
-  // Gumbel top-k of row p (key_v = log p_v - log(-log u_v), u_v = draw draw0 + v of `row`) into
-  // out[0..k), -1 padded: per-thread lists of kJacobiTopK keys that rank after a threshold, then
-  // k rounds of a block argmax over the lists' heads (the owner pops).  A thread that discarded
-  // keys and runs dry forces a new pass with threshold = the last winner, so k > kJacobiTopK and
-  // skewed rows stay exact.  Entries with log p + kGumbelBound below a full list's last key are
-  // skipped without drawing (they cannot enter it).
-  __device__ void topk(const float* p, int64_t row, int64_t draw0, int64_t k, int32_t* out) {
-    constexpr int KT = kJacobiTopK;
-    const KeyId none = {-INFINITY, INT32_MAX};
-    KeyId thr = {INFINITY, -1};  // every key ranks after it
-    int64_t j = 0;
-    while (j < k) {
-      KeyId list[KT];
-#pragma unroll
-      for (int s2 = 0; s2 < KT; ++s2) list[s2] = none;
-      bool dropped = false;
-      auto consider = [&](int64_t v, float pv) {
-        if (!(pv > 0.f)) return;
-        const float lp = logf(pv);
-        if (list[KT - 1].key != -INFINITY && lp + kGumbelBound < list[KT - 1].key) {
-          dropped = true;  // ranks after the full list (and maybe after the threshold too)
-          return;
-        }
-        const float uv = rng.uniform(row, draw0 + v);
-        const KeyId e = {lp - logf(-logf(uv)), static_cast<int32_t>(v)};
-        topk_list_push(list, e, thr, dropped);
-      };
-      quads(PosW{p}, threadIdx.x, BLOCK, vocab / 4, [&](int64_t i, const float* o) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) consider(i + e, o[e]);
-      });
-      for (int64_t v = vocab / 4 * 4 + threadIdx.x; v < vocab; v += BLOCK) consider(v, mass(p[v]));
-      while (j < k) {
-        __syncthreads();
-        const KeyId win = GumbelReduce<BLOCK>(sm.tmp.gumbel).Reduce(list[0], KeyIdFirst());
-        if (threadIdx.x == 0) {
-          sm.win = win;
-          sm.i0 = 0;
-        }
-        __syncthreads();
-        const KeyId w = sm.win;
-        if (w.key == -INFINITY) {  // no positive entry left: -1 padding
-          if (threadIdx.x == 0)
-            for (int64_t jj = j; jj < k; ++jj) out[jj] = -1;
-          j = k;
-          break;
-        }
-        if (threadIdx.x == 0) out[j] = w.id;
-        ++j;
-        if (list[0].id == w.id) {  // the owner pops its head
-#pragma unroll
-          for (int s2 = 0; s2 < KT - 1; ++s2) list[s2] = list[s2 + 1];
-          list[KT - 1] = none;
-          if (list[0].key == -INFINITY && dropped) sm.i0 = 1;
-        }
-        __syncthreads();
-        if (sm.i0) {  // refill: a new pass for the keys ranking after w
-          thr = w;
-          break;
-        }
-      }
+  // k draws without replacement from row p into out[0..k): draw j samples mass(p) with out[0..j)
+  // set to 0 (ExclW), uniform = draw draw0 + j of `row`; -1 once no positive entry is left.  The
+  // barrier after thread 0's store publishes out[j] (global memory) to the next draw's readers.
+  __device__ void candidates(const float* p, int64_t row, int64_t draw0, int64_t k, int32_t* out) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t c = draw(ExclW{p, out, j}, rng.uniform(row, draw0 + j), -1);
+      __syncthreads();
+      if (threadIdx.x == 0) out[j] = c;
+      __syncthreads();
     }
-    __syncthreads();
   }
 };
 

@@ -6,7 +6,9 @@
 //   residual:                           r = max(p - q, 0),  norm(r) = f32(f64(r) / sum f64(r))
 //                                       (p itself when r has no mass)
 //   draw t ~ w with uniform u:          min{i : w_0 + ... + w_i > u * sum(w), w_i > 0} (f64)
-//   candidates (proactive drafting):    Gumbel top-k of p, key_v = log p_v - log(-log u_v)
+//   candidates (proactive drafting):    k draws without replacement from p: c_j = draw from p with
+//                                       c_0..c_{j-1} set to 0 (uniform u_j); -1 once p has no
+//                                       positive entry left (Gumbel top-k's distribution, k draws)
 //   NaN policy: p and q entries are read through mass() (specops/mass.h): NaN, negative and
 //   +inf entries count as 0 in all of the above.
 //
@@ -57,7 +59,7 @@ struct JacobiArgs {
   bool cont;               // continue_after_reject (SJD-PAC adaptive continuation)
   int64_t num_candidates;  // k; candidates are produced when k > 1
   RelaxArgs relax;
-  RngArgs rng;                // row b = request b; draws_per_row = 2L (+ L * V with candidates)
+  RngArgs rng;                // row b = request b; draws_per_row = 2L (+ L * k with candidates)
   int32_t* out_num_accepted;  // [B]
   int32_t* out_next_window;   // [B, L]
   int32_t* out_first_reject;  // [B]
@@ -84,7 +86,11 @@ SPECOPS_HD int64_t jacobi_tok(const JacobiArgs& A, int64_t b, int64_t i) {
   return A.tokens[b * A.tokens_sb + i];
 }
 SPECOPS_HD int64_t jacobi_draws(const JacobiArgs& A) {
-  return 2 * A.len + (A.num_candidates > 1 ? A.len * A.vocab : 0);
+  return 2 * A.len + (A.num_candidates > 1 ? A.len * A.num_candidates : 0);
+}
+// First draw of the candidates of slot / position d: draw 2L + d k + j is candidate j's uniform.
+SPECOPS_HD int64_t jacobi_cand_draw0(const JacobiArgs& A, int64_t d) {
+  return 2 * A.len + d * A.num_candidates;
 }
 
 // Per-request workspace layout (int32): the walk's result, then per-node continuation tokens and
@@ -190,6 +196,24 @@ struct NormResidW {  // norm(r)_v = f32(f64(r_v) / s)
   }
 };
 
+struct ExclW {  // mass(p) with the ids ex[0..n) set to 0: draw n of the candidates
+  const float* p;
+  const int32_t* ex;
+  int64_t n;
+  SPECOPS_HD bool excluded(int64_t v) const {
+    for (int64_t i = 0; i < n; ++i)
+      if (ex[i] == v) return true;
+    return false;
+  }
+  SPECOPS_HD float operator()(int64_t v) const { return excluded(v) ? 0.f : mass(p[v]); }
+  SPECOPS_HD void quad(int64_t i, float* o) const {
+    load4(p, i, o);
+    for (int e = 0; e < 4; ++e) o[e] = mass(o[e]);
+    for (int64_t t = 0; t < n; ++t)
+      if (ex[t] >= i && ex[t] < i + 4) o[ex[t] - i] = 0.f;
+  }
+};
+
 // The walk's current rows: target/draft row of node `cur` after j rejected children.
 struct WalkRow {
   const float* p0;
@@ -279,7 +303,8 @@ struct WalkRejectTerms {
 // ---- shared per-request procedures (Ops: HostJacobiOps or the CUDA BlockJacobiOps) -------------
 // Ops provides, collectively over the vocabulary (every thread of a block calls them alike):
 //   double sum(w), void sum2(f, &s1, &s2), int32_t draw(w, u),
-//   void topk(p, row, draw0, k, out) (Gumbel top-k of raw row p into out[0..k)), bool leader().
+//   void candidates(p, row, draw0, k, out) (k draws without replacement from raw row p into
+//   out[0..k), uniform j = draw draw0 + j of `row`), bool leader().
 
 // t ~ norm(max(p - q, 0)), or ~ p when the residual has no mass.
 SPECOPS_EXEC_CHECK_DISABLE
@@ -293,11 +318,11 @@ SPECOPS_HD int32_t jacobi_residual_draw(Ops& ops, const float* p, const float* q
 }
 
 // Chain mode, slot i of request b, given the accepted prefix a: next_window[i] and the slot's
-// candidates (Gumbel top-k of p_i at draws 2L + i V + v when a < L and i > a).
+// candidates (k draws without replacement from p_i at draws 2L + i k + j when a < L and i > a).
 SPECOPS_EXEC_CHECK_DISABLE
 template <class Ops>
 SPECOPS_HD void jacobi_chain_slot(const JacobiArgs& A, int64_t b, int64_t i, int64_t a, Ops& ops) {
-  const int64_t L = A.len, V = A.vocab;
+  const int64_t L = A.len;
   const int64_t x = jacobi_tok(A, b, i);
   const float* p = jacobi_p(A, b, i);
   // no draft (-1): q = 0, so the residual is p itself
@@ -318,7 +343,7 @@ SPECOPS_HD void jacobi_chain_slot(const JacobiArgs& A, int64_t b, int64_t i, int
   if (A.num_candidates > 1) {
     int32_t* out = A.out_candidates + (b * L + i) * A.num_candidates;
     if (a < L && i > a) {
-      ops.topk(p, b, 2 * L + i * V, A.num_candidates, out);
+      ops.candidates(p, b, jacobi_cand_draw0(A, i), A.num_candidates, out);
     } else if (ops.leader()) {
       for (int64_t j = 0; j < A.num_candidates; ++j) out[j] = -1;
     }
@@ -456,7 +481,7 @@ SPECOPS_HD void jacobi_tree_walk(const JacobiArgs& A, int64_t b, const TreeView&
 
 // Continuation work of node n (n = l_d at position d = depth(n)): the token for position d (its
 // first child's token kept or resampled; -1 when it has no real first child) and the candidates
-// from target row n.  Written to ws node slots n (leader / the topk's writers).
+// from target row n.  Written to ws node slots n (leader).
 SPECOPS_EXEC_CHECK_DISABLE
 template <class Ops>
 SPECOPS_HD void jacobi_tree_node(const JacobiArgs& A, int64_t b, const TreeView& tv, int64_t n,
@@ -481,8 +506,8 @@ SPECOPS_HD void jacobi_tree_node(const JacobiArgs& A, int64_t b, const TreeView&
     if (ops.leader()) ws[jacobi_ws_node_tok(L) + n] = t;
   }
   if (need_cand && A.num_candidates > 1) {
-    ops.topk(p, b, 2 * L + depth * A.vocab, A.num_candidates,
-             ws + jacobi_ws_cand(L) + n * A.num_candidates);
+    ops.candidates(p, b, jacobi_cand_draw0(A, depth), A.num_candidates,
+                   ws + jacobi_ws_cand(L) + n * A.num_candidates);
   }
 }
 
