@@ -303,6 +303,55 @@ SPECOPS_AVX512 int64_t take_kept_avx512(float* o, int64_t n, bool use_k, uint32_
   return m;
 }
 
+SPECOPS_AVX512 int64_t compact_resid_avx512(const float* p, const float* q, int64_t x, int64_t n,
+                                            int32_t* idx, float* pos, float* res, double* s) {
+  const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  __m512d a0 = _mm512_setzero_pd(), a1 = a0;
+  int64_t m = 0, v = 0;
+  for (; v + 16 <= n; v += 16) {
+    const __m512 pv = mass16(_mm512_loadu_ps(p + v));
+    __m512 qv;
+    if (q) {
+      qv = mass16(_mm512_loadu_ps(q + v));
+    } else {  // one-hot(x)
+      const __mmask16 is_x = (x >= v && x < v + 16)
+                                 ? _mm512_cmpeq_epi32_mask(step, _mm512_set1_epi32(int(x - v)))
+                                 : 0;
+      qv = _mm512_maskz_mov_ps(is_x, _mm512_set1_ps(1.f));
+    }
+    const __m512 r = _mm512_max_ps(_mm512_sub_ps(pv, qv), _mm512_setzero_ps());
+    add_f32x16(a0, a1, r);
+    const __mmask16 ok = _mm512_cmp_ps_mask(pv, _mm512_setzero_ps(), _CMP_GT_OQ);
+    _mm512_storeu_ps(res + m, _mm512_maskz_compress_ps(ok, r));
+    m += append16(ok, pv, v, pos + m, idx + m);
+  }
+  double t = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+  for (; v < n; ++v) {
+    const float pv = mass(p[v]), r = residual_at(p, q, x, v);
+    t += static_cast<double>(r);
+    idx[m] = static_cast<int32_t>(v);
+    pos[m] = pv;
+    res[m] = r;
+    m += pv > 0.f ? 1 : 0;
+  }
+  *s = t;
+  return m;
+}
+
+SPECOPS_AVX512 double norm_sum_avx512(const float* r, double s, int64_t lo, int64_t hi) {
+  const __m512d sv = _mm512_set1_pd(s);
+  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+  int64_t v = lo;
+  for (; v + 16 <= hi; v += 16) {
+    const __m512 x = _mm512_loadu_ps(r + v);
+    a0 = _mm512_add_pd(a0, norm8(_mm512_castps512_ps256(x), sv));
+    a1 = _mm512_add_pd(a1, norm8(_mm512_extractf32x8_ps(x, 1), sv));
+  }
+  double t = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+  for (; v < hi; ++v) t += static_cast<double>(normalised(r[v], s));
+  return t;
+}
+
 SPECOPS_AVX512 int64_t survivors_avx512(const float* u, const float* pos, int64_t m, float scale,
                                         int32_t* sel) {
   const __m512 one = _mm512_set1_ps(1.f), sv = _mm512_set1_ps(scale);
@@ -467,6 +516,39 @@ int64_t compact_above_host(const float* p, int64_t lo, int64_t hi, float thr, in
     m += pv > thr ? 1 : 0;
   }
   return m;
+}
+
+int64_t compact_resid_host(const float* p, const float* q, int64_t x, int64_t n, int32_t* idx,
+                           float* pos, float* res, double* s) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (have_avx512()) return compact_resid_avx512(p, q, x, n, idx, pos, res, s);
+#endif
+  int64_t m = 0;
+  double t0 = 0.0, t1 = 0.0;  // two chains, as resid_sum_host
+  for (int64_t v = 0; v < n; ++v) {  // branch-free compaction
+    const float pv = mass(p[v]), r = residual_at(p, q, x, v);
+    (v & 1 ? t1 : t0) += static_cast<double>(r);
+    idx[m] = static_cast<int32_t>(v);
+    pos[m] = pv;
+    res[m] = r;
+    m += pv > 0.f ? 1 : 0;
+  }
+  *s = t0 + t1;
+  return m;
+}
+
+double norm_sum_host(const float* r, double s, int64_t lo, int64_t hi) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (have_avx512()) return norm_sum_avx512(r, s, lo, hi);
+#endif
+  double t0 = 0.0, t1 = 0.0;
+  int64_t v = lo;
+  for (; v + 2 <= hi; v += 2) {
+    t0 += static_cast<double>(normalised(r[v], s));
+    t1 += static_cast<double>(normalised(r[v + 1], s));
+  }
+  for (; v < hi; ++v) t0 += static_cast<double>(normalised(r[v], s));
+  return t0 + t1;
 }
 
 int64_t gumbel_survivors_host(const float* u, const float* pos, int64_t m, float scale,

@@ -61,6 +61,14 @@ int64_t take_kept_host(float* o, int64_t n, bool use_k, uint32_t tau_k, float ta
 // returns their count (idx/pos hold hi - lo + 16 entries).
 int64_t compact_above_host(const float* p, int64_t lo, int64_t hi, float thr, int32_t* idx,
                            float* pos);
+// The entries of [0, n) with mass(p_v) > 0, in order, and their residuals: idx[j] = v,
+// pos[j] = mass(p_v), res[j] = r_v; *s = sum over every v of float64(r_v) (r_v = 0 wherever
+// mass(p_v) = 0, so the lists hold every positive residual).  One pass over p and q; returns the
+// count (idx/pos/res hold n + 16 entries).
+int64_t compact_resid_host(const float* p, const float* q, int64_t x, int64_t n, int32_t* idx,
+                           float* pos, float* res, double* s);
+// sum over j in [lo, hi) of float64(float32(float64(r_j) / s)) for r_j >= 0 (a normalised list)
+double norm_sum_host(const float* r, double s, int64_t lo, int64_t hi);
 // Gumbel top-k pre-filter: sel receives the j < m (in order) with 1 - u_j < pos_j * scale
 // (float32; sel holds m + 16 entries); returns their count.
 int64_t gumbel_survivors_host(const float* u, const float* pos, int64_t m, float scale,

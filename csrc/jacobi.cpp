@@ -15,9 +15,42 @@ namespace specops {
 
 namespace {
 
+// Per-thread scratch for one row's compacted lists (RowLists below).
+struct ListBuffers {
+  std::vector<int32_t> idx;
+  std::vector<float> pos, res;
+};
+
+ListBuffers& list_buffers(int64_t vocab) {
+  thread_local ListBuffers b;
+  if (static_cast<int64_t>(b.idx.size()) < vocab + 16) {
+    b.idx.resize(vocab + 16);
+    b.pos.resize(vocab + 16);
+    b.res.resize(vocab + 16);
+  }
+  return b;
+}
+
+// The positive entries of one target row p, compacted in order (idx: ids, pos: mass(p)), and,
+// after a residual sum, their residuals r = max(p - q, 0) against (q, x) (res).  A work item's
+// draws over that row (the residual or fresh draw, then the candidates) read the lists instead
+// of the row: zero entries add nothing to a draw's prefix sums, so a draw over a list is the
+// draw over the row (summation order aside), and the row is read once.
+struct RowLists {
+  const float* p = nullptr;  // the row the lists hold, or nullptr
+  const float* q = nullptr;  // res holds the residual against (q, x) when has_res
+  int64_t x = -1;
+  bool has_res = false;
+  int64_t m = 0;  // list length
+  ListBuffers* buf = nullptr;
+};
+
+// Vocabulary passes of the CPU twin.  One object per work item (copied from a template): its
+// RowLists live as long as the item.
 struct HostJacobiOps {
   int64_t vocab;
   const RngArgs* rng;
+  RowLists lists;
 
   bool leader() const { return true; }
 
@@ -25,7 +58,15 @@ struct HostJacobiOps {
   double sum(const W& w) const {
     return sum_host(w, vocab);
   }
-  double sum(const ResidW& r) const { return resid_sum_host(r.p, r.q, r.x, 0, vocab); }
+  // The residual's sum, compacting p and the residual on the way (one pass over p and q).
+  double sum(const ResidW& r) {
+    lists.buf = &list_buffers(vocab);
+    double s = 0.0;
+    lists.m = compact_resid_host(r.p, r.q, r.x, vocab, lists.buf->idx.data(),
+                                 lists.buf->pos.data(), lists.buf->res.data(), &s);
+    lists = RowLists{r.p, r.q, r.x, true, lists.m, lists.buf};
+    return s;
+  }
 
   template <class F>
   void sum2(const F& f, double* s1, double* s2) const {
@@ -46,29 +87,36 @@ struct HostJacobiOps {
       return walk_pos_sum_host(r.p0, r.q0, r.j, r.xs, r.S, r.T, lo, hi);
     });
   }
-  int32_t draw(const PosW& w, float u) const {
-    return draw_host_chunked(w, vocab, u,
-                             [&](int64_t lo, int64_t hi) { return mass_sum_host(w.p, lo, hi); });
+  int32_t draw(const PosW& w, float u) {  // over p's list (compacted here if not yet)
+    compact(w.p);
+    if (lists.m == 0) return 0;  // no mass: the fallback token
+    const float* pos = lists.buf->pos.data();
+    const auto chunk_sum = [&](int64_t lo, int64_t hi) { return mass_sum_host(pos, lo, hi); };
+    return lists.buf->idx[draw_host_chunked(PosW{pos}, lists.m, u, chunk_sum)];
   }
-  int32_t draw(const NormResidW& w, float u) const {  // the residual draws: vectorised chunk sums
+  // norm(r)_v = float32(float64(r_v) / s) over the residual's list when the lists hold it
+  int32_t draw(const NormResidW& w, float u) const {
+    if (lists.has_res && lists.p == w.r.p && lists.q == w.r.q && lists.x == w.r.x) {
+      const float* res = lists.buf->res.data();
+      const NormResidW lw{ResidW{res, nullptr, -1}, w.s};
+      const auto chunk_sum = [&](int64_t lo, int64_t hi) {
+        return norm_sum_host(res, w.s, lo, hi);
+      };
+      return lists.buf->idx[draw_host_chunked(lw, lists.m, u, chunk_sum)];
+    }
     return draw_host_chunked(w, vocab, u, [&](int64_t lo, int64_t hi) {
       return norm_resid_sum_host(w.r.p, w.r.q, w.r.x, w.s, lo, hi);
     });
   }
 
-  // The row's positive entries are compacted once (ids and masses, in order); candidate j is the
-  // chunked draw over that list with candidates 0..j-1 zeroed in place: the draw from mass(p)
-  // without them (zero entries add nothing to the prefix sums).  j >= the number of positive
-  // entries: -1.  One pass over the row and k uniforms, whatever the row's support.
-  void candidates(const float* p, int64_t row, int64_t draw0, int64_t k, int32_t* out) const {
-    thread_local std::vector<int32_t> idx;
-    thread_local std::vector<float> pos;
-    if (static_cast<int64_t>(idx.size()) < vocab + 16) {
-      idx.resize(vocab + 16);
-      pos.resize(vocab + 16);
-    }
-    const int64_t m = compact_above_host(p, 0, vocab, 0.f, idx.data(), pos.data());
-    float* w = pos.data();
+  // Candidate j is the draw over p's list with candidates 0..j-1 zeroed in place: the draw from
+  // mass(p) without them.  j >= the number of positive entries: -1.  At most one pass over the
+  // row (none after a draw that compacted it) and k uniforms, whatever the row's support.
+  void candidates(const float* p, int64_t row, int64_t draw0, int64_t k, int32_t* out) {
+    compact(p);
+    float* w = lists.buf->pos.data();
+    const int64_t m = lists.m;
+    lists.p = nullptr;  // the list is consumed below
     for (int64_t j = 0; j < k; ++j) {
       if (j >= m) {
         out[j] = -1;
@@ -76,9 +124,17 @@ struct HostJacobiOps {
       }
       const auto chunk_sum = [&](int64_t lo, int64_t hi) { return mass_sum_host(w, lo, hi); };
       const int32_t i = draw_host_chunked(PosW{w}, m, rng->uniform(row, draw0 + j), chunk_sum);
-      out[j] = idx[i];
+      out[j] = lists.buf->idx[i];
       w[i] = 0.f;
     }
+  }
+
+ private:
+  void compact(const float* p) {
+    if (lists.p == p) return;
+    lists.buf = &list_buffers(vocab);
+    lists.m = compact_above_host(p, 0, vocab, 0.f, lists.buf->idx.data(), lists.buf->pos.data());
+    lists = RowLists{p, nullptr, -1, false, lists.m, lists.buf};
   }
 };
 
