@@ -3,13 +3,16 @@
 // Why not OpenMP: torch ships its own libgomp, and two OpenMP runtimes in one process spin-wait
 // against each other on a small machine (measured on the 2-core CI VM: every parallel region,
 // ours and torch's, stalled in ~4 ms scheduler quanta).  The pool's workers block on a condition
-// variable between jobs, so they never hold a core while torch runs.
+// variable between jobs, so they hold a core for at most kWorkerSpin after a job.  That short
+// spin, and the caller's spin for its helpers, exist because waking a blocked thread costs ~40 us
+// on the VM (an idle vCPU is halted): without them two threads ran a 50 us op slower than one.
 #include "host_parallel.h"
 
 #include "host_simd.h"  // SPECOPS_HOST_AVX512, SPECOPS_AVX512, have_avx512
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -21,8 +24,25 @@ namespace {
 std::atomic<int> g_threads{1};
 thread_local bool t_in_pool = false;  // nested parallel_for runs serially
 
+// Spin for at most `limit` until ready() holds; whether it did.
+template <class Ready>
+bool spin_until(const Ready& ready, std::chrono::microseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  for (int i = 0;; ++i) {
+    if (ready()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > end) return ready();
+  }
+}
+
+constexpr std::chrono::microseconds kWorkerSpin{100};  // a worker's wait for the next job
+constexpr std::chrono::microseconds kCallerSpin{500};  // the caller's wait for its helpers
+
 // One job at a time: items [0, n) handed out by an atomic counter to the caller and `helpers`
-// workers; the caller returns when every helper has finished.
+// workers; the caller returns when every helper has finished.  The job's fields are written
+// under mu_ before generation_ moves, and read under mu_ after a worker sees it move.
 class Pool {
  public:
   void run(int64_t n, void (*call)(const void*, int64_t), const void* ctx, int threads) {
@@ -43,13 +63,15 @@ class Pool {
       n_ = n;
       next_.store(0, std::memory_order_relaxed);
       helpers_ = helpers;
-      active_ = helpers;
-      ++generation_;
+      active_.store(helpers, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_release);
     }
-    cv_work_.notify_all();
+    cv_work_.notify_all();  // no system call when no worker sleeps
     work();
+    const auto done = [this] { return active_.load(std::memory_order_acquire) == 0; };
+    if (spin_until(done, kCallerSpin)) return;
     std::unique_lock<std::mutex> lk(mu_);
-    cv_done_.wait(lk, [this] { return active_ == 0; });
+    cv_done_.wait(lk, done);
   }
 
  private:
@@ -61,15 +83,18 @@ class Pool {
   }
   void loop(int id) {
     uint64_t seen = 0;
+    const auto moved = [&] { return generation_.load(std::memory_order_acquire) != seen; };
     for (;;) {
+      const bool hot = spin_until(moved, kWorkerSpin);
       {
         std::unique_lock<std::mutex> lk(mu_);
-        cv_work_.wait(lk, [&] { return generation_ != seen && id < helpers_; });
-        seen = generation_;
+        if (!hot) cv_work_.wait(lk, moved);
+        seen = generation_.load(std::memory_order_relaxed);
+        if (id >= helpers_) continue;  // this job needs fewer helpers
       }
       work();
       std::lock_guard<std::mutex> lk(mu_);
-      if (--active_ == 0) cv_done_.notify_one();
+      if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) cv_done_.notify_one();
     }
   }
 
@@ -80,8 +105,9 @@ class Pool {
   const void* ctx_ = nullptr;
   int64_t n_ = 0;
   std::atomic<int64_t> next_{0};
-  int helpers_ = 0, active_ = 0;
-  uint64_t generation_ = 0;
+  int helpers_ = 0;
+  std::atomic<int> active_{0};
+  std::atomic<uint64_t> generation_{0};
 };
 
 Pool& pool() {
