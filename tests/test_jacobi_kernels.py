@@ -3,7 +3,7 @@ for token, and statistical checks of the CPU twin.
 
 Identity is exact: the kernels replicate the reference's float32 tests, its float64 normalisation
 rounded to float32 per entry (also the tree walk's recursive residuals and renormalised drafts),
-its float64 inverse-CDF sums and its float32 Gumbel keys; summation order only differs at the
+its float64 inverse-CDF sums (the candidates' draws included); summation order only differs at the
 1e-16 level, which random inputs never hit.  The reference always runs on the CPU (the ground
 truth); CUDA cases are marked ``gpu`` and run wherever a GPU exists."""
 

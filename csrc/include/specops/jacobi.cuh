@@ -247,14 +247,16 @@ struct BlockJacobiOps {
   }
 
   // k draws without replacement from row p into out[0..k): draw j samples mass(p) with out[0..j)
-  // set to 0 (ExclW), uniform = draw draw0 + j of `row`; -1 once no positive entry is left.  The
-  // barrier after thread 0's store publishes out[j] (global memory) to the next draw's readers.
+  // set to 0 (ExclW), uniform = draw draw0 + j of `row`; -1 once no positive entry is left (c is
+  // block-uniform).  The barrier after thread 0's store publishes out[j] (global memory) to the
+  // next draw's readers.
   __device__ void candidates(const float* p, int64_t row, int64_t draw0, int64_t k, int32_t* out) {
     for (int64_t j = 0; j < k; ++j) {
       const int32_t c = draw(ExclW{p, out, j}, rng.uniform(row, draw0 + j), -1);
+      if (threadIdx.x == 0)
+        for (int64_t jj = j; jj < (c < 0 ? k : j + 1); ++jj) out[jj] = c;
       __syncthreads();
-      if (threadIdx.x == 0) out[j] = c;
-      __syncthreads();
+      if (c < 0) break;
     }
   }
 };
