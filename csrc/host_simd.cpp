@@ -22,6 +22,48 @@ inline uint32_t key_scalar(float x) {
   return b ^ (static_cast<uint32_t>(static_cast<int32_t>(b) >> 31) | 0x80000000u);
 }
 
+// Entries [v, n) of the walk passes over rows p0, q0 (or their compacted lists, ids != nullptr):
+// each entry's p_j, q_j through WalkRow::steps at its id.
+void walk_terms_tail(const float* p0, const float* q0, const int32_t* ids, int64_t j,
+                     const int64_t* xs, const double* S, const double* T, int64_t x, int64_t v,
+                     int64_t n, double* s1, double* s2) {
+  const WalkRejectTerms f{WalkRow{p0, q0, j, xs, S, T}, x};
+  for (; v < n; ++v) {
+    const int64_t id = ids ? ids[v] : v;
+    float p = mass(p0[v]), q = mass(q0[v]), r, qd;
+    f.row.steps(id, p, q);
+    f.terms(id, p, q, &r, &qd);
+    *s1 += static_cast<double>(r);
+    *s2 += static_cast<double>(qd);
+  }
+}
+
+double walk_pos_tail(const float* p0, const float* q0, const int32_t* ids, int64_t j,
+                     const int64_t* xs, const double* S, const double* T, int64_t v, int64_t hi) {
+  const WalkRow row{p0, q0, j, xs, S, T};
+  double s = 0.0;
+  for (; v < hi; ++v) {
+    float p = mass(p0[v]), q = mass(q0[v]);
+    row.steps(ids ? ids[v] : v, p, q);
+    s += static_cast<double>(clamp0(p));
+  }
+  return s;
+}
+
+// Entries [v, n) of compact_union_host, written from idx/pl/ql[0]; returns their count.
+int64_t compact_union_tail(const float* p, const float* q, int64_t v, int64_t n, int32_t* idx,
+                           float* pl, float* ql) {
+  int64_t m = 0;
+  for (; v < n; ++v) {  // branch-free compaction
+    const float pv = mass(p[v]), qv = mass(q[v]);
+    idx[m] = static_cast<int32_t>(v);
+    pl[m] = pv;
+    ql[m] = qv;
+    m += (pv > 0.f || qv > 0.f) ? 1 : 0;
+  }
+  return m;
+}
+
 #if defined(SPECOPS_HOST_AVX512)
 
 // mass(x): x where 0 < x <= FLT_MAX, else 0 (NaN compares false)
@@ -170,23 +212,29 @@ SPECOPS_AVX512 void resid_update_avx512(const float* p, const float* q, int64_t 
   }
 }
 
-// p_j, q_j of 16 entries from v (WalkRow::steps): for each earlier rejection i
-//   p <- norm(max(p - q, 0)) when S_i > 0;  q <- norm(q without x_i) when T_i > 0, else 0
-SPECOPS_AVX512 inline void walk16(const float* p0, const float* q0, int64_t j, const int64_t* xs,
-                                  const double* S, const double* T, int64_t v, __m512* P,
-                                  __m512* Q) {
+// The ids of entries v..v+15: ids[v..v+16) of a compacted list, or v..v+15 (ids == nullptr).
+SPECOPS_AVX512 inline __m512i ids16(const int32_t* ids, int64_t v) {
   const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  return ids ? _mm512_loadu_si512(ids + v) : _mm512_add_epi32(_mm512_set1_epi32(int32_t(v)), step);
+}
+
+// The lanes whose id is not x (an x outside [0, 2^31) matches none).
+SPECOPS_AVX512 inline __mmask16 not_id16(__m512i id, int64_t x) {
+  if (x < 0 || x > INT32_MAX) return 0xffff;
+  return static_cast<__mmask16>(~_mm512_cmpeq_epi32_mask(id, _mm512_set1_epi32(int32_t(x))));
+}
+
+// p_j, q_j of 16 entries from v with ids `id` (WalkRow::steps): for each earlier rejection i
+//   p <- norm(max(p - q, 0)) when S_i > 0;  q <- norm(q without x_i) when T_i > 0, else 0
+SPECOPS_AVX512 inline void walk16(const float* p0, const float* q0, __m512i id, int64_t j,
+                                  const int64_t* xs, const double* S, const double* T, int64_t v,
+                                  __m512* P, __m512* Q) {
   __m512 p = mass16(_mm512_loadu_ps(p0 + v)), q = mass16(_mm512_loadu_ps(q0 + v));
   for (int64_t i = 0; i < j; ++i) {
     const __m512 r = _mm512_max_ps(_mm512_sub_ps(p, q), _mm512_setzero_ps());
     if (S[i] > 0.0) p = norm16(r, _mm512_set1_pd(S[i]));
     if (T[i] > 0.0) {
-      const int64_t off = xs[i] - v;
-      __mmask16 not_x = 0xffff;
-      if (off >= 0 && off < 16)
-        not_x = static_cast<__mmask16>(
-            ~_mm512_cmpeq_epi32_mask(step, _mm512_set1_epi32(static_cast<int>(off))));
-      q = norm16(_mm512_maskz_mov_ps(not_x, q), _mm512_set1_pd(T[i]));
+      q = norm16(_mm512_maskz_mov_ps(not_id16(id, xs[i]), q), _mm512_set1_pd(T[i]));
     } else {
       q = _mm512_setzero_ps();
     }
@@ -195,50 +243,38 @@ SPECOPS_AVX512 inline void walk16(const float* p0, const float* q0, int64_t j, c
   *Q = q;
 }
 
-SPECOPS_AVX512 void walk_terms_avx512(const float* p0, const float* q0, int64_t j,
-                                      const int64_t* xs, const double* S, const double* T,
-                                      int64_t x, int64_t n, double* s, double* t) {
-  const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+SPECOPS_AVX512 void walk_terms_avx512(const float* p0, const float* q0, const int32_t* ids,
+                                      int64_t j, const int64_t* xs, const double* S,
+                                      const double* T, int64_t x, int64_t n, double* s,
+                                      double* t) {
   __m512d as0 = _mm512_setzero_pd(), as1 = as0, at0 = as0, at1 = as0;
   int64_t v = 0;
   for (; v + 16 <= n; v += 16) {
+    const __m512i id = ids16(ids, v);
     __m512 p, q;
-    walk16(p0, q0, j, xs, S, T, v, &p, &q);
+    walk16(p0, q0, id, j, xs, S, T, v, &p, &q);
     add_f32x16(as0, as1, _mm512_max_ps(_mm512_sub_ps(p, q), _mm512_setzero_ps()));
-    const int64_t off = x - v;
-    __mmask16 not_x = 0xffff;
-    if (off >= 0 && off < 16)
-      not_x = static_cast<__mmask16>(
-          ~_mm512_cmpeq_epi32_mask(step, _mm512_set1_epi32(static_cast<int>(off))));
-    add_f32x16(at0, at1, _mm512_maskz_mov_ps(not_x, q));
+    add_f32x16(at0, at1, _mm512_maskz_mov_ps(not_id16(id, x), q));
   }
   double s1 = _mm512_reduce_add_pd(_mm512_add_pd(as0, as1));
   double s2 = _mm512_reduce_add_pd(_mm512_add_pd(at0, at1));
-  const WalkRejectTerms f{WalkRow{p0, q0, j, xs, S, T}, x};
-  for (; v < n; ++v) {
-    float r, qd;
-    f(v, &r, &qd);
-    s1 += static_cast<double>(r);
-    s2 += static_cast<double>(qd);
-  }
+  walk_terms_tail(p0, q0, ids, j, xs, S, T, x, v, n, &s1, &s2);
   *s = s1;
   *t = s2;
 }
 
-SPECOPS_AVX512 double walk_pos_avx512(const float* p0, const float* q0, int64_t j,
-                                      const int64_t* xs, const double* S, const double* T,
-                                      int64_t lo, int64_t hi) {
+SPECOPS_AVX512 double walk_pos_avx512(const float* p0, const float* q0, const int32_t* ids,
+                                      int64_t j, const int64_t* xs, const double* S,
+                                      const double* T, int64_t lo, int64_t hi) {
   __m512d a0 = _mm512_setzero_pd(), a1 = a0;
   int64_t v = lo;
   for (; v + 16 <= hi; v += 16) {
     __m512 p, q;
-    walk16(p0, q0, j, xs, S, T, v, &p, &q);
+    walk16(p0, q0, ids16(ids, v), j, xs, S, T, v, &p, &q);
     add_f32x16(a0, a1, _mm512_max_ps(p, _mm512_setzero_ps()));
   }
-  double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
-  const WalkPosW w{WalkRow{p0, q0, j, xs, S, T}};
-  for (; v < hi; ++v) s += static_cast<double>(w(v));
-  return s;
+  const double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+  return s + walk_pos_tail(p0, q0, ids, j, xs, S, T, v, hi);
 }
 
 SPECOPS_AVX512 inline __m512i key16(__m512 x) {
@@ -301,6 +337,19 @@ SPECOPS_AVX512 int64_t take_kept_avx512(float* o, int64_t n, bool use_k, uint32_
     xs[m++] = x;
   }
   return m;
+}
+
+SPECOPS_AVX512 int64_t compact_union_avx512(const float* p, const float* q, int64_t n,
+                                            int32_t* idx, float* pl, float* ql) {
+  int64_t m = 0, v = 0;
+  for (; v + 16 <= n; v += 16) {
+    const __m512 pv = mass16(_mm512_loadu_ps(p + v)), qv = mass16(_mm512_loadu_ps(q + v));
+    const __mmask16 ok = _mm512_cmp_ps_mask(pv, _mm512_setzero_ps(), _CMP_GT_OQ) |
+                         _mm512_cmp_ps_mask(qv, _mm512_setzero_ps(), _CMP_GT_OQ);
+    _mm512_storeu_ps(ql + m, _mm512_maskz_compress_ps(ok, qv));
+    m += append16(ok, pv, v, pl + m, idx + m);
+  }
+  return m + compact_union_tail(p, q, v, n, idx + m, pl + m, ql + m);
 }
 
 SPECOPS_AVX512 int64_t compact_resid_avx512(const float* p, const float* q, int64_t x, int64_t n,
@@ -438,21 +487,34 @@ void resid_update_host(const float* p, const float* q, int64_t x, double s, doub
   }
 }
 
-void walk_terms_sum_host(const float* p0, const float* q0, int64_t j, const int64_t* xs,
-                         const double* S, const double* T, int64_t x, int64_t n, double* s,
-                         double* t) {
+void walk_terms_sum_host(const float* p0, const float* q0, const int32_t* ids, int64_t j,
+                         const int64_t* xs, const double* S, const double* T, int64_t x, int64_t n,
+                         double* s, double* t) {
+  if (q0 == nullptr)  // deterministic drafts (full rows only): the generic pass
+    return sum2_range_host(WalkRejectTerms{WalkRow{p0, q0, j, xs, S, T}, x}, 0, n, s, t);
 #if defined(SPECOPS_HOST_AVX512)
-  if (q0 != nullptr && have_avx512()) return walk_terms_avx512(p0, q0, j, xs, S, T, x, n, s, t);
+  if (have_avx512()) return walk_terms_avx512(p0, q0, ids, j, xs, S, T, x, n, s, t);
 #endif
-  sum2_range_host(WalkRejectTerms{WalkRow{p0, q0, j, xs, S, T}, x}, 0, n, s, t);
+  *s = *t = 0.0;
+  walk_terms_tail(p0, q0, ids, j, xs, S, T, x, 0, n, s, t);
 }
 
-double walk_pos_sum_host(const float* p0, const float* q0, int64_t j, const int64_t* xs,
-                         const double* S, const double* T, int64_t lo, int64_t hi) {
+double walk_pos_sum_host(const float* p0, const float* q0, const int32_t* ids, int64_t j,
+                         const int64_t* xs, const double* S, const double* T, int64_t lo,
+                         int64_t hi) {
+  if (q0 == nullptr) return sum_range_host(WalkPosW{WalkRow{p0, q0, j, xs, S, T}}, lo, hi);
 #if defined(SPECOPS_HOST_AVX512)
-  if (q0 != nullptr && have_avx512()) return walk_pos_avx512(p0, q0, j, xs, S, T, lo, hi);
+  if (have_avx512()) return walk_pos_avx512(p0, q0, ids, j, xs, S, T, lo, hi);
 #endif
-  return sum_range_host(WalkPosW{WalkRow{p0, q0, j, xs, S, T}}, lo, hi);
+  return walk_pos_tail(p0, q0, ids, j, xs, S, T, lo, hi);
+}
+
+int64_t compact_union_host(const float* p, const float* q, int64_t n, int32_t* idx, float* pl,
+                           float* ql) {
+#if defined(SPECOPS_HOST_AVX512)
+  if (have_avx512()) return compact_union_avx512(p, q, n, idx, pl, ql);
+#endif
+  return compact_union_tail(p, q, 0, n, idx, pl, ql);
 }
 
 double mass_sum_host(const float* p, int64_t lo, int64_t hi) {

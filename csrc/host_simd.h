@@ -35,13 +35,20 @@ void resid_update_host(const float* p, const float* q, int64_t x, double s, doub
                        float* wq, int64_t n);
 // verify_jacobi's tree walk after j rejected children x_0..x_{j-1} (specops/jacobi.h WalkRow):
 // p_j, q_j recomputed per entry from p0, q0 (q0 != nullptr) with the reference's roundings.
+// Entry v has id v, or ids[v] when p0, q0 are compacted lists (compact_union_host; q0 == nullptr,
+// one-hot drafts, only with ids == nullptr).
 //   walk_terms_sum_host: s = sum max(p_j - q_j, 0), t = sum of q_j without x (WalkRejectTerms)
 //   walk_pos_sum_host:   sum over [lo, hi) of max(p_j, 0) (WalkPosW)
-void walk_terms_sum_host(const float* p0, const float* q0, int64_t j, const int64_t* xs,
-                         const double* S, const double* T, int64_t x, int64_t n, double* s,
-                         double* t);
-double walk_pos_sum_host(const float* p0, const float* q0, int64_t j, const int64_t* xs,
-                         const double* S, const double* T, int64_t lo, int64_t hi);
+void walk_terms_sum_host(const float* p0, const float* q0, const int32_t* ids, int64_t j,
+                         const int64_t* xs, const double* S, const double* T, int64_t x, int64_t n,
+                         double* s, double* t);
+double walk_pos_sum_host(const float* p0, const float* q0, const int32_t* ids, int64_t j,
+                         const int64_t* xs, const double* S, const double* T, int64_t lo,
+                         int64_t hi);
+// The entries of [0, n) with mass(p_v) > 0 or mass(q_v) > 0, in order: idx[j] = v,
+// pl[j] = mass(p_v), ql[j] = mass(q_v); returns their count (the arrays hold n + 16 entries).
+int64_t compact_union_host(const float* p, const float* q, int64_t n, int32_t* idx, float* pl,
+                           float* ql);
 // sum over v in [lo, hi) of float64(mass(p_v))
 double mass_sum_host(const float* p, int64_t lo, int64_t hi);
 // probs_from_logits pass 1 (specops/probs.h): o_v = x_v = l_v / div with l = u + s (c - u) (three

@@ -31,18 +31,24 @@ ListBuffers& list_buffers(int64_t vocab) {
   return b;
 }
 
-// The positive entries of one target row p, compacted in order (idx: ids, pos: mass(p)), and,
-// after a residual sum, their residuals r = max(p - q, 0) against (q, x) (res).  A work item's
-// draws over that row (the residual or fresh draw, then the candidates) read the lists instead
-// of the row: zero entries add nothing to a draw's prefix sums, so a draw over a list is the
-// draw over the row (summation order aside), and the row is read once.
+// One row's entries that can carry mass, compacted in order (idx: their ids):
+//   kPos    the positive entries of a target row p, pos = mass(p);
+//   kResid  the same, res = their residuals r = max(p - q, 0) against (q, x) (a line node);
+//   kUnion  the entries where the walk's rows p0 or q0 are positive, pos = mass(p0),
+//           res = mass(q0) (the walk's passes at one node, rejection after rejection).
+// A work item's passes over the row read the lists instead: entries outside them are 0 in every
+// sum and draw, and zero entries add nothing to a draw's prefix sums, so a pass over a list is
+// the pass over the row (summation order aside), and the row is read once.
 struct RowLists {
-  const float* p = nullptr;  // the row the lists hold, or nullptr
-  const float* q = nullptr;  // res holds the residual against (q, x) when has_res
+  enum Kind { kNone, kPos, kResid, kUnion } kind = kNone;
+  const float* p = nullptr;  // the rows (and x) the lists were built from
+  const float* q = nullptr;
   int64_t x = -1;
-  bool has_res = false;
   int64_t m = 0;  // list length
   ListBuffers* buf = nullptr;
+  bool holds(Kind k, const float* p_, const float* q_, int64_t x_) const {
+    return kind == k && p == p_ && q == q_ && x == x_;
+  }
 };
 
 // Vocabulary passes of the CPU twin.  One object per work item (copied from a template): its
@@ -60,11 +66,11 @@ struct HostJacobiOps {
   }
   // The residual's sum, compacting p and the residual on the way (one pass over p and q).
   double sum(const ResidW& r) {
-    lists.buf = &list_buffers(vocab);
+    ListBuffers& b = list_buffers(vocab);
     double s = 0.0;
-    lists.m = compact_resid_host(r.p, r.q, r.x, vocab, lists.buf->idx.data(),
-                                 lists.buf->pos.data(), lists.buf->res.data(), &s);
-    lists = RowLists{r.p, r.q, r.x, true, lists.m, lists.buf};
+    const int64_t m =
+        compact_resid_host(r.p, r.q, r.x, vocab, b.idx.data(), b.pos.data(), b.res.data(), &s);
+    lists = RowLists{RowLists::kResid, r.p, r.q, r.x, m, &b};
     return s;
   }
 
@@ -77,18 +83,40 @@ struct HostJacobiOps {
   int32_t draw(const W& w, float u) const {
     return draw_host(w, vocab, u);
   }
-  void sum2(const WalkRejectTerms& f, double* s1, double* s2) const {  // vectorised
+  // The walk at a node with draft rows: its passes run over the union list of p0 and q0.
+  void sum2(const WalkRejectTerms& f, double* s1, double* s2) {
     const WalkRow& r = f.row;
-    walk_terms_sum_host(r.p0, r.q0, r.j, r.xs, r.S, r.T, f.x, vocab, s1, s2);
+    if (r.q0 == nullptr)
+      return walk_terms_sum_host(r.p0, r.q0, nullptr, r.j, r.xs, r.S, r.T, f.x, vocab, s1, s2);
+    union_lists(r.p0, r.q0);
+    const ListBuffers& b = *lists.buf;
+    walk_terms_sum_host(b.pos.data(), b.res.data(), b.idx.data(), r.j, r.xs, r.S, r.T, f.x,
+                        lists.m, s1, s2);
   }
-  int32_t draw(const WalkPosW& w, float u) const {
+  int32_t draw(const WalkPosW& w, float u) {
     const WalkRow& r = w.row;
-    return draw_host_chunked(w, vocab, u, [&](int64_t lo, int64_t hi) {
-      return walk_pos_sum_host(r.p0, r.q0, r.j, r.xs, r.S, r.T, lo, hi);
-    });
+    if (r.q0 == nullptr)
+      return draw_host_chunked(w, vocab, u, [&](int64_t lo, int64_t hi) {
+        return walk_pos_sum_host(r.p0, r.q0, nullptr, r.j, r.xs, r.S, r.T, lo, hi);
+      });
+    union_lists(r.p0, r.q0);
+    if (lists.m == 0) return 0;  // no mass: the fallback token
+    const ListBuffers& b = *lists.buf;
+    const float *pl = b.pos.data(), *ql = b.res.data();
+    const int32_t* ids = b.idx.data();
+    const WalkRow lr{pl, ql, r.j, r.xs, r.S, r.T};
+    const auto weight = [&](int64_t i) {  // relu(p_j) of list entry i (WalkPosW at its id)
+      float p = pl[i], q = ql[i];
+      lr.steps(ids[i], p, q);
+      return relu(p);
+    };
+    const auto chunk_sum = [&](int64_t lo, int64_t hi) {
+      return walk_pos_sum_host(pl, ql, ids, r.j, r.xs, r.S, r.T, lo, hi);
+    };
+    return ids[draw_host_chunked(weight, lists.m, u, chunk_sum)];
   }
   int32_t draw(const PosW& w, float u) {  // over p's list (compacted here if not yet)
-    compact(w.p);
+    pos_lists(w.p);
     if (lists.m == 0) return 0;  // no mass: the fallback token
     const float* pos = lists.buf->pos.data();
     const auto chunk_sum = [&](int64_t lo, int64_t hi) { return mass_sum_host(pos, lo, hi); };
@@ -96,7 +124,7 @@ struct HostJacobiOps {
   }
   // norm(r)_v = float32(float64(r_v) / s) over the residual's list when the lists hold it
   int32_t draw(const NormResidW& w, float u) const {
-    if (lists.has_res && lists.p == w.r.p && lists.q == w.r.q && lists.x == w.r.x) {
+    if (lists.holds(RowLists::kResid, w.r.p, w.r.q, w.r.x)) {
       const float* res = lists.buf->res.data();
       const NormResidW lw{ResidW{res, nullptr, -1}, w.s};
       const auto chunk_sum = [&](int64_t lo, int64_t hi) {
@@ -113,10 +141,10 @@ struct HostJacobiOps {
   // mass(p) without them.  j >= the number of positive entries: -1.  At most one pass over the
   // row (none after a draw that compacted it) and k uniforms, whatever the row's support.
   void candidates(const float* p, int64_t row, int64_t draw0, int64_t k, int32_t* out) {
-    compact(p);
+    pos_lists(p);
     float* w = lists.buf->pos.data();
     const int64_t m = lists.m;
-    lists.p = nullptr;  // the list is consumed below
+    lists.kind = RowLists::kNone;  // the list is consumed below
     for (int64_t j = 0; j < k; ++j) {
       if (j >= m) {
         out[j] = -1;
@@ -130,11 +158,18 @@ struct HostJacobiOps {
   }
 
  private:
-  void compact(const float* p) {
-    if (lists.p == p) return;
-    lists.buf = &list_buffers(vocab);
-    lists.m = compact_above_host(p, 0, vocab, 0.f, lists.buf->idx.data(), lists.buf->pos.data());
-    lists = RowLists{p, nullptr, -1, false, lists.m, lists.buf};
+  // p's positive entries (a residual's lists hold them too)
+  void pos_lists(const float* p) {
+    if ((lists.kind == RowLists::kPos || lists.kind == RowLists::kResid) && lists.p == p) return;
+    ListBuffers& b = list_buffers(vocab);
+    const int64_t m = compact_above_host(p, 0, vocab, 0.f, b.idx.data(), b.pos.data());
+    lists = RowLists{RowLists::kPos, p, nullptr, -1, m, &b};
+  }
+  void union_lists(const float* p0, const float* q0) {
+    if (lists.holds(RowLists::kUnion, p0, q0, -1)) return;
+    ListBuffers& b = list_buffers(vocab);
+    const int64_t m = compact_union_host(p0, q0, vocab, b.idx.data(), b.pos.data(), b.res.data());
+    lists = RowLists{RowLists::kUnion, p0, q0, -1, m, &b};
   }
 };
 

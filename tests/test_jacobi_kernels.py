@@ -201,6 +201,34 @@ def test_tree_matches_reference(be, cont):
 
 
 @pytest.mark.parametrize("be", BACKENDS)
+def test_tree_sparse_rows_match_reference(be):
+    """Top-k filtered rows (what SJD-PAC samples from) with p and q on different supports, the
+    root's children rejected for sure: the walk's passes over the joint support of p and q and
+    the line's passes over p's support (the CPU twin's compacted lists) give the reference's
+    tokens and candidates, draft entries outside p's support included."""
+    gen = _gen(41)
+    t = Tree.kary_chain(3, 2, 12)
+    b, n, v = 8, 12, 300
+    kids = [c for c in range(n) if t.parents[0, c].item() == 0]
+
+    def top_k(logits, k):
+        kth = logits.topk(k, -1).values[..., -1:]
+        return torch.softmax(logits.masked_fill(logits < kth, float("-inf")), -1)
+
+    for k in (4, 40):
+        lq = torch.randn(b, n, v, generator=gen) * 3.0
+        p, q = top_k(lq + torch.randn(b, n, v, generator=gen), k), top_k(lq, k)
+        _, x, _ = tree_case(b, t, v, gen)
+        x[:, kids] = torch.multinomial(q[:, 0], len(kids), generator=gen)
+        for bb in range(b):  # p(x) = 0 for every child of the root
+            p[bb, 0, x[bb, kids]] = 0.0
+            p[bb, 0] /= p[bb, 0].sum()
+        for seed in range(3):
+            r = check(be, p, x, q, tree=t, num_candidates=3, seed=seed)
+            assert (r.num_accepted == 0).all() and (r.first_reject == 0).all()
+
+
+@pytest.mark.parametrize("be", BACKENDS)
 def test_tree_candidates_match_reference(be):
     gen = _gen(6)
     for bb, shape, v, kind, k in [
