@@ -138,22 +138,27 @@ struct HostJacobiOps {
   }
 
   // Candidate j is the draw over p's list with candidates 0..j-1 zeroed in place: the draw from
-  // mass(p) without them.  j >= the number of positive entries: -1.  At most one pass over the
-  // row (none after a draw that compacted it) and k uniforms, whatever the row's support.
+  // mass(p) without them.  j >= the number of positive entries: -1.  The list's chunk sums are
+  // taken once; after each draw only the chunk that lost the drawn entry is summed again.  At
+  // most one pass over the row (none after a draw that compacted it) and k uniforms.
   void candidates(const float* p, int64_t row, int64_t draw0, int64_t k, int32_t* out) {
     pos_lists(p);
     float* w = lists.buf->pos.data();
     const int64_t m = lists.m;
     lists.kind = RowLists::kNone;  // the list is consumed below
+    const auto chunk_sum = [&](int64_t lo, int64_t hi) { return mass_sum_host(w, lo, hi); };
+    DrawChunks ch(m);
+    if (k > 0 && m > 0) ch.fill(chunk_sum);
     for (int64_t j = 0; j < k; ++j) {
       if (j >= m) {
         out[j] = -1;
         continue;
       }
-      const auto chunk_sum = [&](int64_t lo, int64_t hi) { return mass_sum_host(w, lo, hi); };
-      const int32_t i = draw_host_chunked(PosW{w}, m, rng->uniform(row, draw0 + j), chunk_sum);
+      const int32_t i = draw_in_chunks(PosW{w}, ch, rng->uniform(row, draw0 + j));
       out[j] = lists.buf->idx[i];
       w[i] = 0.f;
+      const int64_t c = i / ch.size;
+      ch.sums[c] = chunk_sum(ch.lo(c), ch.hi(c));
     }
   }
 

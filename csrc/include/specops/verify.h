@@ -334,33 +334,44 @@ inline int32_t inverse_cdf_host(W w, int64_t vocab, double target) {
   return last;
 }
 
-// The whole draw t ~ w with uniform u:  min{i : w_0 + ... + w_i > u * total, w_i > 0}, else the
-// last i with w_i > 0, else 0.  One pass computes chunk sums (their sum is the total); the scan
-// then skips whole chunks and walks entry by entry only through the chunk holding u * total.
-// chunk_sum(lo, hi) = sum of w over [lo, hi) in float64 (any order: a vectorised pass may stand
-// in for sum_range_host).
-template <typename W, typename ChunkSum>
-inline int32_t draw_host_chunked(W w, int64_t vocab, float u, const ChunkSum& chunk_sum) {
-  constexpr int64_t kMaxChunks = 256;
-  int64_t chunk = (vocab + kMaxChunks - 1) / kMaxChunks;
-  chunk = chunk < 256 ? 256 : chunk;
-  double sums[kMaxChunks];
-  const int64_t nchunks = (vocab + chunk - 1) / chunk;
-  double total = 0.0;
-  for (int64_t c = 0; c < nchunks; ++c) {
-    const int64_t hi = (c + 1) * chunk < vocab ? (c + 1) * chunk : vocab;
-    sums[c] = chunk_sum(c * chunk, hi);
-    total += sums[c];
+// The chunks of a host draw over n entries (at most kMax of at least 256 entries) and their
+// float64 sums; the total is their sum in chunk order.
+struct DrawChunks {
+  static constexpr int64_t kMax = 256;
+  int64_t n, size, count;
+  double sums[kMax];
+  explicit DrawChunks(int64_t n_) : n(n_) {
+    size = (n + kMax - 1) / kMax;
+    size = size < 256 ? 256 : size;
+    count = (n + size - 1) / size;
   }
-  const double target = static_cast<double>(u) * total;
+  int64_t lo(int64_t c) const { return c * size; }
+  int64_t hi(int64_t c) const { return (c + 1) * size < n ? (c + 1) * size : n; }
+  // chunk_sum(lo, hi) = sum of w over [lo, hi) in float64 (any order)
+  template <typename ChunkSum>
+  void fill(const ChunkSum& chunk_sum) {
+    for (int64_t c = 0; c < count; ++c) sums[c] = chunk_sum(lo(c), hi(c));
+  }
+  double total() const {
+    double t = 0.0;
+    for (int64_t c = 0; c < count; ++c) t += sums[c];
+    return t;
+  }
+};
+
+// The draw t ~ w with uniform u given w's chunk sums: min{i : w_0 + ... + w_i > u * total,
+// w_i > 0}, else the last i with w_i > 0, else 0.  The scan skips whole chunks and walks entry by
+// entry only through the chunk holding u * total.
+template <typename W>
+inline int32_t draw_in_chunks(W w, const DrawChunks& ch, float u) {
+  const double target = static_cast<double>(u) * ch.total();
   double running = 0.0;
-  for (int64_t c = 0; c < nchunks; ++c) {
-    if (running + sums[c] <= target) {
-      running += sums[c];
+  for (int64_t c = 0; c < ch.count; ++c) {
+    if (running + ch.sums[c] <= target) {
+      running += ch.sums[c];
       continue;
     }
-    const int64_t hi = (c + 1) * chunk < vocab ? (c + 1) * chunk : vocab;
-    for (int64_t i = c * chunk; i < hi; ++i) {
+    for (int64_t i = ch.lo(c); i < ch.hi(c); ++i) {
       const double wi = static_cast<double>(w(i));
       if (wi > 0.0) {
         running += wi;
@@ -368,9 +379,18 @@ inline int32_t draw_host_chunked(W w, int64_t vocab, float u, const ChunkSum& ch
       }
     }
   }
-  for (int64_t i = vocab - 1; i >= 0; --i)  // rounding ran past the end: last positive entry
+  for (int64_t i = ch.n - 1; i >= 0; --i)  // rounding ran past the end: last positive entry
     if (static_cast<double>(w(i)) > 0.0) return static_cast<int32_t>(i);
   return 0;
+}
+
+// The whole draw t ~ w with uniform u (draw_in_chunks): one pass computes the chunk sums
+// (chunk_sum: a vectorised pass may stand in for sum_range_host), then the scan.
+template <typename W, typename ChunkSum>
+inline int32_t draw_host_chunked(W w, int64_t vocab, float u, const ChunkSum& chunk_sum) {
+  DrawChunks ch(vocab);
+  ch.fill(chunk_sum);
+  return draw_in_chunks(w, ch, u);
 }
 
 template <typename W>
