@@ -50,6 +50,22 @@ double walk_pos_tail(const float* p0, const float* q0, const int32_t* ids, int64
   return s;
 }
 
+// Entries [v, n) of compact_resid_host, written from idx/pos/res[0] (their residuals added to
+// *s); returns their count.
+int64_t compact_resid_tail(const float* p, const float* q, int64_t x, int64_t v, int64_t n,
+                           int32_t* idx, float* pos, float* res, double* s) {
+  int64_t m = 0;
+  for (; v < n; ++v) {  // branch-free compaction
+    const float pv = mass(p[v]), r = residual_at(p, q, x, v);
+    *s += static_cast<double>(r);
+    idx[m] = static_cast<int32_t>(v);
+    pos[m] = pv;
+    res[m] = r;
+    m += pv > 0.f ? 1 : 0;
+  }
+  return m;
+}
+
 // Entries [v, n) of compact_union_host, written from idx/pl/ql[0]; returns their count.
 int64_t compact_union_tail(const float* p, const float* q, int64_t v, int64_t n, int32_t* idx,
                            float* pl, float* ql) {
@@ -119,16 +135,18 @@ SPECOPS_AVX512 inline __m512d norm8(__m256 r, __m512d s) {
   return _mm512_cvtps_pd(_mm512_cvtpd_ps(_mm512_div_pd(_mm512_cvtps_pd(r), s)));
 }
 
+// a0 += norm(r[0..8)), a1 += norm(r[8..16)) in float64 (norm8)
+SPECOPS_AVX512 inline void add_norm16(__m512d& a0, __m512d& a1, __m512 r, __m512d s) {
+  a0 = _mm512_add_pd(a0, norm8(_mm512_castps512_ps256(r), s));
+  a1 = _mm512_add_pd(a1, norm8(_mm512_extractf32x8_ps(r, 1), s));
+}
+
 SPECOPS_AVX512 double norm_resid_sum_avx512(const float* p, const float* q, double s, int64_t lo,
                                             int64_t hi) {
   const __m512d sv = _mm512_set1_pd(s);
   __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
   int64_t v = lo;
-  for (; v + 16 <= hi; v += 16) {
-    const __m512 r = resid16(p, q, v);
-    a0 = _mm512_add_pd(a0, norm8(_mm512_castps512_ps256(r), sv));
-    a1 = _mm512_add_pd(a1, norm8(_mm512_extractf32x8_ps(r, 1), sv));
-  }
+  for (; v + 16 <= hi; v += 16) add_norm16(a0, a1, resid16(p, q, v), sv);
   double t = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
   for (; v < hi; ++v) t += static_cast<double>(normalised(residual_at(p, q, -1, v), s));
   return t;
@@ -374,28 +392,15 @@ SPECOPS_AVX512 int64_t compact_resid_avx512(const float* p, const float* q, int6
     _mm512_storeu_ps(res + m, _mm512_maskz_compress_ps(ok, r));
     m += append16(ok, pv, v, pos + m, idx + m);
   }
-  double t = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
-  for (; v < n; ++v) {
-    const float pv = mass(p[v]), r = residual_at(p, q, x, v);
-    t += static_cast<double>(r);
-    idx[m] = static_cast<int32_t>(v);
-    pos[m] = pv;
-    res[m] = r;
-    m += pv > 0.f ? 1 : 0;
-  }
-  *s = t;
-  return m;
+  *s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+  return m + compact_resid_tail(p, q, x, v, n, idx + m, pos + m, res + m, s);
 }
 
 SPECOPS_AVX512 double norm_sum_avx512(const float* r, double s, int64_t lo, int64_t hi) {
   const __m512d sv = _mm512_set1_pd(s);
   __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
   int64_t v = lo;
-  for (; v + 16 <= hi; v += 16) {
-    const __m512 x = _mm512_loadu_ps(r + v);
-    a0 = _mm512_add_pd(a0, norm8(_mm512_castps512_ps256(x), sv));
-    a1 = _mm512_add_pd(a1, norm8(_mm512_extractf32x8_ps(x, 1), sv));
-  }
+  for (; v + 16 <= hi; v += 16) add_norm16(a0, a1, _mm512_loadu_ps(r + v), sv);
   double t = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
   for (; v < hi; ++v) t += static_cast<double>(normalised(r[v], s));
   return t;
@@ -585,32 +590,15 @@ int64_t compact_resid_host(const float* p, const float* q, int64_t x, int64_t n,
 #if defined(SPECOPS_HOST_AVX512)
   if (have_avx512()) return compact_resid_avx512(p, q, x, n, idx, pos, res, s);
 #endif
-  int64_t m = 0;
-  double t0 = 0.0, t1 = 0.0;  // two chains, as resid_sum_host
-  for (int64_t v = 0; v < n; ++v) {  // branch-free compaction
-    const float pv = mass(p[v]), r = residual_at(p, q, x, v);
-    (v & 1 ? t1 : t0) += static_cast<double>(r);
-    idx[m] = static_cast<int32_t>(v);
-    pos[m] = pv;
-    res[m] = r;
-    m += pv > 0.f ? 1 : 0;
-  }
-  *s = t0 + t1;
-  return m;
+  *s = 0.0;
+  return compact_resid_tail(p, q, x, 0, n, idx, pos, res, s);
 }
 
 double norm_sum_host(const float* r, double s, int64_t lo, int64_t hi) {
 #if defined(SPECOPS_HOST_AVX512)
   if (have_avx512()) return norm_sum_avx512(r, s, lo, hi);
 #endif
-  double t0 = 0.0, t1 = 0.0;
-  int64_t v = lo;
-  for (; v + 2 <= hi; v += 2) {
-    t0 += static_cast<double>(normalised(r[v], s));
-    t1 += static_cast<double>(normalised(r[v + 1], s));
-  }
-  for (; v < hi; ++v) t0 += static_cast<double>(normalised(r[v], s));
-  return t0 + t1;
+  return norm_resid_sum_host(r, nullptr, -1, s, lo, hi);  // r_j = max(r_j - 0, 0) for r_j >= 0
 }
 
 int64_t gumbel_survivors_host(const float* u, const float* pos, int64_t m, float scale,
