@@ -68,7 +68,7 @@ def successive_draws(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     (``u`` [R, k]) -> [R, k] int32: draw j is ``inverse_cdf`` of ``mass(p)`` with the ids of draws
     0..j-1 set to 0, with uniform u[:, j]; -1 once no positive entry is left.  Same distribution
     as Gumbel top-k (sequential sampling without replacement), k uniforms instead of V."""
-    w = mass(p).clone()
+    w = mass(p)  # a new tensor: zeroing draws below leaves p alone
     rows = torch.arange(w.shape[0], device=w.device)
     out = []
     for j in range(u.shape[1]):
