@@ -126,9 +126,29 @@ auto cuda(Args (*make)(bool, P...), std::string (*launch)(const Args&, void*), c
   };
 }
 
+// The same launcher built over the SIMT emulation (backend "cuda_sim", csrc/sim): the CUDA
+// kernel's arguments and workspaces, on CPU tensors; no stream.  The GIL is released while it
+// runs.
+template <typename Args, typename... P>
+auto cuda_sim(Args (*make)(bool, P...), std::string (*launch)(const Args&, void*), const char* op) {
+  return [make, launch, op](P... p) {
+    Args a = [&] {
+      SimArgs sim;
+      return make(true, p...);
+    }();
+    std::string err;
+    {
+      pybind11::gil_scoped_release release;
+      err = launch(a, nullptr);
+    }
+    check_cuda_error(err, op);
+  };
+}
+
 // Names of the kernels compiled into the module, for specops.build_info().
 std::vector<std::string>& host_kernel_names();
 std::vector<std::string>& cuda_kernel_names();
+std::vector<std::string>& cuda_sim_kernel_names();
 
 void bind_sample(pybind11::module_& m);
 void bind_verify(pybind11::module_& m);
@@ -137,5 +157,6 @@ void bind_features(pybind11::module_& m);
 void bind_jacobi(pybind11::module_& m);
 void bind_probs(pybind11::module_& m);
 void bind_tree_attention(pybind11::module_& m);
+void bind_sim_checks(pybind11::module_& m);  // csrc/sim/planted.cpp
 
 }  // namespace specops

@@ -2,9 +2,7 @@
 // checks live in specops/ops/verify.py, the normalisation in specops/ops/_jacobi_kernels.py.
 #include "bind.h"
 #include "specops/jacobi.h"
-#ifdef SPECOPS_WITH_CUDA
-#include "jacobi_launch.h"
-#endif
+#include "launchers.h"
 
 namespace py = pybind11;
 using T = const specops::TensorArg&;
@@ -67,7 +65,12 @@ void bind_jacobi(py::module_& m) {
   m.def("verify_jacobi_cpu", host(jacobi_args, verify_jacobi_host));
 #ifdef SPECOPS_WITH_CUDA
   cuda_kernel_names().push_back("verify_jacobi");
-  m.def("verify_jacobi_cuda", cuda(jacobi_args, launch_verify_jacobi_cuda, "verify_jacobi"));
+  m.def("verify_jacobi_cuda", cuda(jacobi_args, gpu::launch_verify_jacobi, "verify_jacobi"));
+#endif
+#ifdef SPECOPS_WITH_CUDA_SIM
+  cuda_sim_kernel_names().push_back("verify_jacobi");
+  m.def("verify_jacobi_cuda_sim",
+        cuda_sim(jacobi_args, sim::launch_verify_jacobi, "verify_jacobi"));
 #endif
 }
 

@@ -8,9 +8,7 @@
 
 #include "bind.h"
 #include "specops/kv.h"
-#ifdef SPECOPS_WITH_CUDA
-#include "kv_launch.h"
-#endif
+#include "launchers.h"
 
 namespace py = pybind11;
 using T = const specops::TensorArg&;
@@ -100,7 +98,7 @@ CommitBinding commit_args(bool cuda, T caches, T bases, int64_t bases_align, T s
 
 void run_host(const CommitBinding& r) { commit_kv_host(r.a); }
 
-#ifdef SPECOPS_WITH_CUDA
+#if defined(SPECOPS_WITH_CUDA) || defined(SPECOPS_WITH_CUDA_SIM)
 // Vector width: the largest of 16, 8, 4, 2, 1 bytes dividing the geometry and the addresses.
 int vec_bytes(int64_t align) {
   for (int w : {16, 8, 4, 2})
@@ -108,15 +106,39 @@ int vec_bytes(int64_t align) {
   return 1;
 }
 
-void commit_cuda(T caches, T bases, int64_t bases_align, T seqlens, T slots, T block_table,
-                 T counters, int64_t stream) {
+// The CUDA kernel's arguments: the cache geometry, its vector width and the completion counters.
+std::pair<CommitBinding, int32_t*> cuda_args(T caches, T bases, int64_t bases_align, T seqlens,
+                                             T slots, T block_table, T counters) {
   CommitBinding r = commit_args(true, caches, bases, bases_align, seqlens, slots, block_table);
   const ArgCheck c{"commit_kv", true};
   c.contiguous(c.need(counters, "counters", DType::i32, 1), "counters");
   if (counters.size[0] < r.a.batch) c.fail("counters", "must have one entry per request");
-  check_cuda_error(
-      launch_commit_kv_cuda(r.a, vec_bytes(r.align), counters.as<int32_t>(), ptr<void>(stream)),
-      "commit_kv");
+  return {r, counters.as<int32_t>()};
+}
+#endif
+
+#ifdef SPECOPS_WITH_CUDA
+void commit_cuda(T caches, T bases, int64_t bases_align, T seqlens, T slots, T block_table,
+                 T counters, int64_t stream) {
+  auto [r, cnt] = cuda_args(caches, bases, bases_align, seqlens, slots, block_table, counters);
+  check_cuda_error(gpu::launch_commit_kv(r.a, vec_bytes(r.align), cnt, ptr<void>(stream)),
+                   "commit_kv");
+}
+#endif
+
+#ifdef SPECOPS_WITH_CUDA_SIM
+void commit_cuda_sim(T caches, T bases, int64_t bases_align, T seqlens, T slots, T block_table,
+                     T counters) {
+  auto [r, cnt] = [&] {
+    SimArgs sim;
+    return cuda_args(caches, bases, bases_align, seqlens, slots, block_table, counters);
+  }();
+  std::string err;
+  {
+    py::gil_scoped_release release;
+    err = sim::launch_commit_kv(r.a, vec_bytes(r.align), cnt, nullptr);
+  }
+  check_cuda_error(err, "commit_kv");
 }
 #endif
 
@@ -128,6 +150,10 @@ void bind_kv(py::module_& m) {
 #ifdef SPECOPS_WITH_CUDA
   cuda_kernel_names().push_back("commit_kv");
   m.def("commit_kv_cuda", &commit_cuda);
+#endif
+#ifdef SPECOPS_WITH_CUDA_SIM
+  cuda_sim_kernel_names().push_back("commit_kv");
+  m.def("commit_kv_cuda_sim", &commit_cuda_sim);
 #endif
 }
 

@@ -2,9 +2,7 @@
 // [rows] contiguous.  specops/ops/sample.py flattens the leading dims and normalises.
 #include "bind.h"
 #include "specops/sample.h"
-#ifdef SPECOPS_WITH_CUDA
-#include "cuda_bindings.h"
-#endif
+#include "launchers.h"
 
 namespace py = pybind11;
 using T = const specops::TensorArg&;
@@ -38,11 +36,11 @@ void run_host(const SampleArgs& a) {
   sample_host(a.probs, a.rows, a.vocab, a.row_stride, a.rng, a.out);
 }
 
-#ifdef SPECOPS_WITH_CUDA
+template <std::string (*Launch)(const float*, int64_t, int64_t, int64_t, RngArgs, int32_t*,
+                                 void*)>
 std::string run_cuda(const SampleArgs& a, void* stream) {
-  return launch_sample_cuda(a.probs, a.rows, a.vocab, a.row_stride, a.rng, a.out, stream);
+  return Launch(a.probs, a.rows, a.vocab, a.row_stride, a.rng, a.out, stream);
 }
-#endif
 
 }  // namespace
 
@@ -51,7 +49,11 @@ void bind_sample(py::module_& m) {
   m.def("sample_cpu", host(sample_args, run_host));
 #ifdef SPECOPS_WITH_CUDA
   cuda_kernel_names().push_back("sample");
-  m.def("sample_cuda", cuda(sample_args, run_cuda, "sample"));
+  m.def("sample_cuda", cuda(sample_args, run_cuda<gpu::launch_sample>, "sample"));
+#endif
+#ifdef SPECOPS_WITH_CUDA_SIM
+  cuda_sim_kernel_names().push_back("sample");
+  m.def("sample_cuda_sim", cuda_sim(sample_args, run_cuda<sim::launch_sample>, "sample"));
 #endif
 }
 

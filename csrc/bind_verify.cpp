@@ -5,9 +5,7 @@
 #include "bind.h"
 #include "specops/path_acceptance.h"
 #include "specops/verify.h"
-#ifdef SPECOPS_WITH_CUDA
-#include "verify_launch.h"
-#endif
+#include "launchers.h"
 
 namespace py = pybind11;
 using T = const specops::TensorArg&;
@@ -141,11 +139,22 @@ void bind_verify(py::module_& m) {
   cuda_kernel_names().push_back("verify_tree");
   cuda_kernel_names().push_back("sample_without_replacement");
   cuda_kernel_names().push_back("path_acceptance");
-  m.def("verify_chain_cuda", cuda(chain_args, launch_verify_chain_cuda, "verify_chain"));
-  m.def("verify_tree_cuda", cuda(tree_args, launch_verify_tree_cuda, "verify_tree"));
+  m.def("verify_chain_cuda", cuda(chain_args, gpu::launch_verify_chain, "verify_chain"));
+  m.def("verify_tree_cuda", cuda(tree_args, gpu::launch_verify_tree, "verify_tree"));
   m.def("sample_without_replacement_cuda",
-        cuda(wor_args, launch_sample_wor_cuda, "sample_without_replacement"));
-  m.def("path_acceptance_cuda", cuda(path_args, launch_path_acceptance_cuda, "path_acceptance"));
+        cuda(wor_args, gpu::launch_sample_wor, "sample_without_replacement"));
+  m.def("path_acceptance_cuda", cuda(path_args, gpu::launch_path_acceptance, "path_acceptance"));
+#endif
+#ifdef SPECOPS_WITH_CUDA_SIM
+  for (const char* k : {"verify_chain", "verify_tree", "sample_without_replacement",
+                        "path_acceptance"})
+    cuda_sim_kernel_names().push_back(k);
+  m.def("verify_chain_cuda_sim", cuda_sim(chain_args, sim::launch_verify_chain, "verify_chain"));
+  m.def("verify_tree_cuda_sim", cuda_sim(tree_args, sim::launch_verify_tree, "verify_tree"));
+  m.def("sample_without_replacement_cuda_sim",
+        cuda_sim(wor_args, sim::launch_sample_wor, "sample_without_replacement"));
+  m.def("path_acceptance_cuda_sim",
+        cuda_sim(path_args, sim::launch_path_acceptance, "path_acceptance"));
 #endif
 }
 

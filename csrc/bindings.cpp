@@ -8,8 +8,8 @@
 #include "bind.h"
 #include "host_parallel.h"
 #include "specops/philox.h"
-#ifdef SPECOPS_WITH_CUDA
-#include "cuda_bindings.h"
+#if defined(SPECOPS_WITH_CUDA) || defined(SPECOPS_WITH_CUDA_SIM)
+#include "launchers.h"
 #endif
 
 namespace py = pybind11;
@@ -24,6 +24,10 @@ std::vector<std::string>& cuda_kernel_names() {
   static std::vector<std::string> names;
   return names;
 }
+std::vector<std::string>& cuda_sim_kernel_names() {
+  static std::vector<std::string> names;
+  return names;
+}
 }  // namespace specops
 
 PYBIND11_MODULE(_C, m) {
@@ -33,7 +37,7 @@ PYBIND11_MODULE(_C, m) {
   m.attr("with_cuda") = true;
   m.attr("cuda_archs") = std::string(SPECOPS_CUDA_ARCHS_STR);
   m.attr("cuda_version") = std::string(SPECOPS_CUDA_VERSION_STR);
-  m.def("cuda_device_count", &cuda_device_count);
+  m.def("cuda_device_count", &gpu::device_count);
 #else
   m.attr("with_cuda") = false;
   m.attr("cuda_archs") = std::string();
@@ -69,4 +73,11 @@ PYBIND11_MODULE(_C, m) {
 
   m.attr("host_kernels") = host_kernel_names();
   m.attr("cuda_kernels") = cuda_kernel_names();
+  m.attr("cuda_sim_kernels") = cuda_sim_kernel_names();
+#ifdef SPECOPS_WITH_CUDA_SIM
+  m.attr("with_cuda_sim") = true;
+  bind_sim_checks(m);
+#else
+  m.attr("with_cuda_sim") = false;
+#endif
 }

@@ -1,20 +1,23 @@
-#include "jacobi_launch.h"
+#include "launchers.h"
 #include "specops/jacobi.cuh"
+#include "specops/launch.cuh"
 
 namespace specops {
+namespace SPECOPS_LAUNCH_NS {
 
 // Chain mode: grid (L, B); tree mode: grid (L, B) with dynamic shared memory for the walk's
 // rejection state and the tree shape (see specops/jacobi.cuh).
-std::string launch_verify_jacobi_cuda(const JacobiArgs& args, void* stream) {
+std::string launch_verify_jacobi(const JacobiArgs& args, void* stream) {
   if (args.batch == 0 || args.len == 0) return std::string();
   if (args.batch > 65535) return std::string("batch > 65535 is not supported by the CUDA kernel");
   constexpr int kBlock = 512;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const dim3 grid(static_cast<unsigned>(args.len), static_cast<unsigned>(args.batch));
+  cudaError_t err;
   if (args.first_child == nullptr) {
-    const dim3 grid(static_cast<unsigned>(args.len), static_cast<unsigned>(args.batch));
-    jacobi_chain_kernel<kBlock><<<grid, kBlock, 0, s>>>(args);
+    err = launch_kernel("jacobi_chain_kernel", jacobi_chain_kernel<kBlock>, grid, dim3(kBlock), 0,
+                        s, args);
   } else {
-    const dim3 grid(static_cast<unsigned>(args.len), static_cast<unsigned>(args.batch));
     const size_t smem = jacobi_tree_smem(args.len);
     if (smem > 48 * 1024) {
       const cudaError_t e =
@@ -22,10 +25,11 @@ std::string launch_verify_jacobi_cuda(const JacobiArgs& args, void* stream) {
                                cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       if (e != cudaSuccess) return std::string(cudaGetErrorString(e));
     }
-    jacobi_tree_kernel<kBlock><<<grid, kBlock, smem, s>>>(args);
+    err = launch_kernel("jacobi_tree_kernel", jacobi_tree_kernel<kBlock>, grid, dim3(kBlock), smem,
+                        s, args);
   }
-  const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? std::string() : std::string(cudaGetErrorString(err));
 }
 
+}  // namespace SPECOPS_LAUNCH_NS
 }  // namespace specops

@@ -1,6 +1,9 @@
+#include "launchers.h"
 #include "specops/kv.cuh"
+#include "specops/launch.cuh"
 
 namespace specops {
+namespace SPECOPS_LAUNCH_NS {
 
 namespace {
 
@@ -15,14 +18,12 @@ cudaError_t launch(const CommitKVArgs& a, int32_t* counters, cudaStream_t stream
                   static_cast<unsigned>(a.batch));
   const size_t smem = static_cast<size_t>(2 * a.max_moves) * sizeof(int64_t);
   const int32_t blocks_per_request = static_cast<int32_t>(chunks * 2 * a.layers);
-  commit_kv_kernel<Vec, kTile><<<grid, threads, smem, stream>>>(a, counters, blocks_per_request);
-  return cudaGetLastError();
+  return launch_kernel("commit_kv_kernel", commit_kv_kernel<Vec, kTile>, grid,
+                       dim3(static_cast<unsigned>(threads)), smem, stream, a, counters,
+                       blocks_per_request);
 }
 
-}  // namespace
-
-cudaError_t commit_kv_cuda(const CommitKVArgs& a, int vec_bytes, int32_t* counters,
-                           cudaStream_t stream) {
+cudaError_t commit(const CommitKVArgs& a, int vec_bytes, int32_t* counters, cudaStream_t stream) {
   if (a.batch == 0 || a.max_moves == 0 || a.layers == 0 || a.row_bytes == 0) return cudaSuccess;
   switch (vec_bytes) {
     case 16:
@@ -38,4 +39,13 @@ cudaError_t commit_kv_cuda(const CommitKVArgs& a, int vec_bytes, int32_t* counte
   }
 }
 
+}  // namespace
+
+std::string launch_commit_kv(const CommitKVArgs& a, int vec_bytes, int32_t* counters,
+                             void* stream) {
+  const cudaError_t err = commit(a, vec_bytes, counters, static_cast<cudaStream_t>(stream));
+  return err == cudaSuccess ? std::string() : std::string(cudaGetErrorString(err));
+}
+
+}  // namespace SPECOPS_LAUNCH_NS
 }  // namespace specops

@@ -1,14 +1,36 @@
+#include "launchers.h"
+#include "specops/launch.cuh"
 #include "specops/sample.cuh"
 
 namespace specops {
+namespace SPECOPS_LAUNCH_NS {
 
-cudaError_t sample_cuda(const float* probs, int64_t rows, int64_t vocab, int64_t row_stride,
-                        RngArgs rng, int32_t* out, cudaStream_t stream) {
-  if (rows == 0) return cudaSuccess;
+namespace {
+std::string error_text(cudaError_t err) {
+  return err == cudaSuccess ? std::string() : std::string(cudaGetErrorString(err));
+}
+}  // namespace
+
+std::string launch_sample(const float* probs, int64_t rows, int64_t vocab, int64_t row_stride,
+                          RngArgs rng, int32_t* out, void* stream) {
+  if (rows == 0) return std::string();
   constexpr int kBlock = 256;
-  sample_kernel<kBlock><<<static_cast<unsigned>(rows), kBlock, 0, stream>>>(probs, vocab,
-                                                                             row_stride, rng, out);
-  return cudaGetLastError();
+  return error_text(launch_kernel("sample_kernel", sample_kernel<kBlock>,
+                                  dim3(static_cast<unsigned>(rows)), dim3(kBlock), 0,
+                                  static_cast<cudaStream_t>(stream), probs, vocab, row_stride,
+                                  rng, out));
 }
 
+#ifndef SPECOPS_CUDA_SIM
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+#endif
+
+}  // namespace SPECOPS_LAUNCH_NS
 }  // namespace specops

@@ -135,6 +135,13 @@ void ArgCheck::fail(const char* name, const std::string& what) const {
   throw std::invalid_argument(std::string("specops.") + op + ": " + name + " " + what);
 }
 
+namespace {
+thread_local int g_sim_args = 0;
+}
+SimArgs::SimArgs() { ++g_sim_args; }
+SimArgs::~SimArgs() { --g_sim_args; }
+bool SimArgs::active() { return g_sim_args > 0; }
+
 static std::string shape_str(const TensorArg& t) {
   std::string s = "[";
   for (int i = 0; i < t.ndim; ++i) s += (i ? ", " : "") + std::to_string(t.size[i]);
@@ -144,8 +151,10 @@ static std::string shape_str(const TensorArg& t) {
 const TensorArg& ArgCheck::need(const TensorArg& t, const char* name, DType dtype, int ndim,
                                 std::initializer_list<int64_t> sizes) const {
   if (!t.defined()) fail(name, "is required, got None");
-  if (t.cuda != cuda)
-    fail(name, std::string("must be a ") + (cuda ? "CUDA" : "CPU") + " tensor for this backend");
+  const bool want_cuda = cuda && !SimArgs::active();
+  if (t.cuda != want_cuda)
+    fail(name, std::string("must be a ") + (want_cuda ? "CUDA" : "CPU") +
+                   " tensor for this backend");
   if (t.dtype != dtype)
     fail(name, std::string("must be ") + dtype_name(dtype) + " here, got " + dtype_name(t.dtype));
   if (t.ndim != ndim)

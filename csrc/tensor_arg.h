@@ -42,6 +42,16 @@ struct TensorArg {
 void init_tensor_arg(pybind11::module_& m);
 bool load_tensor_arg(PyObject* obj, TensorArg& out);
 
+// While one lives, ArgCheck{op, cuda = true} expects CPU tensors: a cuda_sim binding builds the
+// CUDA kernel's arguments (its layout and workspaces) from CPU tensors.
+struct SimArgs {
+  SimArgs();
+  ~SimArgs();
+  SimArgs(const SimArgs&) = delete;
+  SimArgs& operator=(const SimArgs&) = delete;
+  static bool active();
+};
+
 // Checks of what a kernel reads.  Every failure is a std::invalid_argument (Python ValueError):
 // "specops.<op>: <name> ...".
 struct ArgCheck {

@@ -1,50 +1,51 @@
+#include "launchers.h"
+#include "specops/launch.cuh"
 #include "specops/path_acceptance.cuh"
 #include "specops/sample_wor.cuh"
 #include "specops/verify.cuh"
-#include "verify_launch.h"
 
 namespace specops {
+namespace SPECOPS_LAUNCH_NS {
 
 namespace {
-std::string error_text() {
-  const cudaError_t err = cudaGetLastError();
+std::string error_text(cudaError_t err) {
   return err == cudaSuccess ? std::string() : std::string(cudaGetErrorString(err));
 }
 }  // namespace
 
-std::string launch_verify_chain_cuda(const VerifyChainArgs& args, void* stream) {
+std::string launch_verify_chain(const VerifyChainArgs& args, void* stream) {
   if (args.batch == 0) return std::string();
   constexpr int kBlock = 512;
-  verify_chain_kernel<kBlock>
-      <<<static_cast<unsigned>(args.batch), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(args);
-  return error_text();
+  return error_text(launch_kernel("verify_chain_kernel", verify_chain_kernel<kBlock>,
+                                  dim3(static_cast<unsigned>(args.batch)), dim3(kBlock), 0,
+                                  static_cast<cudaStream_t>(stream), args));
 }
 
-std::string launch_verify_tree_cuda(const VerifyTreeArgs& args, void* stream) {
+std::string launch_verify_tree(const VerifyTreeArgs& args, void* stream) {
   if (args.batch == 0) return std::string();
   constexpr int kBlock = 512;
-  verify_tree_kernel<kBlock>
-      <<<static_cast<unsigned>(args.batch), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(args);
-  return error_text();
+  return error_text(launch_kernel("verify_tree_kernel", verify_tree_kernel<kBlock>,
+                                  dim3(static_cast<unsigned>(args.batch)), dim3(kBlock), 0,
+                                  static_cast<cudaStream_t>(stream), args));
 }
 
-std::string launch_sample_wor_cuda(const SampleWorArgs& args, void* stream) {
+std::string launch_sample_wor(const SampleWorArgs& args, void* stream) {
   if (args.rows == 0 || args.k == 0) return std::string();
   constexpr int kBlock = 256;
-  sample_wor_kernel<kBlock, 8>
-      <<<static_cast<unsigned>(args.rows), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(args);
-  return error_text();
+  return error_text(launch_kernel("sample_wor_kernel", sample_wor_kernel<kBlock, 8>,
+                                  dim3(static_cast<unsigned>(args.rows)), dim3(kBlock), 0,
+                                  static_cast<cudaStream_t>(stream), args));
 }
 
-std::string launch_path_acceptance_cuda(const PathAcceptanceArgs& args, void* stream) {
+std::string launch_path_acceptance(const PathAcceptanceArgs& args, void* stream) {
   if (args.batch == 0) return std::string();
   constexpr int kBlock = 256;
   const size_t smem =
       args.nodes <= kPathSmemNodes ? static_cast<size_t>(path_workspace_bytes(args.nodes)) : 0;
-  path_acceptance_kernel<kBlock>
-      <<<static_cast<unsigned>(args.batch), kBlock, smem, static_cast<cudaStream_t>(stream)>>>(
-          args);
-  return error_text();
+  return error_text(launch_kernel("path_acceptance_kernel", path_acceptance_kernel<kBlock>,
+                                  dim3(static_cast<unsigned>(args.batch)), dim3(kBlock), smem,
+                                  static_cast<cudaStream_t>(stream), args));
 }
 
+}  // namespace SPECOPS_LAUNCH_NS
 }  // namespace specops

@@ -23,6 +23,11 @@ def has_cuda_kernels() -> bool:
     return _C is not None and bool(_C.with_cuda)
 
 
+def has_cuda_sim() -> bool:
+    """The CUDA kernels' emulated build (backend "cuda_sim", csrc/sim) is compiled in."""
+    return _C is not None and bool(getattr(_C, "with_cuda_sim", False))
+
+
 @functools.cache
 def has_triton() -> bool:
     return importlib.util.find_spec("triton") is not None
@@ -63,6 +68,7 @@ def build_info() -> dict:
         "host_threads": int(_C.host_threads()) if _C else 1,
         "cuda_compiled": has_cuda_kernels(),
         "cuda_kernels": list(_C.cuda_kernels) if _C else [],
+        "cuda_sim": has_cuda_sim(),
         "cuda_archs": _C.cuda_archs.split(",") if has_cuda_kernels() else [],
         "cuda_build_version": _C.cuda_version if has_cuda_kernels() else None,
         "torch": torch.__version__,

@@ -22,7 +22,7 @@ from specops import _build
 
 LIB = torch.library.Library("specops", "DEF")  # noqa: TOR901 (define/impl: cheap dispatch)
 
-BACKENDS = ("auto", "cuda", "triton", "cpu", "reference", "cascade")
+BACKENDS = ("auto", "cuda", "triton", "cpu", "reference", "cascade", "cuda_sim")
 _INT_DTYPES = (torch.int32, torch.int64)
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -123,6 +123,20 @@ def pick_backend(op: str, backend: str, device: torch.device, have: tuple[str, .
 def _resolve(op: str, backend: str, device: torch.device, have: tuple[str, ...]) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"specops.{op}: backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "cuda_sim":
+        # The CUDA kernels' device code run on the CPU by the SIMT emulation (csrc/sim): every op
+        # with a CUDA kernel, on CPU tensors; asked for by name only (tests), never by "auto".
+        if "cuda" not in have:
+            raise RuntimeError(
+                f"specops.{op}: backend 'cuda_sim' is not available (this op has no CUDA kernel; "
+                f"its backends are {have})"
+            )
+        if device.type != "cpu" or not _build.has_cuda_sim():
+            raise RuntimeError(
+                f"specops.{op}: backend 'cuda_sim' is not available for {device.type} tensors "
+                "(needs CPU tensors and specops._C built with cuda_sim)"
+            )
+        return backend
     if backend == "auto":
         have = tuple(b for b in have if b != "cascade")  # not even probed (importing flash-attn)
     usable = available_backends(device, have)
@@ -300,12 +314,14 @@ def stream_of(device: torch.device) -> int:
 
 
 def launch(be: str, name: str, device: torch.device, *args) -> None:
-    """Run the compiled kernel ``name``: its C++ twin ``<name>_cpu`` or its CUDA launcher
-    ``<name>_cuda`` on the current stream.  Tensors go in as they are: the bindings read their
+    """Run the compiled kernel ``name``: its C++ twin ``<name>_cpu``, its CUDA launcher
+    ``<name>_cuda`` on the current stream, or that launcher's emulated build ``<name>_cuda_sim``.  Tensors go in as they are: the bindings read their
     pointer, dtype, sizes and strides (csrc/tensor_arg.h) and raise a ValueError naming the
     argument for any layout the kernel cannot read."""
     if be == "cuda":
         getattr(_build._C, name + "_cuda")(*args, stream_of(device))
+    elif be == "cuda_sim":
+        getattr(_build._C, name + "_cuda_sim")(*args)
     else:
         getattr(_build._C, name + "_cpu")(*args)
 

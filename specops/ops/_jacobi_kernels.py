@@ -17,11 +17,14 @@ from specops import _build
 from specops.ops import _common as c
 from specops.ops._verify_kernels import _f32_rows, _ids, _tree
 
-_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
+_COUNTERS: dict[tuple[str, int, int], torch.Tensor] = {}
 
 
 def _counters(device: torch.device, stream: int, b: int) -> torch.Tensor:
-    key = (device.index if device.index is not None else torch.cuda.current_device(), stream)
+    index = -1  # CPU tensors (backend "cuda_sim")
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (device.type, index, stream)
     buf = _COUNTERS.get(key)
     if buf is None or buf.numel() < b:
         buf = torch.zeros(max(b, 64), dtype=torch.int32, device=device)
@@ -62,8 +65,8 @@ def verify_jacobi(
     if b == 0:
         return num, nw, first, cands, path
     ws = counters = None
-    if be == "cuda" and tree:  # the CUDA tree mode's per-request scratch and completion counters
-        stream = c.stream_of(dev)
+    if be in ("cuda", "cuda_sim") and tree:  # the CUDA tree mode's scratch and completion counters
+        stream = c.stream_of(dev) if be == "cuda" else 0
         ws = torch.empty(b, _build._C.jacobi_ws_size(L, k), dtype=i32, device=dev)
         counters = _counters(dev, stream, b)
     c.launch(

@@ -107,7 +107,7 @@ def path_acceptance(be, target, draft, parents, num_paths, tokens, out=None):
     kappa, exp_len = c.outputs(out, dev, (b, num_paths), (b, num_paths), dtype=torch.float32)
     # CUDA: trees too large for shared memory keep their per-node state in a global workspace
     ws = None
-    ws_row = _build._C.path_acceptance_ws_size(n) if be == "cuda" else 0
+    ws_row = _build._C.path_acceptance_ws_size(n) if be in ("cuda", "cuda_sim") else 0
     if ws_row:
         ws = torch.empty(b * ws_row, dtype=torch.uint8, device=dev)
     if b > 0:

@@ -239,7 +239,7 @@ def _launch(be, t, bases, cs, slots, block_table):
     binding derives the byte geometry from ``t``'s sizes and strides (csrc/bind_kv.cpp)."""
     arr, align = (None, 0) if bases is None else bases
     args = (t, arr, align, cs, slots, block_table)
-    if be == "cuda":
+    if be in ("cuda", "cuda_sim"):
         c.launch(be, "commit_kv", cs.device, *args, _counter_workspace(cs.device, cs.shape[0]))
     else:
         c.launch(be, "commit_kv", cs.device, *args)

@@ -25,6 +25,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "specops/block_sample.cuh"
+#include "specops/launch.cuh"
 #include "specops/jacobi.h"
 
 namespace specops {
@@ -39,7 +40,7 @@ struct JacobiSmem {
     typename cub::BlockScan<double, BLOCK>::TempStorage scan;
     typename cub::BlockReduce<int, BLOCK>::TempStorage reduce_int;
   } tmp;
-  double chunk[kJacobiChunks];
+  SmemArray<double, kJacobiChunks> chunk;
   double d0, d1, d2;
   int i0, i1, i2;
 };
@@ -287,7 +288,7 @@ template <int BLOCK>
 __global__ void __launch_bounds__(BLOCK) jacobi_tree_kernel(JacobiArgs A) {
   __shared__ JacobiSmem<BLOCK> sm;
   __shared__ int s_last, s_depth;
-  extern __shared__ __align__(16) unsigned char dyn[];
+  SPECOPS_DYNAMIC_SMEM(unsigned char, dyn);
   const int64_t L = A.len;
   int32_t* fc = reinterpret_cast<int32_t*>(dyn);
   int32_t* ns = fc + L;

@@ -15,6 +15,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "specops/launch.cuh"
+
 #include "specops/kv.h"
 
 namespace specops {
@@ -22,7 +24,7 @@ namespace specops {
 template <typename Vec, int TILE>
 __global__ void commit_kv_kernel(CommitKVArgs a, int32_t* __restrict__ counters,
                                  int32_t blocks_per_request) {
-  extern __shared__ int64_t s_off[];  // [2 * max_moves]: source offsets, then destinations
+  SPECOPS_DYNAMIC_SMEM(int64_t, s_off);  // [2 * max_moves]: source offsets, then destinations
   __shared__ int64_t s_cs;
   __shared__ int s_m;
   const int64_t b = blockIdx.z;
@@ -70,10 +72,5 @@ __global__ void commit_kv_kernel(CommitKVArgs a, int32_t* __restrict__ counters,
     }
   }
 }
-
-// vec_bytes: 16, 8, 4, 2 or 1; it divides row_bytes, every stride and every slab address.
-// counters: [batch] int32 zeros (left zero again).
-cudaError_t commit_kv_cuda(const CommitKVArgs& a, int vec_bytes, int32_t* counters,
-                           cudaStream_t stream);
 
 }  // namespace specops

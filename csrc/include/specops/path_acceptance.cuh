@@ -10,6 +10,8 @@
 
 #include <cub/block/block_scan.cuh>
 
+#include "specops/launch.cuh"
+
 #include "specops/path_acceptance.h"
 
 namespace specops {
@@ -71,7 +73,7 @@ __device__ int path_fold(const PathAcceptanceArgs& a, int64_t b, PathState& st) 
 
 template <int BLOCK>
 __global__ void path_acceptance_kernel(PathAcceptanceArgs a) {
-  extern __shared__ __align__(16) char smem[];
+  SPECOPS_DYNAMIC_SMEM(char, smem);
   __shared__ typename cub::BlockScan<int, BLOCK>::TempStorage scan_tmp;
   __shared__ int s_leaves;
   const int64_t b = blockIdx.x;

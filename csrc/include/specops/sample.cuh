@@ -24,7 +24,4 @@ __global__ void sample_kernel(const float* __restrict__ probs, int64_t vocab, in
   if (threadIdx.x == 0) out[row] = tok;
 }
 
-cudaError_t sample_cuda(const float* probs, int64_t rows, int64_t vocab, int64_t row_stride,
-                        RngArgs rng, int32_t* out, cudaStream_t stream);
-
 }  // namespace specops

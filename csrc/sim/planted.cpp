@@ -1,0 +1,127 @@
+// Planted faults: kernels with one deliberate bug each, used only by tests/test_cuda_sim.py to
+// prove that cuda_sim's detectors fire (and stay quiet on the corrected kernel):
+//   removed_barrier    thread 0 publishes a block sum through shared memory and the barrier
+//                      before the other threads read it is missing (BlockSampler::sum without
+//                      its second __syncthreads): stale reads under the shuffled schedule, a data
+//                      race under ThreadSanitizer (OS-thread mode);
+//   divergent_barrier  a __syncthreads inside a branch taken by half of the block;
+//   dynamic_smem_off_by_one / static_smem_off_by_one
+//                      every thread writes shared slot tid + 1 of a BLOCK-entry buffer (dynamic
+//                      shared memory sized by the launcher; a SmemArray);
+//   divergent_shuffle  a warp shuffle that half of a warp skips.
+// `ok_*` variants are the same kernels without the bug.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bind.h"
+// after pybind11 and the Python headers: the SIMT layer's keyword macros
+#include <cub/block/block_reduce.cuh>
+
+#include "specops/launch.cuh"
+
+namespace specops {
+namespace {
+
+constexpr int kBlock = 256;
+
+// out[block * BLOCK + t] = the block's sum of (block + 1) * t, as every thread sees it.
+template <bool BUG>
+__global__ void broadcast_sum_kernel(int* out) {
+  __shared__ typename cub::BlockReduce<int, kBlock>::TempStorage tmp;
+  __shared__ int s_total;
+  const int t = threadIdx.x;
+  const int total = cub::BlockReduce<int, kBlock>(tmp).Sum(static_cast<int>(blockIdx.x + 1) * t);
+  if (t == 0) s_total = total;
+  if (!BUG) __syncthreads();
+  out[blockIdx.x * kBlock + t] = s_total;
+  __syncthreads();
+}
+
+template <bool BUG>
+__global__ void branch_barrier_kernel(int* out) {
+  __shared__ int s_x;
+  if (threadIdx.x == 0) s_x = 7;
+  if (!BUG || threadIdx.x < kBlock / 2) __syncthreads();
+  out[threadIdx.x] = s_x;
+}
+
+template <bool BUG>
+__global__ void dynamic_smem_kernel(int* out) {
+  SPECOPS_DYNAMIC_SMEM(int, buf);  // kBlock ints
+  const int t = threadIdx.x;
+  buf[BUG ? t + 1 : t] = t;
+  __syncthreads();
+  if (!BUG) out[t] = buf[kBlock - 1 - t];
+}
+
+template <bool BUG>
+__global__ void static_smem_kernel(int* out) {
+  __shared__ SmemArray<int, kBlock> buf;
+  const int t = threadIdx.x;
+  buf[BUG ? t + 1 : t] = t;
+  __syncthreads();
+  out[t] = buf[kBlock - 1 - t];
+}
+
+template <bool BUG>
+__global__ void shuffle_kernel(int* out) {
+  int v = threadIdx.x;
+  if (!BUG || (threadIdx.x & 31) < 16) v = __shfl_xor_sync(0xffffffffu, v, 1);
+  out[threadIdx.x] = v;
+}
+
+std::vector<int> run(const std::string& kind) {
+  const bool bug = kind.rfind("ok_", 0) != 0;
+  const std::string k = bug ? kind : kind.substr(3);
+  const unsigned blocks = k == "removed_barrier" ? 4 : 1;
+  std::vector<int> out(blocks * kBlock, -1);
+  cudaError_t err;
+  const dim3 g(blocks), b(kBlock);
+  if (k == "removed_barrier")
+    err = bug ? launch_kernel("broadcast_sum_kernel<BUG>", broadcast_sum_kernel<true>, g, b, 0,
+                              nullptr, out.data())
+              : launch_kernel("broadcast_sum_kernel", broadcast_sum_kernel<false>, g, b, 0,
+                              nullptr, out.data());
+  else if (k == "divergent_barrier")
+    err = bug ? launch_kernel("branch_barrier_kernel<BUG>", branch_barrier_kernel<true>, g, b, 0,
+                              nullptr, out.data())
+              : launch_kernel("branch_barrier_kernel", branch_barrier_kernel<false>, g, b, 0,
+                              nullptr, out.data());
+  else if (k == "dynamic_smem_off_by_one")
+    err = bug ? launch_kernel("dynamic_smem_kernel<BUG>", dynamic_smem_kernel<true>, g, b,
+                              kBlock * sizeof(int), nullptr, out.data())
+              : launch_kernel("dynamic_smem_kernel", dynamic_smem_kernel<false>, g, b,
+                              kBlock * sizeof(int), nullptr, out.data());
+  else if (k == "static_smem_off_by_one")
+    err = bug ? launch_kernel("static_smem_kernel<BUG>", static_smem_kernel<true>, g, b, 0,
+                              nullptr, out.data())
+              : launch_kernel("static_smem_kernel", static_smem_kernel<false>, g, b, 0, nullptr,
+                              out.data());
+  else if (k == "divergent_shuffle")
+    err = bug ? launch_kernel("shuffle_kernel<BUG>", shuffle_kernel<true>, g, b, 0, nullptr,
+                              out.data())
+              : launch_kernel("shuffle_kernel", shuffle_kernel<false>, g, b, 0, nullptr,
+                              out.data());
+  else
+    throw std::invalid_argument("cuda_sim_planted: unknown kind " + kind);
+  if (err != cudaSuccess) throw std::runtime_error(cudaGetErrorString(err));
+  return out;
+}
+
+}  // namespace
+
+void bind_sim_checks(pybind11::module_& m) {
+  m.def(
+      "cuda_sim_planted",
+      [](const std::string& kind) {
+        pybind11::gil_scoped_release release;
+        return run(kind);
+      },
+      "Run a planted-fault kernel (tests only); raises RuntimeError with cuda_sim's report.");
+}
+
+}  // namespace specops
