@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from scipy import stats
+
+from specops import _build
+
+# backend "cuda_sim": the CUDA kernels' device code run on the CPU (csrc/sim).  Every test that
+# runs backend "cuda" on a GPU runs it too, with the same inputs and assertions.
+CUDA_SIM = pytest.param(
+    "cuda_sim",
+    marks=pytest.mark.skipif(not _build.has_cuda_sim(), reason="specops._C built without cuda_sim"),
+)
 
 
 def gen(seed: int) -> torch.Generator:

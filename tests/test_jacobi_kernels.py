@@ -13,7 +13,7 @@ import itertools
 
 import pytest
 import torch
-from helpers import chi2_pvalue, random_probs
+from helpers import CUDA_SIM, chi2_pvalue, random_probs
 from helpers import gen as _gen
 from helpers import to_device as _to
 from test_reference_verify import (
@@ -30,7 +30,7 @@ import specops
 from specops import Relaxation, Tree
 from specops.reference import verify as rv
 
-BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu), CUDA_SIM]
 FIELDS = ("num_accepted", "next_window", "first_reject", "candidates", "path")
 
 
@@ -462,7 +462,9 @@ def test_cpu_chain_every_slot_is_a_sample_of_its_p(cont):
     assert grouped_pvalue(grp, r.next_window.flatten(), p.reshape(-1, v), L * groups) > PASS
 
 
-@pytest.mark.parametrize("be", ["reference", "cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize(
+    "be", ["reference", "cpu", pytest.param("cuda", marks=pytest.mark.gpu), CUDA_SIM]
+)
 def test_candidates_follow_sampling_without_replacement(be):
     """All k candidates, jointly: P(c0, c1, c2) = p0 p1 / (1 - p0) p2 / (1 - p0 - p1) (Plackett-
     Luce: sequential sampling without replacement), -1 where the positive entries run out.  A

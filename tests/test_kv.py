@@ -2,12 +2,12 @@
 
 import pytest
 import torch
-from helpers import aot_compile
+from helpers import CUDA_SIM, aot_compile
 
 import specops
 from specops import _build, reference
 
-BACKENDS = ["cpu", "triton"] + (["cuda"] if torch.cuda.is_available() else [])
+BACKENDS = ["cpu", "triton"] + (["cuda"] if torch.cuda.is_available() else []) + [CUDA_SIM]
 HKV, D = 2, 8
 
 

@@ -19,12 +19,13 @@ from helpers import random_probs
 from helpers import to_device as _to
 
 import specops
-from specops import Relaxation, Tree, reference
+from specops import Relaxation, Tree, _build, reference
 
 NAN, INF = float("nan"), float("inf")
 V = 7
 GPU = torch.cuda.is_available()
-CUDA = ["cuda"] if GPU else []
+# the CUDA kernels: on the GPU, and their device code on the CPU (cuda_sim) where it is built
+CUDA = (["cuda"] if GPU else []) + (["cuda_sim"] if _build.has_cuda_sim() else [])
 
 
 def _dev(be):

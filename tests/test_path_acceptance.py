@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import CUDA_SIM, random_probs
 from helpers import gen as _gen
-from helpers import random_probs
 from test_reference_verify import random_parents
 
 import specops
 from specops import Tree
 from specops.reference import verify as rv
 
-BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu), CUDA_SIM]
 
 
 def _check(be, target, draft, parents, tokens, num_paths):

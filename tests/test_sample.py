@@ -1,11 +1,12 @@
 import pytest
 import torch
-from helpers import aot_compile, chi2_pvalue, random_probs
+from helpers import CUDA_SIM, aot_compile, chi2_pvalue, random_probs
 
 import specops
 from specops import _build
 
 BACKENDS = ["reference", "cpu", "triton"] + (["cuda"] if torch.cuda.is_available() else [])
+BACKENDS += [CUDA_SIM]
 
 
 def _device_for(backend):

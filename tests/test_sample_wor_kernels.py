@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import random_probs
+from helpers import CUDA_SIM, random_probs
 from test_reference_sample_wor import joint_pvalue
 
 import specops
@@ -20,7 +20,7 @@ from specops.reference.philox import row_uniforms
 from specops.reference.sampling import rows_per_seed
 
 PASS = 1e-3
-BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu), CUDA_SIM]
 
 
 @pytest.fixture(autouse=True, scope="module")

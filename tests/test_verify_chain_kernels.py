@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import aot_compile, random_probs
+from helpers import CUDA_SIM, aot_compile, random_probs
 from helpers import gen as _gen
 from test_reference_verify import PASS, Markov, _draw, joint_pvalue
 from test_verify_kernels import _dev, make_chain, run_chain
@@ -35,6 +35,7 @@ BACKENDS = [
     "cpu",
     pytest.param("triton", marks=needs_triton),
     pytest.param("cuda", marks=pytest.mark.gpu),
+    CUDA_SIM,
 ]
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import CUDA_SIM, random_probs
 from helpers import gen as _gen
-from helpers import random_probs
 from helpers import to_device as _to
 from test_reference_verify import (
     PASS,
@@ -26,7 +26,7 @@ import specops
 from specops import Relaxation, Tree
 from specops.reference.philox import row_uniforms
 
-BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu), CUDA_SIM]
 
 
 @pytest.fixture(autouse=True, scope="module")

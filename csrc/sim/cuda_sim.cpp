@@ -23,6 +23,7 @@
 
 namespace cuda_sim {
 
+ThreadCtx* fiber_ctx = nullptr;
 thread_local ThreadCtx* tls_ctx = nullptr;
 
 namespace {
@@ -106,8 +107,8 @@ std::mutex launch_mutex;  // __shared__ statics are process-wide: one launch at 
 std::mutex attr_mutex;
 std::map<const void*, int> max_dyn_smem;
 
-Block* current_block() { return tls_ctx ? tls_ctx->block : nullptr; }
-SimThread& current_thread() { return (*current_block()->threads)[tls_ctx->tid]; }
+Block* current_block() { return ctx().block; }
+SimThread& current_thread() { return (*current_block()->threads)[ctx().tid]; }
 
 bool use_os_threads() {
 #ifdef CUDA_SIM_TSAN
@@ -229,9 +230,9 @@ void run_block_fibers(Block& b, std::vector<SimThread>& th, void (*body)(void*),
       progress = false;
       for (int t : order) {
         if (th[t].state != State::runnable) continue;
-        tls_ctx = &th[t].ctx;
+        fiber_ctx = &th[t].ctx;
         fiber_resume(host, *th[t].fiber);
-        tls_ctx = nullptr;
+        fiber_ctx = nullptr;
         progress = true;
       }
     }
@@ -272,7 +273,7 @@ int barrier_fibers(Block& b, int pred, const char* file, int line) {
 uint64_t warp_fibers(Block& b, uint64_t mine, int src, const char* what) {
   SimThread& me = current_thread();
   if (b.aborted) throw Abort{};
-  const int tid = tls_ctx->tid, lane = tid & 31;
+  const int tid = ctx().tid, lane = tid & 31;
   if ((tid - lane) + 32 > b.n) fault(std::string(what) + " in a partial warp");
   Warp& w = b.warps[tid >> 5];
   const unsigned p = w.gen & 1;
@@ -341,7 +342,7 @@ int barrier_os(Block& b, int pred, const char* file, int line) {
 uint64_t warp_os(Block& b, uint64_t mine, int src, const char* what) {
   std::unique_lock<std::mutex> lk(*b.mu);
   if (b.aborted) throw Abort{};
-  const int tid = tls_ctx->tid, lane = tid & 31;
+  const int tid = ctx().tid, lane = tid & 31;
   if ((tid - lane) + 32 > b.n) {
     lk.unlock();
     fault(std::string(what) + " in a partial warp");
@@ -427,7 +428,7 @@ uint64_t warp_exchange(uint64_t mine, int src_lane, const char* what) {
 
 void fault(const std::string& what) {
   Block& b = *current_block();
-  const std::string msg = "thread " + std::to_string(tls_ctx->tid) + ": " + what;
+  const std::string msg = "thread " + std::to_string(ctx().tid) + ": " + what;
   if (b.mu) {
     std::lock_guard<std::mutex> lk(*b.mu);
     fail_locked(b, msg);

@@ -43,8 +43,11 @@ struct ThreadCtx {
   Block* block = nullptr;
 };
 
+// Fiber mode (one launch at a time, on one OS thread): a plain global, which costs a load where
+// a thread_local in a shared library costs a __tls_get_addr call.  OS-thread mode: per thread.
+extern ThreadCtx* fiber_ctx;
 extern thread_local ThreadCtx* tls_ctx;
-inline ThreadCtx& ctx() { return *tls_ctx; }
+inline ThreadCtx& ctx() { return fiber_ctx ? *fiber_ctx : *tls_ctx; }
 
 // Barriers (called by the kernels through the shim macros).
 void syncthreads(const char* file, int line);

@@ -315,9 +315,10 @@ def stream_of(device: torch.device) -> int:
 
 def launch(be: str, name: str, device: torch.device, *args) -> None:
     """Run the compiled kernel ``name``: its C++ twin ``<name>_cpu``, its CUDA launcher
-    ``<name>_cuda`` on the current stream, or that launcher's emulated build ``<name>_cuda_sim``.  Tensors go in as they are: the bindings read their
-    pointer, dtype, sizes and strides (csrc/tensor_arg.h) and raise a ValueError naming the
-    argument for any layout the kernel cannot read."""
+    ``<name>_cuda`` on the current stream, or that launcher's emulated build ``<name>_cuda_sim``.
+    Tensors go in as they are: the bindings read their pointer, dtype, sizes and strides
+    (csrc/tensor_arg.h) and raise a ValueError naming the argument for any layout the kernel
+    cannot read."""
     if be == "cuda":
         getattr(_build._C, name + "_cuda")(*args, stream_of(device))
     elif be == "cuda_sim":
