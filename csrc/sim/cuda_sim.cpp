@@ -19,6 +19,21 @@
 #endif
 #if defined(__SANITIZE_THREAD__)
 #define CUDA_SIM_TSAN 1
+// The OS-thread mode's own bookkeeping (one mutex per launch) is hidden from ThreadSanitizer,
+// which would otherwise see every barrier arrival as synchronising with every later one (a
+// stale shared-memory read would then look ordered before the write it missed).  Instead the
+// happens-before edges of CUDA's semantics are declared explicitly: a barrier's arrivals
+// release, its departures acquire (per phase); likewise warp shuffles, block start and end.
+extern "C" {
+void __tsan_acquire(void* addr);
+void __tsan_release(void* addr);
+void AnnotateIgnoreSyncBegin(const char* file, int line);
+void AnnotateIgnoreSyncEnd(const char* file, int line);
+void AnnotateIgnoreReadsBegin(const char* file, int line);
+void AnnotateIgnoreReadsEnd(const char* file, int line);
+void AnnotateIgnoreWritesBegin(const char* file, int line);
+void AnnotateIgnoreWritesEnd(const char* file, int line);
+}
 #endif
 
 namespace cuda_sim {
@@ -48,6 +63,7 @@ struct SimThread {
   const char* file = nullptr;  // the barrier it waits at
   int line = 0;
   Fiber* fiber = nullptr;
+  unsigned phase = 0, warp_phase = 0;  // OS-thread mode: barriers / shuffles passed in this block
 };
 
 // Fiber stacks, allocated once and reused by every launch (under launch_mutex).
@@ -60,6 +76,7 @@ struct Warp {
   uint64_t xchg[2][32];
   int arrived = 0;
   unsigned gen = 0;
+  char sync[2];  // ThreadSanitizer happens-before objects, by phase parity
 };
 
 // One block being run, with the state its threads share.
@@ -80,6 +97,7 @@ struct Block {
   std::vector<Warp> warps;
   bool aborted = false;
   std::string fault;
+  char sync[2];  // ThreadSanitizer happens-before objects of the block barrier, by phase parity
   // OS-thread mode
   std::mutex* mu = nullptr;
   std::condition_variable* cv = nullptr;
@@ -297,8 +315,32 @@ uint64_t warp_fibers(Block& b, uint64_t mine, int src, const char* what) {
 
 // ---- OS-thread mode ------------------------------------------------------------------------
 // One OS thread per simulated thread for the whole launch; blocks in turn.  Every shared
-// counter is under the block's mutex, so ThreadSanitizer sees the barriers as synchronisation
-// and nothing else.
+// counter is under the launch's mutex; under ThreadSanitizer that bookkeeping is invisible to it
+// (Runtime) and the CUDA happens-before edges are declared with hb_release / hb_acquire.
+
+#ifdef CUDA_SIM_TSAN
+struct Runtime {  // the runtime's own accesses and locks: not seen by TSan
+  Runtime() {
+    AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
+    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+    AnnotateIgnoreWritesBegin(__FILE__, __LINE__);
+  }
+  ~Runtime() {
+    AnnotateIgnoreWritesEnd(__FILE__, __LINE__);
+    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+    AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
+  }
+};
+void hb_release(void* p) { __tsan_release(p); }
+void hb_acquire(void* p) { __tsan_acquire(p); }
+#else
+struct Runtime {};
+void hb_release(void*) {}
+void hb_acquire(void*) {}
+#endif
+
+int barrier_os_wait(Block& b, int pred, const char* file, int line);
+uint64_t warp_os_wait(Block& b, uint64_t mine, int src, const char* what);
 
 void fail_locked(Block& b, const std::string& why) {
   record_fault(b, why);
@@ -315,6 +357,16 @@ void check_stuck_locked(Block& b) {
 }
 
 int barrier_os(Block& b, int pred, const char* file, int line) {
+  SimThread& me = current_thread();
+  void* hb = &b.sync[me.phase++ & 1];
+  hb_release(hb);
+  const int r = barrier_os_wait(b, pred, file, line);
+  hb_acquire(hb);
+  return r;
+}
+
+int barrier_os_wait(Block& b, int pred, const char* file, int line) {
+  Runtime rt;
   std::unique_lock<std::mutex> lk(*b.mu);
   if (b.aborted) throw Abort{};
   note_site(b, file, line);
@@ -340,6 +392,16 @@ int barrier_os(Block& b, int pred, const char* file, int line) {
 }
 
 uint64_t warp_os(Block& b, uint64_t mine, int src, const char* what) {
+  SimThread& me = current_thread();
+  void* hb = &b.warps[ctx().tid >> 5].sync[me.warp_phase++ & 1];
+  hb_release(hb);
+  const uint64_t r = warp_os_wait(b, mine, src, what);
+  hb_acquire(hb);
+  return r;
+}
+
+uint64_t warp_os_wait(Block& b, uint64_t mine, int src, const char* what) {
+  Runtime rt;
   std::unique_lock<std::mutex> lk(*b.mu);
   if (b.aborted) throw Abort{};
   const int tid = ctx().tid, lane = tid & 31;
@@ -362,7 +424,7 @@ uint64_t warp_os(Block& b, uint64_t mine, int src, const char* what) {
     b.cv->wait(lk, [&] { return w.gen != gen || b.aborted; });
     if (b.aborted) throw Abort{};
   }
-  return w.xchg[p][src];
+  return w.xchg[p][src];  // read under the lock: the runtime's own access
 }
 
 struct OsLaunch {
@@ -371,6 +433,7 @@ struct OsLaunch {
   Block* block = nullptr;
   uint64_t seq = 0;  // bumped for each block
   bool quit = false;
+  char start, end;   // happens-before: the block's set-up -> its threads -> the next block
 };
 
 void os_thread_main(OsLaunch& L, int tid, void (*body)(void*), void* closure) {
@@ -378,22 +441,27 @@ void os_thread_main(OsLaunch& L, int tid, void (*body)(void*), void* closure) {
   while (true) {
     Block* b;
     {
+      Runtime rt;
       std::unique_lock<std::mutex> lk(L.mu);
       L.cv.wait(lk, [&] { return L.quit || L.seq != seen; });
       if (L.quit) return;
       seen = L.seq;
       b = L.block;
     }
+    hb_acquire(&L.start);
     SimThread& me = (*b->threads)[tid];
     tls_ctx = &me.ctx;
     try {
       body(closure);
     } catch (const Abort&) {
     } catch (const std::exception& e) {
+      Runtime rt;
       std::lock_guard<std::mutex> lk(L.mu);
       record_fault(*b, std::string("exception: ") + e.what());
     }
     tls_ctx = nullptr;
+    hb_release(&L.end);
+    Runtime rt;
     std::lock_guard<std::mutex> lk(L.mu);
     me.state = State::done;
     b->exited++;
@@ -430,6 +498,7 @@ void fault(const std::string& what) {
   Block& b = *current_block();
   const std::string msg = "thread " + std::to_string(ctx().tid) + ": " + what;
   if (b.mu) {
+    Runtime rt;
     std::lock_guard<std::mutex> lk(*b.mu);
     fail_locked(b, msg);
   } else {
@@ -530,16 +599,22 @@ Error launch_impl(const char* name, const void* kernel, Dim3 grid, Dim3 block, s
     }
     const uint64_t bseed = mix(seed ^ (uint64_t{bi.x} << 40) ^ (uint64_t{bi.y} << 20) ^ bi.z);
     if (os) {
+      for (int t = 0; t < n; ++t) th[t].phase = th[t].warp_phase = 0;
+      b.mu = &L.mu;
+      b.cv = &L.cv;
+      hb_release(&L.start);
       if (pool.empty())
         for (int t = 0; t < n; ++t)
           pool.emplace_back(os_thread_main, std::ref(L), t, body, closure);
-      std::unique_lock<std::mutex> lk(L.mu);
-      b.mu = &L.mu;
-      b.cv = &L.cv;
-      L.block = &b;
-      L.seq++;
-      L.cv.notify_all();
-      L.cv.wait(lk, [&] { return b.exited == b.n; });
+      {
+        Runtime rt;
+        std::unique_lock<std::mutex> lk(L.mu);
+        L.block = &b;
+        L.seq++;
+        L.cv.notify_all();
+        L.cv.wait(lk, [&] { return b.exited == b.n; });
+      }
+      hb_acquire(&L.end);
     } else {
       run_block_fibers(b, th, body, closure, bseed);
     }
@@ -557,6 +632,7 @@ Error launch_impl(const char* name, const void* kernel, Dim3 grid, Dim3 block, s
   }
   if (os) {
     {
+      Runtime rt;
       std::lock_guard<std::mutex> lk(L.mu);
       L.quit = true;
       L.cv.notify_all();
