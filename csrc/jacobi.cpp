@@ -59,6 +59,7 @@ struct HostJacobiOps {
   RowLists lists;
 
   bool leader() const { return true; }
+  void sync() const {}
 
   template <class W>
   double sum(const W& w) const {

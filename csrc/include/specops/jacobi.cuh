@@ -62,6 +62,7 @@ struct BlockJacobiOps {
   const RngArgs& rng;
 
   __device__ bool leader() const { return threadIdx.x == 0; }
+  __device__ void sync() const { __syncthreads(); }
 
   __device__ double block_sum(double v) {
     __syncthreads();

@@ -304,7 +304,8 @@ struct WalkRejectTerms {
 // Ops provides, collectively over the vocabulary (every thread of a block calls them alike):
 //   double sum(w), void sum2(f, &s1, &s2), int32_t draw(w, u),
 //   void candidates(p, row, draw0, k, out) (k draws without replacement from raw row p into
-//   out[0..k), uniform j = draw draw0 + j of `row`), bool leader().
+//   out[0..k), uniform j = draw draw0 + j of `row`), bool leader(), void sync() (a block
+//   barrier: the leader's shared-memory stores are then visible to every thread).
 
 // t ~ norm(max(p - q, 0)), or ~ p when the residual has no mass.
 SPECOPS_EXEC_CHECK_DISABLE
@@ -462,9 +463,14 @@ SPECOPS_HD void jacobi_tree_walk(const JacobiArgs& A, int64_t b, const TreeView&
     // rejected: p <- norm(max(p - q, 0)), q <- norm(q without x); only the sums are stored.
     double s = 0.0, t = 0.0;
     ops.sum2(WalkRejectTerms{row, x}, &s, &t);
-    xs[j] = x;  // every thread stores the same values (block-uniform state)
-    S[j] = s;
-    T[j] = t;
+    // the walk's rejection state, in shared memory: stored once and published (stores of the
+    // same value by every thread would race; found by cuda_sim's ThreadSanitizer stage)
+    if (ops.leader()) {
+      xs[j] = x;
+      S[j] = s;
+      T[j] = t;
+    }
+    ops.sync();
     ++j;
     rej = true;
     cand = tv.next_sibling(c);

@@ -93,7 +93,10 @@ __global__ void path_acceptance_kernel(PathAcceptanceArgs a) {
     a.out_expected_len[b * P + i] = 0.f;
   }
   __syncthreads();
-  for (int64_t n = 1 + threadIdx.x; n < n_nodes; n += BLOCK) st.has_child[path_parent(a, b, n)] = 1;
+  // siblings flag their parent concurrently: an atomic store (plain stores of the same value
+  // from several threads are a data race, found by cuda_sim's ThreadSanitizer stage)
+  for (int64_t n = 1 + threadIdx.x; n < n_nodes; n += BLOCK)
+    atomicExch(&st.has_child[path_parent(a, b, n)], 1);
 
   // S_n = prod of alpha over root..n; then E_n = sum of S over the path without the root
   int r = path_fold<BLOCK, true>(a, b, st);
