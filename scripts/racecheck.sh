@@ -20,7 +20,7 @@ fi
 
 start=$SECONDS
 source "$ROOT/scripts/stage_build.sh"
-export SPECOPS_CPU_ONLY=1 SPECOPS_TSAN=1
+export SPECOPS_CPU_ONLY=1
 unset SPECOPS_SANITIZE
 stage_build tsan -DSPECOPS_TSAN=ON -DSPECOPS_SANITIZE=OFF
 echo "TSan race stage: built in $((SECONDS - start)) s ($SO)"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Sets up everything on a fresh machine, then runs the whole test suite: the ASan/UBSan stage
-# first (scripts/sanitize.sh: the C++ kernel tests against a sanitizer build of the host kernels,
-# in a build folder of its own), then pytest, whose summary line is the last line printed.
-# The stage runs with the whole suite (no arguments, as in CI) or with SPECOPS_ASAN=1;
-# SPECOPS_ASAN=0 skips it.  Then, likewise (SPECOPS_WHEEL=0/1), the wheel stage: a CPU-only
-# manylinux wheel built by scripts/build_wheel.sh and smoke-tested in a fresh virtual
-# environment.  Exits non-zero if any run fails.
+# first (scripts/sanitize.sh: the C++ kernel tests against a sanitizer build of the host kernels
+# and of cuda_sim, in a build folder of its own), then the TSan race stage (scripts/racecheck.sh:
+# cuda_sim's kernels with one OS thread per simulated thread), then pytest, whose summary line is
+# the last line printed.  The stages run with the whole suite (no arguments, as in CI) or with
+# SPECOPS_ASAN=1 / SPECOPS_TSAN=1; =0 skips them.  Then, likewise (SPECOPS_WHEEL=0/1), the wheel
+# stage: a CPU-only manylinux wheel built by scripts/build_wheel.sh and smoke-tested in a fresh
+# virtual environment.  Exits non-zero if any run fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup_env.sh"
@@ -15,6 +16,14 @@ if [ "${SPECOPS_ASAN:-$([ $# -eq 0 ] && echo 1 || echo 0)}" = "1" ]; then
   PY="$PY" bash "$ROOT/scripts/sanitize.sh" || asan_rc=$?
   if [ $asan_rc -ne 0 ]; then
     echo "ASan/UBSan stage FAILED (exit $asan_rc, report above); the main run follows and this" \
+      "script exits non-zero"
+  fi
+fi
+tsan_rc=0
+if [ "${SPECOPS_TSAN:-$([ $# -eq 0 ] && echo 1 || echo 0)}" = "1" ]; then
+  PY="$PY" bash "$ROOT/scripts/racecheck.sh" || tsan_rc=$?
+  if [ $tsan_rc -ne 0 ]; then
+    echo "TSan race stage FAILED (exit $tsan_rc, report above); the main run follows and this" \
       "script exits non-zero"
   fi
 fi
@@ -32,4 +41,5 @@ if [ $rc -ne 0 ]; then
   exit $rc
 fi
 [ $asan_rc -ne 0 ] && exit $asan_rc
+[ $tsan_rc -ne 0 ] && exit $tsan_rc
 exit $wheel_rc
