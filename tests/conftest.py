@@ -74,3 +74,22 @@ DEVICES = ["cpu"] + (["cuda"] if _HAS_GPU else [])
 @pytest.fixture(params=DEVICES)
 def device(request):
     return request.param
+
+
+# Every Triton specialisation the suite launches, recorded for the ahead-of-time compile of
+# tests/triton_specs.py (scripts/test.sh sets SPECOPS_TRITON_SPECS=<file>).
+_TRITON_SPECS = os.environ.get("SPECOPS_TRITON_SPECS")
+_triton_recorder = None
+if _TRITON_SPECS and os.environ.get("TRITON_INTERPRET") == "1":
+    try:
+        import triton_specs
+
+        _triton_recorder = triton_specs.Recorder().__enter__()
+    except ImportError:  # pragma: no cover - no triton
+        _triton_recorder = None
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _triton_recorder is not None:
+        _triton_recorder.__exit__(None, None, None)
+        _triton_recorder.write(_TRITON_SPECS)

@@ -39,6 +39,8 @@ Kernel design
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -390,10 +392,30 @@ def _sm_count(device: torch.device) -> int:
     return _SM_COUNT[idx]
 
 
-def _config(n: int, g: int, d: int, dtype: torch.dtype) -> tuple[int, int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, BLOCK_D, num_warps, num_stages) from static shapes.  Chosen so that
-    ptxas (sm_90) reports no register spills for fp16/bf16 at D <= 256 (checked by compiling
-    for sm_90 without a GPU; not tuned by timing).  float32 (for tests) takes the exact
+# The GPU generation the interpreter (CPU tensors) picks tiles for; tests/triton_specs.py sets it
+# to record each target's launches.
+INTERPRETER_ARCH = 90
+
+
+@functools.cache
+def _arch_of(index: int) -> int:
+    major, minor = torch.cuda.get_device_capability(index)
+    return 10 * major + minor
+
+
+def device_arch(device: torch.device) -> int:
+    if device.type != "cuda":
+        return INTERPRETER_ARCH
+    return _arch_of(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def _config(
+    n: int, g: int, d: int, dtype: torch.dtype, arch: int = 90
+) -> tuple[int, int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_D, num_warps, num_stages) from static shapes and the target.
+    Chosen so that ptxas reports no register spills for fp16/bf16 at D <= 256 on sm_80 and
+    sm_90 (every served shape is compiled for both without a GPU by tests/triton_specs.py,
+    docs/triton_resources.md; not tuned by timing).  float32 (for tests) takes the exact
     ("ieee") dot without tensor cores and small tiles."""
     block_d = max(16, triton.next_power_of_2(d))
     block_m = max(16, triton.next_power_of_2(n * g))
@@ -401,6 +423,11 @@ def _config(n: int, g: int, d: int, dtype: torch.dtype) -> tuple[int, int, int, 
         block_m = min(block_m, 64)
         return block_m, 32, block_d, 8 if block_m == 64 else 4, 2
     if block_d <= 128:
+        if arch < 90 and block_d == 128:
+            # mma.sync (sm_80) at D = 128: 128-row tiles spill 44 B at 8 warps, 64-row tiles
+            # at 4 warps 304 B; 64 rows at 8 warps spill nothing
+            block_m = min(block_m, 64)
+            return block_m, 64, block_d, 8 if block_m == 64 else 4, 3
         block_m = min(block_m, 128)  # one warpgroup per 64 rows (wgmma M = 64)
         return block_m, 64, block_d, 8 if block_m == 128 else 4, 3
     block_m = 16 if block_m <= 16 else 64
@@ -476,7 +503,9 @@ def tree_attention_triton(
     o_res, o_back = out_buffer("tree_attention", "out", out)
     l_res, l_back = out_buffer("tree_attention", "lse", lse)
     sl, s_sl = vec(cache_seqlens, q)
-    block_m, block_n, block_d, num_warps, num_stages = _config(n, g, d, q.dtype)
+    block_m, block_n, block_d, num_warps, num_stages = _config(
+        n, g, d, q.dtype, device_arch(q.device)
+    )
     m_blocks = triton.cdiv(n * g, block_m)
     if tree_only:
         num_splits = 1
