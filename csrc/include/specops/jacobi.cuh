@@ -264,7 +264,7 @@ struct BlockJacobiOps {
 };
 
 template <int BLOCK>
-__global__ void __launch_bounds__(BLOCK) jacobi_chain_kernel(JacobiArgs A) {
+__global__ void __launch_bounds__(BLOCK, 1) jacobi_chain_kernel(JacobiArgs A) {
   __shared__ JacobiSmem<BLOCK> sm;
   const int64_t i = blockIdx.x, b = blockIdx.y;
   BlockJacobiOps<BLOCK> ops{sm, A.vocab, A.rng};
