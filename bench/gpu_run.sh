@@ -11,6 +11,12 @@
 # compute-sanitizer (memcheck, then racecheck on the shared-memory kernels) with PyTorch's
 # caching allocator off, so an out-of-bounds access or a shared-memory race fails the stage.
 #
+# DRY_RUN=1 rehearses every stage on a machine without a GPU (CI does, tests/test_gpu_run.py):
+# the stage list and paths are checked, `build` imports the installed specops instead of
+# building, `tests` collects the suite, `bench` runs the same ops with --device cpu --quick and
+# checks the CSV's header and every row's schema (bench.harness.check_csv), `demo` parses its
+# arguments, `sanitize` resolves compute-sanitizer and collects its GPU tests.
+#
 # Needs a python3 with torch, triton, nvcc, cmake, ninja, pybind11 and scikit-build-core.
 # Peer packages (flashinfer-python, sgl-kernel, ...) are picked up from wheels in ./.whl
 # (git-ignored; see bench/README.md).  At most 8 files are written to OUT_DIR.
@@ -19,8 +25,19 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 OUT_DIR="${1:-${OUT:-$ROOT/gpu_out}}"
 STAGES=",${2:-build,tests,bench,demo},"
-mkdir -p "$OUT_DIR"
+DRY="${DRY_RUN:-0}"
+for s in ${STAGES//,/ }; do
+  case "$s" in
+    build | tests | bench | demo | sanitize) ;;
+    *)
+      echo "gpu_run.sh: unknown stage '$s' (stages: build,tests,bench,demo,sanitize)" >&2
+      exit 2
+      ;;
+  esac
+done
+mkdir -p "$OUT_DIR" || { echo "gpu_run.sh: cannot create $OUT_DIR" >&2; exit 2; }
 want() { [[ "$STAGES" == *",$1,"* ]]; }
+[ "$DRY" = "1" ] && echo "== dry run (no GPU work): $OUT_DIR, stages ${STAGES:1:-1}"
 build_rc=skipped test_rc=skipped bench_rc=skipped demo_rc=skipped san_rc=skipped
 PY="${PY:-python3}"
 export PYTHONUNBUFFERED=1
@@ -34,7 +51,13 @@ fi
 if want build; then
   echo "== build" | tee "$OUT_DIR/build.log"
   t0=$(date +%s)
-  "$PY" -m pip install --no-index --no-deps --no-build-isolation -e . >> "$OUT_DIR/build.log" 2>&1
+  if [ "$DRY" = "1" ]; then
+    echo "dry run: would run $PY -m pip install --no-index --no-deps --no-build-isolation -e ." \
+      >> "$OUT_DIR/build.log"
+    "$PY" -c "import specops" >> "$OUT_DIR/build.log" 2>&1
+  else
+    "$PY" -m pip install --no-index --no-deps --no-build-isolation -e . >> "$OUT_DIR/build.log" 2>&1
+  fi
   build_rc=$?
   echo "build rc=$build_rc in $(( $(date +%s) - t0 )) s" | tee -a "$OUT_DIR/build.log"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >> "$OUT_DIR/build.log" 2>&1
@@ -46,21 +69,39 @@ fi
 if want tests; then
   echo "== tests"
   t0=$(date +%s)
-  timeout 540 "$PY" -m pytest -q -ra -p no:cacheprovider tests > "$OUT_DIR/tests.log" 2>&1
+  if [ "$DRY" = "1" ]; then
+    "$PY" -m pytest -q --collect-only -p no:cacheprovider tests > "$OUT_DIR/tests.log" 2>&1
+  else
+    # (cuda_sim, the CUDA kernels emulated on the CPU, runs in CI: not on leased GPU minutes)
+    timeout 540 "$PY" -m pytest -q -ra -p no:cacheprovider -k "not cuda_sim" tests \
+      > "$OUT_DIR/tests.log" 2>&1
+  fi
   test_rc=$?
   echo "tests rc=$test_rc in $(( $(date +%s) - t0 )) s"
 fi
 
 if want bench; then
   echo "== bench"
-  "$PY" -m bench --device cuda --ops "${BENCH_OPS:-sample,verify,jacobi,probs,tree_attention,kv,features,e2e_step}" \
+  BENCH_DEV=(--device cuda)
+  [ "$DRY" = "1" ] && BENCH_DEV=(--device cpu --quick)
+  "$PY" -m bench "${BENCH_DEV[@]}" \
+    --ops "${BENCH_OPS:-sample,verify,jacobi,probs,tree_attention,kv,features,e2e_step}" \
     --csv "$OUT_DIR/bench.csv" > "$OUT_DIR/bench.log" 2>&1
   bench_rc=$?
+  if [ $bench_rc -eq 0 ]; then
+    "$PY" -c "import sys; from bench.harness import check_csv; check_csv(sys.argv[1])" \
+      "$OUT_DIR/bench.csv" >> "$OUT_DIR/bench.log" 2>&1
+    bench_rc=$?
+  fi
 fi
 
 if want demo && "$PY" -c "import specops.demo" 2>/dev/null; then
   echo "== demo"
-  "$PY" -m specops.demo --out "$OUT_DIR/demo.png" > "$OUT_DIR/demo.log" 2>&1
+  if [ "$DRY" = "1" ]; then
+    "$PY" -m specops.demo --help > "$OUT_DIR/demo.log" 2>&1
+  else
+    "$PY" -m specops.demo --out "$OUT_DIR/demo.png" > "$OUT_DIR/demo.log" 2>&1
+  fi
   demo_rc=$?
 fi
 
@@ -73,13 +114,20 @@ if want sanitize; then
     tests/test_path_acceptance.py tests/test_sample_wor_kernels.py tests/test_sample.py
     tests/test_kv.py)
   t0=$(date +%s)
-  PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 420 "${SAN[@]}" --tool memcheck \
-    "$PY" -m pytest -q -p no:cacheprovider -m gpu "${CUDA_TESTS[@]}" > "$OUT_DIR/sanitize.log" 2>&1
-  san_rc=$?
-  PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 150 "${SAN[@]}" --tool racecheck \
-    "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_path_acceptance.py \
-    tests/test_jacobi_kernels.py -k "not fuzz" >> "$OUT_DIR/sanitize.log" 2>&1
-  san_rc="$san_rc/$?"
+  if [ "$DRY" = "1" ]; then
+    echo "dry run: compute-sanitizer = ${SAN_BIN:-not found}" > "$OUT_DIR/sanitize.log"
+    "$PY" -m pytest -q --collect-only -p no:cacheprovider -m gpu "${CUDA_TESTS[@]}" \
+      >> "$OUT_DIR/sanitize.log" 2>&1
+    san_rc=$?
+  else
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 420 "${SAN[@]}" --tool memcheck \
+      "$PY" -m pytest -q -p no:cacheprovider -m gpu "${CUDA_TESTS[@]}" > "$OUT_DIR/sanitize.log" 2>&1
+    san_rc=$?
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 150 "${SAN[@]}" --tool racecheck \
+      "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_path_acceptance.py \
+      tests/test_jacobi_kernels.py -k "not fuzz" >> "$OUT_DIR/sanitize.log" 2>&1
+    san_rc="$san_rc/$?"
+  fi
   echo "sanitize rc(memcheck/racecheck)=$san_rc in $(( $(date +%s) - t0 )) s"
 fi
 

@@ -294,6 +294,40 @@ def write_csv(path: str, rows: list[Row], env: dict[str, str]) -> None:
             w.writerow(d)
 
 
+def check_csv(path: str) -> int:
+    """Raise ValueError unless ``path`` is a benchmark CSV of this schema: the CSV_FIELDS header
+    and, on every row, op / shape / backend / device / torch / commit / date set, median, p20
+    and p80 positive floats, gbps empty or a float, ratios empty or ``name=float;...``.
+    Returns the number of rows (bench/gpu_run.sh's dry run checks its CSV with it)."""
+    with open(path, newline="") as f:
+        r = csv.reader(f)
+        header = next(r, None)
+        if header != CSV_FIELDS:
+            raise ValueError(f"{path}: header {header} != {CSV_FIELDS}")
+        n = 0
+        for n, row in enumerate(r, 1):
+            if len(row) != len(CSV_FIELDS):
+                raise ValueError(f"{path}:{n + 1}: {len(row)} fields, want {len(CSV_FIELDS)}")
+            d = dict(zip(CSV_FIELDS, row))
+            for k in ("op", "shape", "backend", "device", "torch", "commit", "date"):
+                if not d[k]:
+                    raise ValueError(f"{path}:{n + 1}: empty {k}")
+            for k in ("median_us", "p20_us", "p80_us"):
+                if not float(d[k]) > 0:
+                    raise ValueError(f"{path}:{n + 1}: {k} = {d[k]!r} is not a positive time")
+            if d["gbps"]:
+                float(d["gbps"])
+            for part in filter(None, d["ratios"].split(";")):
+                name, _, value = part.partition("=")
+                if not name or not value:
+                    raise ValueError(f"{path}:{n + 1}: ratio {part!r} is not name=value")
+                float(value)
+    if n == 0:
+        raise ValueError(f"{path}: no rows")
+    print(f"{path}: {n} rows, schema ok")
+    return n
+
+
 def print_table(rows: list[Row], ceil: dict[str, float] | None = None) -> None:
     if ceil:
         print("ceilings: " + ", ".join(f"{k}={v:.1f}" for k, v in ceil.items()))

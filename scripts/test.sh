@@ -35,11 +35,33 @@ if [ "${SPECOPS_WHEEL:-$([ $# -eq 0 ] && echo 1 || echo 0)}" = "1" ]; then
       "script exits non-zero"
   fi
 fi
-rc=0
-"$(dirname "$PY")/pytest" -q -ra "$@" || rc=$?
+# The Triton AOT stage (tests/triton_specs.py; SPECOPS_TRITON_AOT=0/1 like the others): pytest
+# records every Triton specialisation it launches, then each is compiled for sm_80 and sm_90
+# with the served models' shapes; a compile error or an unexplained spill at a served shape
+# fails it.  The table goes to build/triton_resources.md (docs/triton_resources.md is a copy).
+aot="${SPECOPS_TRITON_AOT:-$([ $# -eq 0 ] && echo 1 || echo 0)}"
+specs="$ROOT/build/triton_specs.jsonl"
+mkdir -p "$ROOT/build"
+rm -f "$specs"
+[ "$aot" = "1" ] && export SPECOPS_TRITON_SPECS="$specs"
+set +e
+"$(dirname "$PY")/pytest" -q -ra "$@" 2>&1 | tee "$ROOT/build/pytest.log"
+rc=${PIPESTATUS[0]}
+set -e
+aot_rc=0
+if [ "$aot" = "1" ] && "$PY" -c "import triton" 2>/dev/null; then
+  start=$SECONDS
+  "$PY" tests/triton_specs.py served "$specs" || aot_rc=$?
+  [ $aot_rc -eq 0 ] && { "$PY" tests/triton_specs.py compile "$specs" \
+    --table "$ROOT/build/triton_resources.md" || aot_rc=$?; }
+  echo "Triton AOT stage: $([ $aot_rc -eq 0 ] && echo passed || echo "FAILED (exit $aot_rc)") in" \
+    "$((SECONDS - start)) s"
+  echo "pytest: $(tail -n 1 "$ROOT/build/pytest.log")"  # the summary line stays the last one
+fi
 if [ $rc -ne 0 ]; then
   exit $rc
 fi
 [ $asan_rc -ne 0 ] && exit $asan_rc
 [ $tsan_rc -ne 0 ] && exit $tsan_rc
+[ $aot_rc -ne 0 ] && exit $aot_rc
 exit $wheel_rc
