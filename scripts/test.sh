@@ -38,7 +38,8 @@ fi
 # The Triton AOT stage (tests/triton_specs.py; SPECOPS_TRITON_AOT=0/1 like the others): pytest
 # records every Triton specialisation it launches, then each is compiled for sm_80 and sm_90
 # with the served models' shapes; a compile error or an unexplained spill at a served shape
-# fails it.  The table goes to build/triton_resources.md (docs/triton_resources.md is a copy).
+# fails it.  Every compile's row goes to build/triton_resources.md, the summary to
+# build/triton_resources_summary.md (docs/triton_resources.md is a copy of it).
 aot="${SPECOPS_TRITON_AOT:-$([ $# -eq 0 ] && echo 1 || echo 0)}"
 specs="$ROOT/build/triton_specs.jsonl"
 mkdir -p "$ROOT/build"
@@ -53,7 +54,8 @@ if [ "$aot" = "1" ] && "$PY" -c "import triton" 2>/dev/null; then
   start=$SECONDS
   "$PY" tests/triton_specs.py served "$specs" || aot_rc=$?
   [ $aot_rc -eq 0 ] && { "$PY" tests/triton_specs.py compile "$specs" \
-    --table "$ROOT/build/triton_resources.md" || aot_rc=$?; }
+    --table "$ROOT/build/triton_resources_summary.md" --full "$ROOT/build/triton_resources.md" \
+    || aot_rc=$?; }
   echo "Triton AOT stage: $([ $aot_rc -eq 0 ] && echo passed || echo "FAILED (exit $aot_rc)") in" \
     "$((SECONDS - start)) s"
   echo "pytest: $(tail -n 1 "$ROOT/build/pytest.log")"  # the summary line stays the last one
