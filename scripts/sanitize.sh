@@ -17,7 +17,7 @@ PY="${PY:-$ROOT/.venv/bin/python}"
 TESTS=(tests/test_sample.py tests/test_verify_kernels.py tests/test_verify_chain_kernels.py
   tests/test_jacobi_kernels.py tests/test_sample_wor_kernels.py tests/test_path_acceptance.py
   tests/test_kv.py tests/test_features.py tests/test_fuzz_boundary.py tests/test_threads.py
-  tests/test_probs.py tests/test_tree_attention_kernels.py)
+  tests/test_probs.py tests/test_tree_attention_kernels.py tests/test_cuda_sim.py)
 
 LIBASAN="$(gcc -print-file-name=libasan.so)"
 LIBUBSAN="$(gcc -print-file-name=libubsan.so)"

@@ -1,4 +1,6 @@
-// Fibers for cuda_sim (see fiber.h).
+// Fibers for cuda_sim (see fiber.h).  One primitive differs by platform, switch_to (save the
+// current context into `from`, resume `to`); resume / yield around it announce every switch to
+// AddressSanitizer.
 #include "fiber.h"
 
 #include <stdint.h>
@@ -10,10 +12,6 @@
 
 #if defined(__SANITIZE_ADDRESS__)
 #define CUDA_SIM_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define CUDA_SIM_ASAN 1
-#endif
 #endif
 
 #ifdef CUDA_SIM_ASAN
@@ -31,11 +29,56 @@ void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_
 namespace cuda_sim {
 
 namespace {
+
 #ifdef CUDA_SIM_ASAN
 thread_local const void* host_stack_bottom = nullptr;
 thread_local size_t host_stack_size = 0;
 #endif
+
+// ASan: before a switch, the stack being entered (nullptr fake-stack slot: the current fiber
+// never resumes); after it, the stack that was left.
+void asan_leave(void** fake_stack, const void* bottom, size_t size) {
+#ifdef CUDA_SIM_ASAN
+  __sanitizer_start_switch_fiber(fake_stack, bottom, size);
+#else
+  (void)fake_stack, (void)bottom, (void)size;
+#endif
+}
+void asan_arrive(void* fake_stack, bool record_host) {
+#ifdef CUDA_SIM_ASAN
+  if (record_host)
+    __sanitizer_finish_switch_fiber(fake_stack, &host_stack_bottom, &host_stack_size);
+  else
+    __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+#else
+  (void)fake_stack, (void)record_host;
+#endif
+}
+const void* host_bottom() {
+#ifdef CUDA_SIM_ASAN
+  return host_stack_bottom;
+#else
+  return nullptr;
+#endif
+}
+size_t host_size() {
+#ifdef CUDA_SIM_ASAN
+  return host_stack_size;
+#else
+  return 0;
+#endif
+}
+
+void switch_to(Fiber& from, Fiber& to);
+
 }  // namespace
+
+// The first code a fiber runs (from the trampoline or ucontext's entry).
+extern "C" __attribute__((visibility("hidden"), used)) void cuda_sim_fiber_start(Fiber* f) {
+  asan_arrive(nullptr, true);
+  f->entry(f->arg);  // ends with fiber_yield(host, true): never returns
+  abort();
+}
 
 void fiber_alloc(Fiber& f, size_t bytes) {
   if (f.stack) return;
@@ -49,6 +92,21 @@ void fiber_alloc(Fiber& f, size_t bytes) {
   f.stack_size = bytes;
 }
 
+void fiber_resume(FiberHost& host, Fiber& f) {
+  host.current = &f;
+  asan_leave(&host.self.asan_fake_stack, f.stack, f.stack_size);
+  switch_to(host.self, f);
+  asan_arrive(host.self.asan_fake_stack, false);
+  host.current = nullptr;
+}
+
+void fiber_yield(FiberHost& host, bool finished) {
+  Fiber& f = *host.current;
+  asan_leave(finished ? nullptr : &f.asan_fake_stack, host_bottom(), host_size());
+  switch_to(f, host.self);
+  asan_arrive(f.asan_fake_stack, true);
+}
+
 }  // namespace cuda_sim
 
 #if defined(__x86_64__)
@@ -56,10 +114,8 @@ void fiber_alloc(Fiber& f, size_t bytes) {
 // store rsp to *save, load rsp from load, pop them, return into the other context.
 extern "C" void cuda_sim_switch(void** save, void* load);
 extern "C" void cuda_sim_trampoline();
-extern "C" __attribute__((visibility("hidden"), used)) void cuda_sim_fiber_start(
-    cuda_sim::Fiber* f);
 asm(R"(
-  .text
+  .pushsection .text
   .p2align 4
   .globl cuda_sim_switch
   .hidden cuda_sim_switch
@@ -97,16 +153,8 @@ cuda_sim_trampoline:
   call cuda_sim_fiber_start
   ud2
   .size cuda_sim_trampoline, .-cuda_sim_trampoline
+  .popsection
 )");
-
-extern "C" void cuda_sim_fiber_start(cuda_sim::Fiber* f) {
-#ifdef CUDA_SIM_ASAN
-  __sanitizer_finish_switch_fiber(nullptr, &cuda_sim::host_stack_bottom,
-                                  &cuda_sim::host_stack_size);
-#endif
-  f->entry(f->arg);  // ends with fiber_yield(host, true): never returns
-  abort();
-}
 
 namespace cuda_sim {
 
@@ -125,56 +173,35 @@ void fiber_reset(Fiber& f, void (*entry)(void*), void* arg) {
   sp[3] = 0;                                                  // r13
   sp[2] = 0;                                                  // r14
   sp[1] = 0;                                                  // r15
-  const uint32_t csr[2] = {0x1F80u, 0x037Fu};                 // MXCSR, x87 control word
+  // the launching thread's floating-point control state (rounding, FTZ/DAZ), as an OS thread
+  // would inherit it
+  uint32_t csr[2] = {__builtin_ia32_stmxcsr(), 0};
+  uint16_t cw;
+  asm volatile("fnstcw %0" : "=m"(cw));
+  csr[1] = cw;
   __builtin_memcpy(&sp[0], csr, 8);
   f.sp = sp;
 }
 
-void fiber_resume(FiberHost& host, Fiber& f) {
-  host.current = &f;
-#ifdef CUDA_SIM_ASAN
-  __sanitizer_start_switch_fiber(&host.self.asan_fake_stack, f.stack, f.stack_size);
-#endif
-  cuda_sim_switch(&host.self.sp, f.sp);
-#ifdef CUDA_SIM_ASAN
-  __sanitizer_finish_switch_fiber(host.self.asan_fake_stack, nullptr, nullptr);
-#endif
-  host.current = nullptr;
-}
-
-void fiber_yield(FiberHost& host, bool finished) {
-  Fiber& f = *host.current;
-#ifdef CUDA_SIM_ASAN
-  __sanitizer_start_switch_fiber(finished ? nullptr : &f.asan_fake_stack, host_stack_bottom,
-                                 host_stack_size);
-#else
-  (void)finished;
-#endif
-  cuda_sim_switch(&f.sp, host.self.sp);
-#ifdef CUDA_SIM_ASAN
-  __sanitizer_finish_switch_fiber(f.asan_fake_stack, &host_stack_bottom, &host_stack_size);
-#endif
-}
+namespace {
+void switch_to(Fiber& from, Fiber& to) { cuda_sim_switch(&from.sp, to.sp); }
+}  // namespace
 
 }  // namespace cuda_sim
 
-#else  // ucontext fallback
+#else  // ucontext
 
 namespace cuda_sim {
 
 namespace {
 void ucontext_entry(unsigned lo, unsigned hi) {
-  Fiber* f = reinterpret_cast<Fiber*>((static_cast<uintptr_t>(hi) << 32) | lo);
-#ifdef CUDA_SIM_ASAN
-  __sanitizer_finish_switch_fiber(nullptr, &host_stack_bottom, &host_stack_size);
-#endif
-  f->entry(f->arg);
-  abort();
+  cuda_sim_fiber_start(reinterpret_cast<Fiber*>((static_cast<uintptr_t>(hi) << 32) | lo));
 }
 ucontext_t* ctx_of(Fiber& f) {
   if (!f.sp) f.sp = new ucontext_t();
   return static_cast<ucontext_t*>(f.sp);
 }
+void switch_to(Fiber& from, Fiber& to) { swapcontext(ctx_of(from), ctx_of(to)); }
 }  // namespace
 
 void fiber_reset(Fiber& f, void (*entry)(void*), void* arg) {
@@ -188,32 +215,6 @@ void fiber_reset(Fiber& f, void (*entry)(void*), void* arg) {
   const uintptr_t p = reinterpret_cast<uintptr_t>(&f);
   makecontext(uc, reinterpret_cast<void (*)()>(&ucontext_entry), 2,
               static_cast<unsigned>(p & 0xffffffffu), static_cast<unsigned>(p >> 32));
-}
-
-void fiber_resume(FiberHost& host, Fiber& f) {
-  host.current = &f;
-#ifdef CUDA_SIM_ASAN
-  __sanitizer_start_switch_fiber(&host.self.asan_fake_stack, f.stack, f.stack_size);
-#endif
-  swapcontext(ctx_of(host.self), ctx_of(f));
-#ifdef CUDA_SIM_ASAN
-  __sanitizer_finish_switch_fiber(host.self.asan_fake_stack, nullptr, nullptr);
-#endif
-  host.current = nullptr;
-}
-
-void fiber_yield(FiberHost& host, bool finished) {
-  Fiber& f = *host.current;
-#ifdef CUDA_SIM_ASAN
-  __sanitizer_start_switch_fiber(finished ? nullptr : &f.asan_fake_stack, host_stack_bottom,
-                                 host_stack_size);
-#else
-  (void)finished;
-#endif
-  swapcontext(ctx_of(f), ctx_of(host.self));
-#ifdef CUDA_SIM_ASAN
-  __sanitizer_finish_switch_fiber(f.asan_fake_stack, &host_stack_bottom, &host_stack_size);
-#endif
 }
 
 }  // namespace cuda_sim

@@ -14,7 +14,9 @@
 #error "the cuda_sim <cuda_runtime.h> is only for SPECOPS_CUDA_SIM builds"
 #endif
 
-#define __global__
+// static: the emulated kernels get internal linkage, so they never merge with the nvcc build's
+// host stubs of the same name (weak in CUDA 12's nvcc) in the one module.
+#define __global__ static
 #define __device__
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
@@ -62,17 +64,18 @@ inline T __ldg(const T* p) {
 // for kernels that are correct on the GPU).
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
-// Atomics through the compiler's builtins: atomic across OS threads (SPECOPS_SIM_THREADS=os)
-// and seen as synchronisation by ThreadSanitizer.
-inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+// Atomics through the compiler's builtins: atomic across OS threads (SPECOPS_SIM_THREADS=os),
+// relaxed like CUDA's (ordering comes from __threadfence and barriers, as on the GPU), so
+// ThreadSanitizer sees no synchronisation the GPU would not give.
+inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 inline unsigned atomicAdd(unsigned* p, unsigned v) {
-  return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+  return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
 }
-inline int atomicExch(int* p, int v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+inline int atomicExch(int* p, int v) { return __atomic_exchange_n(p, v, __ATOMIC_RELAXED); }
 inline int atomicMin(int* p, int v) {
-  int old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
-  while (v < old && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST,
-                                                 __ATOMIC_SEQ_CST)) {
+  int old = __atomic_load_n(p, __ATOMIC_RELAXED);
+  while (v < old && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_RELAXED,
+                                                 __ATOMIC_RELAXED)) {
   }
   return old;
 }

@@ -9,9 +9,10 @@ namespace cub {
 template <typename T, int BLOCK_DIM_X>
 class BlockScan {
  public:
+  // One array, scanned in place: a later use of the storage (or of a union it shares) that a
+  // missing barrier leaves unordered with this scan's reads overlaps them, as with cub.
   struct TempStorage {
-    T input[BLOCK_DIM_X];
-    T exclusive[BLOCK_DIM_X + 1];
+    T data[BLOCK_DIM_X + 1];
   };
 
   explicit BlockScan(TempStorage& storage) : tmp_(storage) {}
@@ -22,8 +23,8 @@ class BlockScan {
   }
   void InclusiveSum(T input, T& output, T& aggregate) {
     const int tid = scan(input);
-    output = tmp_.exclusive[tid + 1];
-    aggregate = tmp_.exclusive[BLOCK_DIM_X];
+    output = tmp_.data[tid] + input;
+    aggregate = tmp_.data[BLOCK_DIM_X];
   }
   void ExclusiveSum(T input, T& output) {
     T aggregate;
@@ -31,22 +32,24 @@ class BlockScan {
   }
   void ExclusiveSum(T input, T& output, T& aggregate) {
     const int tid = scan(input);
-    output = tmp_.exclusive[tid];
-    aggregate = tmp_.exclusive[BLOCK_DIM_X];
+    output = tmp_.data[tid];
+    aggregate = tmp_.data[BLOCK_DIM_X];
   }
 
  private:
+  // data[i] <- exclusive prefix of the inputs (thread order), data[BLOCK] <- their total.
   int scan(T input) {
     const int tid = sim_detail::thread_rank<BLOCK_DIM_X>();
-    tmp_.input[tid] = input;
+    tmp_.data[tid] = input;
     __syncthreads();
     if (tid == 0) {
       T run = T(0);
       for (int i = 0; i < BLOCK_DIM_X; ++i) {
-        tmp_.exclusive[i] = run;
-        run = run + tmp_.input[i];
+        const T x = tmp_.data[i];
+        tmp_.data[i] = run;
+        run = run + x;
       }
-      tmp_.exclusive[BLOCK_DIM_X] = run;
+      tmp_.data[BLOCK_DIM_X] = run;
     }
     __syncthreads();
     return tid;
