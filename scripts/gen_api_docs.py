@@ -151,8 +151,8 @@ def index() -> str:
         "",
         "`tree_attention` and `append_kv` run the reference for float64; `tree_attention` also "
         'has `backend="cascade"` (flash-attn for the prefix, asked for by name only).  Every op '
-        'with a CUDA kernel also takes `backend="cuda_sim"` (tests: the CUDA device code run on CPU '
-        "tensors by the SIMT emulation of docs/cuda_sim.md; never picked by \"auto\").",
+        'with a CUDA kernel also takes `backend="cuda_sim"` (tests: the CUDA device code run on '
+        'CPU tensors by the SIMT emulation of docs/cuda_sim.md; never picked by "auto").',
     ]
     return "\n".join(lines) + "\n"
 
