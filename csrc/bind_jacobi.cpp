@@ -1,8 +1,8 @@
 // Bindings of verify_jacobi.  Tensors arrive as TensorArg (csrc/tensor_arg.h); user-facing
 // checks live in specops/ops/verify.py, the normalisation in specops/ops/_jacobi_kernels.py.
 #include "bind.h"
-#include "specops/jacobi.h"
 #include "launchers.h"
+#include "specops/jacobi.h"
 
 namespace py = pybind11;
 using T = const specops::TensorArg&;

@@ -7,8 +7,8 @@
 #include <numeric>
 
 #include "bind.h"
-#include "specops/kv.h"
 #include "launchers.h"
+#include "specops/kv.h"
 
 namespace py = pybind11;
 using T = const specops::TensorArg&;

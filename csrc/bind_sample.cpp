@@ -1,8 +1,8 @@
 // Binding of sample: probs float32 [rows, V] (last dim contiguous), the random stream, out int32
 // [rows] contiguous.  specops/ops/sample.py flattens the leading dims and normalises.
 #include "bind.h"
-#include "specops/sample.h"
 #include "launchers.h"
+#include "specops/sample.h"
 
 namespace py = pybind11;
 using T = const specops::TensorArg&;
@@ -36,8 +36,7 @@ void run_host(const SampleArgs& a) {
   sample_host(a.probs, a.rows, a.vocab, a.row_stride, a.rng, a.out);
 }
 
-template <std::string (*Launch)(const float*, int64_t, int64_t, int64_t, RngArgs, int32_t*,
-                                 void*)>
+template <std::string (*Launch)(const float*, int64_t, int64_t, int64_t, RngArgs, int32_t*, void*)>
 std::string run_cuda(const SampleArgs& a, void* stream) {
   return Launch(a.probs, a.rows, a.vocab, a.row_stride, a.rng, a.out, stream);
 }

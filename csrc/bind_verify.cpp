@@ -3,9 +3,9 @@
 // checks and the normalisation (float32 rows, int32 trees) live in specops/ops/verify.py and
 // specops/ops/_verify_kernels.py.
 #include "bind.h"
+#include "launchers.h"
 #include "specops/path_acceptance.h"
 #include "specops/verify.h"
-#include "launchers.h"
 
 namespace py = pybind11;
 using T = const specops::TensorArg&;
@@ -146,8 +146,8 @@ void bind_verify(py::module_& m) {
   m.def("path_acceptance_cuda", cuda(path_args, gpu::launch_path_acceptance, "path_acceptance"));
 #endif
 #ifdef SPECOPS_WITH_CUDA_SIM
-  for (const char* k : {"verify_chain", "verify_tree", "sample_without_replacement",
-                        "path_acceptance"})
+  for (const char* k :
+       {"verify_chain", "verify_tree", "sample_without_replacement", "path_acceptance"})
     cuda_sim_kernel_names().push_back(k);
   m.def("verify_chain_cuda_sim", cuda_sim(chain_args, sim::launch_verify_chain, "verify_chain"));
   m.def("verify_tree_cuda_sim", cuda_sim(tree_args, sim::launch_verify_tree, "verify_tree"));

@@ -15,10 +15,9 @@ std::string launch_sample(const float* probs, int64_t rows, int64_t vocab, int64
                           RngArgs rng, int32_t* out, void* stream) {
   if (rows == 0) return std::string();
   constexpr int kBlock = 256;
-  return error_text(launch_kernel("sample_kernel", sample_kernel<kBlock>,
-                                  dim3(static_cast<unsigned>(rows)), dim3(kBlock), 0,
-                                  static_cast<cudaStream_t>(stream), probs, vocab, row_stride,
-                                  rng, out));
+  return error_text(launch_kernel(
+      "sample_kernel", sample_kernel<kBlock>, dim3(static_cast<unsigned>(rows)), dim3(kBlock), 0,
+      static_cast<cudaStream_t>(stream), probs, vocab, row_stride, rng, out));
 }
 
 #ifndef SPECOPS_CUDA_SIM

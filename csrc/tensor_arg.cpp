@@ -153,8 +153,8 @@ const TensorArg& ArgCheck::need(const TensorArg& t, const char* name, DType dtyp
   if (!t.defined()) fail(name, "is required, got None");
   const bool want_cuda = cuda && !SimArgs::active();
   if (t.cuda != want_cuda)
-    fail(name, std::string("must be a ") + (want_cuda ? "CUDA" : "CPU") +
-                   " tensor for this backend");
+    fail(name,
+         std::string("must be a ") + (want_cuda ? "CUDA" : "CPU") + " tensor for this backend");
   if (t.dtype != dtype)
     fail(name, std::string("must be ") + dtype_name(dtype) + " here, got " + dtype_name(t.dtype));
   if (t.ndim != ndim)

@@ -102,8 +102,8 @@ std::string check_launch(const void* kernel, Dim3 grid, Dim3 block, size_t smem,
   *e = Error::invalid_value;
   if (smem > 48 * 1024 && smem > limit)
     return std::to_string(smem) + " bytes of dynamic shared memory without " +
-           "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) raising the " +
-           std::to_string(limit) + "-byte limit";
+           "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) raising the " + std::to_string(limit) +
+           "-byte limit";
   return "";
 }
 

@@ -167,12 +167,12 @@ void fiber_reset(Fiber& f, void (*entry)(void*), void* arg) {
       (reinterpret_cast<uintptr_t>(f.stack + f.stack_size) & ~uintptr_t{15}));
   uint64_t* sp = top - 8;
   sp[7] = reinterpret_cast<uint64_t>(&cuda_sim_trampoline);  // ret
-  sp[6] = 0;                                                  // rbp
-  sp[5] = 0;                                                  // rbx
-  sp[4] = reinterpret_cast<uint64_t>(&f);                     // r12 -> fiber_start's argument
-  sp[3] = 0;                                                  // r13
-  sp[2] = 0;                                                  // r14
-  sp[1] = 0;                                                  // r15
+  sp[6] = 0;                                                 // rbp
+  sp[5] = 0;                                                 // rbx
+  sp[4] = reinterpret_cast<uint64_t>(&f);                    // r12 -> fiber_start's argument
+  sp[3] = 0;                                                 // r13
+  sp[2] = 0;                                                 // r14
+  sp[1] = 0;                                                 // r15
   // the launching thread's floating-point control state (rounding, FTZ/DAZ), as an OS thread
   // would inherit it
   uint32_t csr[2] = {__builtin_ia32_stmxcsr(), 0};

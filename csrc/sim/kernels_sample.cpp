@@ -1,3 +1,3 @@
-// The cuda_sim build of csrc/sample.cu: the same launchers and kernels, compiled as host C++ over the
-// SIMT emulation (SPECOPS_CUDA_SIM, the shim headers in csrc/sim/include) into specops::sim.
+// The cuda_sim build of csrc/sample.cu: the same launchers and kernels, compiled as host C++ over
+// the SIMT emulation (SPECOPS_CUDA_SIM, the shim headers in csrc/sim/include) into specops::sim.
 #include "../sample.cu"

@@ -84,8 +84,8 @@ std::vector<int> run(const std::string& kind) {
   if (k == "removed_barrier")
     err = bug ? launch_kernel("broadcast_sum_kernel<BUG>", broadcast_sum_kernel<true>, g, b, 0,
                               nullptr, out.data())
-              : launch_kernel("broadcast_sum_kernel", broadcast_sum_kernel<false>, g, b, 0,
-                              nullptr, out.data());
+              : launch_kernel("broadcast_sum_kernel", broadcast_sum_kernel<false>, g, b, 0, nullptr,
+                              out.data());
   else if (k == "divergent_barrier")
     err = bug ? launch_kernel("branch_barrier_kernel<BUG>", branch_barrier_kernel<true>, g, b, 0,
                               nullptr, out.data())
@@ -97,15 +97,15 @@ std::vector<int> run(const std::string& kind) {
               : launch_kernel("dynamic_smem_kernel", dynamic_smem_kernel<false>, g, b,
                               kBlock * sizeof(int), nullptr, out.data());
   else if (k == "static_smem_off_by_one")
-    err = bug ? launch_kernel("static_smem_kernel<BUG>", static_smem_kernel<true>, g, b, 0,
-                              nullptr, out.data())
+    err = bug ? launch_kernel("static_smem_kernel<BUG>", static_smem_kernel<true>, g, b, 0, nullptr,
+                              out.data())
               : launch_kernel("static_smem_kernel", static_smem_kernel<false>, g, b, 0, nullptr,
                               out.data());
   else if (k == "divergent_shuffle")
-    err = bug ? launch_kernel("shuffle_kernel<BUG>", shuffle_kernel<true>, g, b, 0, nullptr,
-                              out.data())
-              : launch_kernel("shuffle_kernel", shuffle_kernel<false>, g, b, 0, nullptr,
-                              out.data());
+    err =
+        bug ? launch_kernel("shuffle_kernel<BUG>", shuffle_kernel<true>, g, b, 0, nullptr,
+                            out.data())
+            : launch_kernel("shuffle_kernel", shuffle_kernel<false>, g, b, 0, nullptr, out.data());
   else
     throw std::invalid_argument("cuda_sim_planted: unknown kind " + kind);
   if (err != cudaSuccess) throw std::runtime_error(cudaGetErrorString(err));

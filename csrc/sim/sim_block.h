@@ -21,8 +21,8 @@ enum class State { runnable, at_barrier, at_warp, done };
 struct SimThread {
   ThreadCtx ctx;
   State state = State::runnable;
-  Fiber* fiber = nullptr;              // fiber mode
-  unsigned phase = 0;                  // OS-thread mode: barriers passed in this block
+  Fiber* fiber = nullptr;  // fiber mode
+  unsigned phase = 0;      // OS-thread mode: barriers passed in this block
 };
 
 struct Warp {
@@ -50,7 +50,7 @@ struct Block {
   bool aborted = false;
   std::string fault;
   char sync[2];  // ThreadSanitizer happens-before objects of the barrier, by phase parity
-  std::mutex* mu = nullptr;              // OS-thread mode
+  std::mutex* mu = nullptr;               // OS-thread mode
   std::condition_variable* cv = nullptr;  // OS-thread mode
   FiberHost* host = nullptr;              // fiber mode
 };

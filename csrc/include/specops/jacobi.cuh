@@ -25,8 +25,8 @@
 #include <cub/block/block_scan.cuh>
 
 #include "specops/block_sample.cuh"
-#include "specops/launch.cuh"
 #include "specops/jacobi.h"
+#include "specops/launch.cuh"
 
 namespace specops {
 

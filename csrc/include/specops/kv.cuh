@@ -15,9 +15,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include "specops/launch.cuh"
-
 #include "specops/kv.h"
+#include "specops/launch.cuh"
 
 namespace specops {
 

@@ -53,7 +53,7 @@ inline cudaError_t launch_kernel(const char* name, void (*kernel)(P...), dim3 gr
   ::cuda_sim::launch(name, kernel, grid, block, smem, static_cast<P>(args)...);
 #else
   (void)name;
-  kernel<<<grid, block, smem, stream>>>(static_cast<P>(args)...);
+  kernel<<<grid, block, smem, stream> > >(static_cast<P>(args)...);
 #endif
   return cudaGetLastError();
 }

@@ -11,7 +11,6 @@
 #include <cub/block/block_scan.cuh>
 
 #include "specops/launch.cuh"
-
 #include "specops/path_acceptance.h"
 
 namespace specops {

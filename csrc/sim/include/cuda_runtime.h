@@ -74,8 +74,8 @@ inline unsigned atomicAdd(unsigned* p, unsigned v) {
 inline int atomicExch(int* p, int v) { return __atomic_exchange_n(p, v, __ATOMIC_RELAXED); }
 inline int atomicMin(int* p, int v) {
   int old = __atomic_load_n(p, __ATOMIC_RELAXED);
-  while (v < old && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_RELAXED,
-                                                 __ATOMIC_RELAXED)) {
+  while (v < old &&
+         !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
   }
   return old;
 }
