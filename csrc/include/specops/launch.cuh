@@ -53,7 +53,9 @@ inline cudaError_t launch_kernel(const char* name, void (*kernel)(P...), dim3 gr
   ::cuda_sim::launch(name, kernel, grid, block, smem, static_cast<P>(args)...);
 #else
   (void)name;
-  kernel<<<grid, block, smem, stream> > >(static_cast<P>(args)...);
+  // clang-format off
+  kernel<<<grid, block, smem, stream>>>(static_cast<P>(args)...);
+  // clang-format on
 #endif
   return cudaGetLastError();
 }
