@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 
 class MissingDependency(ImportError):
@@ -31,3 +32,18 @@ def _missing(module: str) -> bool:
         return importlib.util.find_spec(module) is None
     except (ImportError, ValueError):  # a module set to None in sys.modules (tests) or broken
         return True
+
+
+def run_main(fn, argv=None) -> int:
+    """Call a command's main; a missing optional dependency is an error line, not a traceback."""
+    try:
+        rc = fn(argv)
+    except MissingDependency as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `specops info | head`: stop quietly, as other CLI tools do
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return rc if isinstance(rc, int) else 0

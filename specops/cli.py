@@ -11,28 +11,13 @@ from __future__ import annotations
 import json
 import sys
 
-from specops._optional import MissingDependency
+from specops._optional import run_main
 
 COMMANDS = {
     "demo": "every decoding method on the embedded visual AR model: images, histograms, table",
     "bench": "benchmark the ops against their peers (CSV, --plot for PNG charts)",
     "info": "what was compiled, what runs here, and each op's backends",
 }
-
-
-def run_main(fn, argv=None) -> int:
-    """Call a command's main; a missing optional dependency is an error line, not a traceback."""
-    try:
-        rc = fn(argv)
-    except MissingDependency as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # `specops info | head`: stop quietly, as other CLI tools do
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    return rc if isinstance(rc, int) else 0
 
 
 def info(argv=None) -> int:

@@ -207,6 +207,6 @@ def main(argv=None) -> list:
 
 
 if __name__ == "__main__":
-    from specops.cli import run_main
+    from specops._optional import run_main
 
     raise SystemExit(run_main(main))

@@ -35,8 +35,9 @@ import torch
 
 from specops.models.data import make_dataset
 from specops.models.drafter import Drafter
+from specops.models.drafter_loss import cosine_lr, drafter_loss
 from specops.models.loading import load_default, load_drafter_file
-from specops.models.train import WEIGHTS, cosine_lr, drafter_loss, half_state
+from specops.models.train import WEIGHTS, half_state
 from specops.models.transformer import Transformer
 
 __all__ = ["hivis_loss", "load_hivis_drafter", "kept_positions"]

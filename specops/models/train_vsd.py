@@ -12,7 +12,7 @@ cross-entropy drafter (``drafter.pt``) into ``drafter_vsd.pt``.  What each piece
   chains training draws, in log space (log S_k = cumsum_i min(0, log p_i - log q_i)).
 * Objective, Eqs. 7-8: L_VSD = E_{z~q}[log kappa(x, z)] - KL(q(.|x) || p(.|x)).  As in the
   paper's implementation (Sec. 5, App. C.1), the KL term is the drafter's original token-level
-  loss -- here the CE objective of ``train.drafter_loss`` unchanged (soft cross-entropy to p along
+  loss -- here the CE objective of ``drafter_loss`` unchanged (soft cross-entropy to p along
   the unrolled drafter + feature smooth-L1) -- and VSD adds the path term, weighted by
   ``--vsd-weight``.
 * Estimator, App. A.1 Algorithm 1 (MCMC-EM), the one the paper trains with:
@@ -249,7 +249,7 @@ def vsd_batch_loss(drafter, target, seq, args, gen):
 
 def train_drafter_vsd(args, target: Transformer, drafter: Drafter, tokens, labels):
     """Fine-tune ``drafter`` with CE (the KL surrogate) + vsd_weight * the Eq. 17 path term."""
-    from specops.models.train import cosine_lr, drafter_loss
+    from specops.models.drafter_loss import cosine_lr, drafter_loss
 
     seed = args.seed + 2 + 10 * getattr(args, "vsd_seed", 0)  # batches / draws of this run
     torch.manual_seed(seed)

@@ -47,6 +47,7 @@ from typing import NamedTuple
 import torch
 
 from specops.reference.philox import row_uniforms
+from specops.reference.results import ChainResult, JacobiResult, Relaxation, TreeResult
 from specops.reference.sampling import (
     inverse_cdf,
     mass,
@@ -64,44 +65,6 @@ __all__ = [
     "verify_jacobi",
     "path_acceptance",
 ]
-
-
-# result types ---------------------------------------------------------------------------------
-class Relaxation(NamedTuple):
-    """LANTERN relaxed acceptance.  LOSSY: with it the output no longer follows the target.
-
-    ``neighbors`` [V, k] int32/int64: row ``x`` lists the latent-space neighbours of token ``x``,
-    nearest first; -1 entries, ids outside [0, V) and ``x`` itself are skipped.  ``delta`` >= 0.
-
-    With ``n_1, ..., n_k = neighbors[x]`` in the given order (skipped entries contribute 0) and
-    ``c_j = p(n_1) + ... + p(n_j)`` (float64), the pooled mass is
-    ``pool(x) = sum_{j : c_j <= delta} p(n_j)``: the longest prefix of the neighbour list whose
-    cumulative target mass stays <= delta.  A draft ``x`` is accepted iff
-    ``u * q(x) < p(x) + pool(x)`` (pool rounded to float32, the sum in float32).  ``p`` is the
-    current target row (in a tree: the residual after earlier siblings were rejected).
-    ``delta = 0`` pools nothing of positive mass, i.e. exact verification."""
-
-    neighbors: torch.Tensor
-    delta: float
-
-
-class ChainResult(NamedTuple):
-    tokens: torch.Tensor  # [B, K+1] int32: accepted drafts, then one corrected/bonus token, -1 pad
-    num_accepted: torch.Tensor  # [B] int32
-
-
-class TreeResult(NamedTuple):
-    path: torch.Tensor  # [B, D+1] int32 node ids root first (path[:, 0] = 0), -1 padded
-    tokens: torch.Tensor  # [B, D+1] int32: accepted draft tokens, then the corrected/bonus token
-    num_accepted: torch.Tensor  # [B] int32
-
-
-class JacobiResult(NamedTuple):
-    num_accepted: torch.Tensor  # [B] int32
-    next_window: torch.Tensor  # [B, L] int32
-    first_reject: torch.Tensor  # [B] int32, -1 when none
-    candidates: torch.Tensor | None  # [B, L, num_candidates] int32, or None
-    path: torch.Tensor | None  # [B, L] int32 in tree mode, else None
 
 
 # building blocks (module-level so that tests can swap in broken variants as negative controls) --
