@@ -10,9 +10,21 @@ try:
     from specops import _C  # type: ignore[attr-defined]
 
     _IMPORT_ERROR = None
-except ImportError as exc:  # a source checkout without a build
+except ImportError as exc:  # a source checkout without a build, or a failed build
     _C = None
     _IMPORT_ERROR = str(exc)
+    # Once, at import: without _C every CPU op runs the plain-PyTorch reference (and CUDA ops
+    # have no kernel), which would silently mislead a benchmark.
+    import warnings
+
+    warnings.warn(
+        f"specops: the compiled module specops._C is not importable ({_IMPORT_ERROR}); every op "
+        "falls back to the plain-PyTorch reference backend (slow).  Build or install specops "
+        "(pip install .), or use an installed wheel rather than a source tree on sys.path; "
+        "specops.build_info() reports it under 'cpp' / 'cpp_import_error'.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 
 def has_cpp() -> bool:

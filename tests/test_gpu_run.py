@@ -33,7 +33,7 @@ def test_dry_run_every_stage(tmp_path):
     assert os.path.exists(tmp_path / "build_info.json")
     with open(tmp_path / "bench.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    from bench.harness import CSV_FIELDS, check_csv
+    from specops.bench.harness import CSV_FIELDS, check_csv
 
     assert list(rows[0]) == CSV_FIELDS
     assert check_csv(str(tmp_path / "bench.csv")) == len(rows)
@@ -52,7 +52,7 @@ def test_unknown_stage_is_an_error(tmp_path):
 
 
 def test_check_csv_rejects_a_broken_row(tmp_path):
-    from bench.harness import CSV_FIELDS, check_csv
+    from specops.bench.harness import CSV_FIELDS, check_csv
 
     p = tmp_path / "b.csv"
     good = ["sample", "B=1", "cpu", "1.0", "0.9", "1.1", "", "ref=2.0", "", "cpu", "2.13",

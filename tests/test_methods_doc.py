@@ -8,8 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from bench import methods
+from specops.bench import methods
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "methods.md"
 

@@ -79,3 +79,34 @@ def test_no_import_circles():
         if m not in state:
             visit(m, [])
     assert not cycles, "import circles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_a_source_tree_without_the_compiled_module_warns(tmp_path):
+    """Importing specops where specops._C is missing (a source tree on sys.path, a failed build)
+    warns once, naming the reference fallback, and build_info() says so: never a silent slow
+    path (issue 27)."""
+    import shutil
+    import site
+    import subprocess
+    import sys
+
+    shutil.copytree(ROOT / "specops", tmp_path / "specops",
+                    ignore=shutil.ignore_patterns("_C*", "__pycache__"))  # fmt: skip
+    # -S: no site (so no editable-install finder); torch from this environment's site-packages
+    paths = [str(tmp_path), *site.getsitepackages()]
+    code = (
+        "import sys, warnings; sys.path[:0] = " + repr(paths) + "\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import specops, specops._build\n"
+        "msgs = [str(x.message) for x in w if 'specops._C' in str(x.message)]\n"
+        "print(len(msgs), specops.build_info()['cpp'], specops._build.__file__)\n"
+        "print(msgs[0] if msgs else '')\n"
+    )
+    r = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    head, msg = r.stdout.splitlines()[:2]
+    count, cpp, where = head.split(" ", 2)
+    assert where.startswith(str(tmp_path)) and cpp == "False" and count == "1", r.stdout
+    assert "plain-PyTorch reference backend" in msg

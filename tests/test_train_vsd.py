@@ -119,7 +119,7 @@ def test_shipped_vsd_drafter_loads():
 
 
 def test_drafters_bench_smoke(capsys):
-    from bench import drafters_e2e
+    from specops.bench import drafters_e2e
 
     rows = drafters_e2e.main(
         ["--classes", "0", "--seeds", "0", "--temperatures", "0", "--trees", "chain K=4"]

@@ -345,10 +345,7 @@ def test_mask_bits_are_the_ancestors():
 
 def test_bench_quick_runs():
     """bench/bench_tree_attention.py in its CI-sized mode (numbers not checked)."""
-    import os
-
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from bench import bench_tree_attention
+    from specops.bench import bench_tree_attention
 
     rows = bench_tree_attention.run(DEV, quick=True)
     names = {r.backend for r in rows}
@@ -356,17 +353,16 @@ def test_bench_quick_runs():
     assert all(r.median_us > 0 for r in rows)
 
 
-def test_kernel_lowers_for_sm90_without_spills():
+def test_kernel_lowers_for_sm90_without_spills(tmp_path):
     """Ahead-of-time compile for sm_90 (no GPU needed, out of the interpreter): catches what the
     interpreter accepts but the compiler does not, and register spills of the bf16 tiles."""
     import os
     import subprocess
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
-    res = subprocess.run(
-        [sys.executable, "-m", "bench.bench_tree_attention", "--aot", "--smoke"],
-        env=env, capture_output=True, text=True, timeout=600, cwd=root,
+    res = subprocess.run(  # the installed copy (specops.bench), not a source tree on the path
+        [sys.executable, "-m", "specops.bench.bench_tree_attention", "--aot", "--smoke"],
+        env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path,
     )  # fmt: skip
     if res.returncode != 0 and "ptxas" in res.stderr and "not found" in res.stderr:
         pytest.skip("no ptxas for ahead-of-time compilation")
