@@ -1,26 +1,13 @@
 // AVX-512 and scalar versions of csrc/host_simd.h.
 #include "host_simd.h"
 
+#include "host_simd_inl.h"
 #include "specops/jacobi.h"  // WalkRow (scalar fallback)
 #include "specops/verify.h"  // mass, clamp0, residual_at, normalised
 
 namespace specops {
 
 namespace {
-
-inline float logits_to_x_scalar(const float* c, const float* u, float s, float div, int64_t v) {
-  const float ninf = -__builtin_inff();
-  float l = c[v];
-  if (u) l = (l == ninf || u[v] == ninf) ? ninf : u[v] + s * (l - u[v]);
-  float x = l / div + 0.f;  // -0.0 -> +0.0
-  return x != x ? ninf : x;
-}
-
-inline uint32_t key_scalar(float x) {
-  uint32_t b;
-  __builtin_memcpy(&b, &x, 4);
-  return b ^ (static_cast<uint32_t>(static_cast<int32_t>(b) >> 31) | 0x80000000u);
-}
 
 // Entries [v, n) of the walk passes over rows p0, q0 (or their compacted lists, ids != nullptr):
 // each entry's p_j, q_j through WalkRow::steps at its id.
@@ -82,12 +69,9 @@ int64_t compact_union_tail(const float* p, const float* q, int64_t v, int64_t n,
 
 #if defined(SPECOPS_HOST_AVX512)
 
-// mass(x): x where 0 < x <= FLT_MAX, else 0 (NaN compares false)
-SPECOPS_AVX512 inline __m512 mass16(__m512 v) {
-  const __mmask16 ok = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ) &
-                       _mm512_cmp_ps_mask(v, _mm512_set1_ps(3.402823466e+38f), _CMP_LE_OQ);
-  return _mm512_maskz_mov_ps(ok, v);
-}
+using simd::append16;
+using simd::append_ids16;
+using simd::mass16;
 
 // r for 16 entries at v (q rows only; one-hot drafts are fixed up by the caller)
 SPECOPS_AVX512 inline __m512 resid16(const float* p, const float* q, int64_t v) {
@@ -150,35 +134,6 @@ SPECOPS_AVX512 double norm_resid_sum_avx512(const float* p, const float* q, doub
   double t = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
   for (; v < hi; ++v) t += static_cast<double>(normalised(residual_at(p, q, -1, v), s));
   return t;
-}
-
-SPECOPS_AVX512 float logits_to_x_avx512(const float* c, const float* u, float s, float div,
-                                        float* o, int64_t n) {
-  const __m512 ninf = _mm512_set1_ps(-__builtin_inff()), sv = _mm512_set1_ps(s),
-               dv = _mm512_set1_ps(div), zero = _mm512_setzero_ps();
-  __m512 m = ninf;
-  int64_t v = 0;
-  for (; v + 16 <= n; v += 16) {
-    __m512 l = _mm512_loadu_ps(c + v);
-    if (u) {
-      const __m512 uv = _mm512_loadu_ps(u + v);
-      const __mmask16 masked =
-          _mm512_cmp_ps_mask(l, ninf, _CMP_EQ_OQ) | _mm512_cmp_ps_mask(uv, ninf, _CMP_EQ_OQ);
-      const __m512 comb = _mm512_add_ps(uv, _mm512_mul_ps(sv, _mm512_sub_ps(l, uv)));
-      l = _mm512_mask_blend_ps(masked, comb, ninf);
-    }
-    __m512 x = _mm512_add_ps(_mm512_div_ps(l, dv), zero);  // + 0: -0.0 -> +0.0
-    x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x, ninf);
-    _mm512_storeu_ps(o + v, x);
-    m = _mm512_max_ps(m, x);
-  }
-  float mm = _mm512_reduce_max_ps(m);
-  for (; v < n; ++v) {
-    const float x = logits_to_x_scalar(c, u, s, div, v);
-    o[v] = x;
-    mm = x > mm ? x : mm;
-  }
-  return mm;
 }
 
 SPECOPS_AVX512 double drop_sum_avx512(const float* q, int64_t x, int64_t n) {
@@ -263,8 +218,7 @@ SPECOPS_AVX512 inline void walk16(const float* p0, const float* q0, __m512i id, 
 
 SPECOPS_AVX512 void walk_terms_avx512(const float* p0, const float* q0, const int32_t* ids,
                                       int64_t j, const int64_t* xs, const double* S,
-                                      const double* T, int64_t x, int64_t n, double* s,
-                                      double* t) {
+                                      const double* T, int64_t x, int64_t n, double* s, double* t) {
   __m512d as0 = _mm512_setzero_pd(), as1 = as0, at0 = as0, at1 = as0;
   int64_t v = 0;
   for (; v + 16 <= n; v += 16) {
@@ -295,70 +249,8 @@ SPECOPS_AVX512 double walk_pos_avx512(const float* p0, const float* q0, const in
   return s + walk_pos_tail(p0, q0, ids, j, xs, S, T, v, hi);
 }
 
-SPECOPS_AVX512 inline __m512i key16(__m512 x) {
-  const __m512i b = _mm512_castps_si512(x);
-  return _mm512_xor_si512(b, _mm512_or_si512(_mm512_srai_epi32(b, 31),
-                                             _mm512_set1_epi32(static_cast<int>(0x80000000u))));
-}
-
-SPECOPS_AVX512 int64_t keys_in_bin_avx512(const float* o, int64_t n, uint32_t bin, uint32_t* keys) {
-  const __m512i bv = _mm512_set1_epi32(static_cast<int>(bin));
-  int64_t m = 0, v = 0;
-  for (; v + 16 <= n; v += 16) {
-    const __m512i k = key16(_mm512_loadu_ps(o + v));
-    const __mmask16 in = _mm512_cmpeq_epi32_mask(_mm512_srli_epi32(k, 21), bv);
-    _mm512_storeu_si512(keys + m, _mm512_maskz_compress_epi32(in, k));  // register compress
-    m += __builtin_popcount(in);
-  }
-  for (; v < n; ++v) {
-    const uint32_t k = key_scalar(o[v]);
-    if ((k >> 21) == bin) keys[m++] = k;
-  }
-  return m;
-}
-
-// Append the ids base .. base + 15 selected by `keep` at ids[0..) (compressed in a register, then
-// one full 16-wide store, so ids holds 16 spare entries: the memory form of vcompress is
-// microcoded and slow on some CPUs, AMD Zen 4); returns how many were selected.  No branch on an
-// empty mask: it mispredicts on sparse rows (top-k filtered).
-SPECOPS_AVX512 inline int64_t append_ids16(__mmask16 keep, int64_t base, int32_t* ids) {
-  const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  _mm512_storeu_si512(ids, _mm512_maskz_compress_epi32(
-                               keep, _mm512_add_epi32(_mm512_set1_epi32(int32_t(base)), step)));
-  return __builtin_popcount(keep);
-}
-
-// append_ids16, plus the selected entries of x at vals[0..) (16 spare entries likewise)
-SPECOPS_AVX512 inline int64_t append16(__mmask16 keep, __m512 x, int64_t base, float* vals,
-                                       int32_t* ids) {
-  _mm512_storeu_ps(vals, _mm512_maskz_compress_ps(keep, x));
-  return append_ids16(keep, base, ids);
-}
-
-SPECOPS_AVX512 int64_t take_kept_avx512(float* o, int64_t n, bool use_k, uint32_t tau_k,
-                                        float tau_p, int32_t* idx, float* xs) {
-  const __m512i tk = _mm512_set1_epi32(static_cast<int>(tau_k));
-  const __m512 tp = _mm512_set1_ps(tau_p);
-  int64_t m = 0, v = 0;
-  for (; v + 16 <= n; v += 16) {
-    const __m512 x = _mm512_loadu_ps(o + v);
-    __mmask16 keep = _mm512_cmp_ps_mask(x, tp, _CMP_GE_OQ);
-    if (use_k) keep &= _mm512_cmp_epu32_mask(key16(x), tk, _MM_CMPINT_NLT);
-    _mm512_storeu_ps(o + v, _mm512_setzero_ps());
-    m += append16(keep, x, v, xs + m, idx + m);
-  }
-  for (; v < n; ++v) {
-    const float x = o[v];
-    o[v] = 0.f;
-    if ((use_k && key_scalar(x) < tau_k) || !(x >= tau_p)) continue;
-    idx[m] = static_cast<int32_t>(v);
-    xs[m++] = x;
-  }
-  return m;
-}
-
-SPECOPS_AVX512 int64_t compact_union_avx512(const float* p, const float* q, int64_t n,
-                                            int32_t* idx, float* pl, float* ql) {
+SPECOPS_AVX512 int64_t compact_union_avx512(const float* p, const float* q, int64_t n, int32_t* idx,
+                                            float* pl, float* ql) {
   int64_t m = 0, v = 0;
   for (; v + 16 <= n; v += 16) {
     const __m512 pv = mass16(_mm512_loadu_ps(p + v)), qv = mass16(_mm512_loadu_ps(q + v));
@@ -381,9 +273,8 @@ SPECOPS_AVX512 int64_t compact_resid_avx512(const float* p, const float* q, int6
     if (q) {
       qv = mass16(_mm512_loadu_ps(q + v));
     } else {  // one-hot(x)
-      const __mmask16 is_x = (x >= v && x < v + 16)
-                                 ? _mm512_cmpeq_epi32_mask(step, _mm512_set1_epi32(int(x - v)))
-                                 : 0;
+      const __mmask16 is_x =
+          (x >= v && x < v + 16) ? _mm512_cmpeq_epi32_mask(step, _mm512_set1_epi32(int(x - v))) : 0;
       qv = _mm512_maskz_mov_ps(is_x, _mm512_set1_ps(1.f));
     }
     const __m512 r = _mm512_max_ps(_mm512_sub_ps(pv, qv), _mm512_setzero_ps());
@@ -527,47 +418,6 @@ double mass_sum_host(const float* p, int64_t lo, int64_t hi) {
   if (have_avx512()) return mass_sum_avx512(p, lo, hi);
 #endif
   return sum_range_host([p](int64_t v) { return mass(p[v]); }, lo, hi);
-}
-
-float logits_to_x_host(const float* c, const float* u, float s, float div, float* o, int64_t n) {
-#if defined(SPECOPS_HOST_AVX512)
-  if (have_avx512()) return logits_to_x_avx512(c, u, s, div, o, n);
-#endif
-  float m = -__builtin_inff();
-  for (int64_t v = 0; v < n; ++v) {
-    const float x = logits_to_x_scalar(c, u, s, div, v);
-    o[v] = x;
-    m = x > m ? x : m;
-  }
-  return m;
-}
-
-int64_t keys_in_bin_host(const float* o, int64_t n, uint32_t bin, uint32_t* keys) {
-#if defined(SPECOPS_HOST_AVX512)
-  if (have_avx512()) return keys_in_bin_avx512(o, n, bin, keys);
-#endif
-  int64_t m = 0;
-  for (int64_t v = 0; v < n; ++v) {
-    const uint32_t k = key_scalar(o[v]);
-    if ((k >> 21) == bin) keys[m++] = k;
-  }
-  return m;
-}
-
-int64_t take_kept_host(float* o, int64_t n, bool use_k, uint32_t tau_k, float tau_p, int32_t* idx,
-                       float* xs) {
-#if defined(SPECOPS_HOST_AVX512)
-  if (have_avx512()) return take_kept_avx512(o, n, use_k, tau_k, tau_p, idx, xs);
-#endif
-  int64_t m = 0;
-  for (int64_t v = 0; v < n; ++v) {
-    const float x = o[v];
-    o[v] = 0.f;
-    if ((use_k && key_scalar(x) < tau_k) || !(x >= tau_p)) continue;
-    idx[m] = static_cast<int32_t>(v);
-    xs[m++] = x;
-  }
-  return m;
 }
 
 int64_t compact_above_host(const float* p, int64_t lo, int64_t hi, float thr, int32_t* idx,
