@@ -87,9 +87,9 @@ def aot_compile(script: str, *args: str, timeout: int = 300) -> str:
 
     pytest.importorskip("triton")
     env = dict(os.environ, TRITON_INTERPRET="0")
-    res = subprocess.run(
-        [sys.executable, "-c", script, *args],
-        env=env, capture_output=True, text=True, timeout=timeout,
+    res = subprocess.run(  # from tests/: `python -c` puts the working directory on sys.path, and
+        [sys.executable, "-c", script, *args],  # a checkout's source tree would shadow a wheel
+        env=env, capture_output=True, text=True, timeout=timeout, cwd=os.path.dirname(__file__),
     )  # fmt: skip
     if "compiled" not in res.stdout and ("ptxas" in res.stderr and "not found" in res.stderr):
         pytest.skip("no ptxas for ahead-of-time compilation")

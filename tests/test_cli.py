@@ -20,6 +20,7 @@ from specops.decode import ar, progress, sjd
 from specops.ops._common import backend_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NEUTRAL = os.path.join(ROOT, "tests")  # no specops/ package here
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -29,7 +30,9 @@ def _run(*args, env=None):
         capture_output=True,
         text=True,
         timeout=300,
-        cwd=ROOT,
+        # not the checkout: `python -m` puts the working directory first on sys.path, and the
+        # checkout's source tree (without _C) would shadow an installed wheel
+        cwd=_NEUTRAL,
         env=env,
     )
 

@@ -82,15 +82,18 @@ def test_a_source_tree_without_the_compiled_module_warns(tmp_path):
     """Importing specops where specops._C is missing (a source tree on sys.path, a failed build)
     warns once, naming the reference fallback, and build_info() says so: never a silent slow
     path (issue 27)."""
+    import os
     import shutil
-    import site
     import subprocess
     import sys
 
+    import torch
+
     shutil.copytree(ROOT / "specops", tmp_path / "specops",
                     ignore=shutil.ignore_patterns("_C*", "__pycache__"))  # fmt: skip
-    # -S: no site (so no editable-install finder); torch from this environment's site-packages
-    paths = [str(tmp_path), *site.getsitepackages()]
+    # -S: no site (so no editable-install finder); torch (and its dependencies) from where this
+    # process found it
+    paths = [str(tmp_path), os.path.dirname(os.path.dirname(torch.__file__))]
     code = (
         "import sys, warnings; sys.path[:0] = " + repr(paths) + "\n"
         "with warnings.catch_warnings(record=True) as w:\n"
