@@ -21,6 +21,28 @@ inline uint32_t key_scalar(float x) {
   return b ^ (static_cast<uint32_t>(static_cast<int32_t>(b) >> 31) | 0x80000000u);
 }
 
+// Entries [v, n) of keys_in_bin / take_kept (the AVX-512 tails and the scalar fallbacks).
+int64_t keys_in_bin_tail(const float* o, int64_t v, int64_t n, uint32_t bin, uint32_t* keys,
+                         int64_t m) {
+  for (; v < n; ++v) {
+    const uint32_t k = key_scalar(o[v]);
+    if ((k >> 21) == bin) keys[m++] = k;
+  }
+  return m;
+}
+
+int64_t take_kept_tail(float* o, int64_t v, int64_t n, bool use_k, uint32_t tau_k, float tau_p,
+                       int32_t* idx, float* xs, int64_t m) {
+  for (; v < n; ++v) {
+    const float x = o[v];
+    o[v] = 0.f;
+    if ((use_k && key_scalar(x) < tau_k) || !(x >= tau_p)) continue;
+    idx[m] = static_cast<int32_t>(v);
+    xs[m++] = x;
+  }
+  return m;
+}
+
 #if defined(SPECOPS_HOST_AVX512)
 
 using simd::append16;
@@ -69,11 +91,7 @@ SPECOPS_AVX512 int64_t keys_in_bin_avx512(const float* o, int64_t n, uint32_t bi
     _mm512_storeu_si512(keys + m, _mm512_maskz_compress_epi32(in, k));  // register compress
     m += __builtin_popcount(in);
   }
-  for (; v < n; ++v) {
-    const uint32_t k = key_scalar(o[v]);
-    if ((k >> 21) == bin) keys[m++] = k;
-  }
-  return m;
+  return keys_in_bin_tail(o, v, n, bin, keys, m);
 }
 
 SPECOPS_AVX512 int64_t take_kept_avx512(float* o, int64_t n, bool use_k, uint32_t tau_k,
@@ -88,14 +106,7 @@ SPECOPS_AVX512 int64_t take_kept_avx512(float* o, int64_t n, bool use_k, uint32_
     _mm512_storeu_ps(o + v, _mm512_setzero_ps());
     m += append16(keep, x, v, xs + m, idx + m);
   }
-  for (; v < n; ++v) {
-    const float x = o[v];
-    o[v] = 0.f;
-    if ((use_k && key_scalar(x) < tau_k) || !(x >= tau_p)) continue;
-    idx[m] = static_cast<int32_t>(v);
-    xs[m++] = x;
-  }
-  return m;
+  return take_kept_tail(o, v, n, use_k, tau_k, tau_p, idx, xs, m);
 }
 
 #endif
@@ -119,12 +130,7 @@ int64_t keys_in_bin_host(const float* o, int64_t n, uint32_t bin, uint32_t* keys
 #if defined(SPECOPS_HOST_AVX512)
   if (have_avx512()) return keys_in_bin_avx512(o, n, bin, keys);
 #endif
-  int64_t m = 0;
-  for (int64_t v = 0; v < n; ++v) {
-    const uint32_t k = key_scalar(o[v]);
-    if ((k >> 21) == bin) keys[m++] = k;
-  }
-  return m;
+  return keys_in_bin_tail(o, 0, n, bin, keys, 0);
 }
 
 int64_t take_kept_host(float* o, int64_t n, bool use_k, uint32_t tau_k, float tau_p, int32_t* idx,
@@ -132,15 +138,7 @@ int64_t take_kept_host(float* o, int64_t n, bool use_k, uint32_t tau_k, float ta
 #if defined(SPECOPS_HOST_AVX512)
   if (have_avx512()) return take_kept_avx512(o, n, use_k, tau_k, tau_p, idx, xs);
 #endif
-  int64_t m = 0;
-  for (int64_t v = 0; v < n; ++v) {
-    const float x = o[v];
-    o[v] = 0.f;
-    if ((use_k && key_scalar(x) < tau_k) || !(x >= tau_p)) continue;
-    idx[m] = static_cast<int32_t>(v);
-    xs[m++] = x;
-  }
-  return m;
+  return take_kept_tail(o, 0, n, use_k, tau_k, tau_p, idx, xs, 0);
 }
 
 }  // namespace specops
