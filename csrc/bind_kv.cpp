@@ -106,39 +106,24 @@ int vec_bytes(int64_t align) {
   return 1;
 }
 
-// The CUDA kernel's arguments: the cache geometry, its vector width and the completion counters.
-std::pair<CommitBinding, int32_t*> cuda_args(T caches, T bases, int64_t bases_align, T seqlens,
-                                             T slots, T block_table, T counters) {
-  CommitBinding r = commit_args(true, caches, bases, bases_align, seqlens, slots, block_table);
-  const ArgCheck c{"commit_kv", true};
+// The CUDA kernel's arguments: the cache geometry (its vector width) and the completion counters.
+struct CudaCommit {
+  CommitBinding r;
+  int32_t* counters;
+};
+
+CudaCommit cuda_args(bool cuda, T caches, T bases, int64_t bases_align, T seqlens, T slots,
+                     T block_table, T counters) {
+  CommitBinding r = commit_args(cuda, caches, bases, bases_align, seqlens, slots, block_table);
+  const ArgCheck c{"commit_kv", cuda};
   c.contiguous(c.need(counters, "counters", DType::i32, 1), "counters");
   if (counters.size[0] < r.a.batch) c.fail("counters", "must have one entry per request");
   return {r, counters.as<int32_t>()};
 }
-#endif
 
-#ifdef SPECOPS_WITH_CUDA
-void commit_cuda(T caches, T bases, int64_t bases_align, T seqlens, T slots, T block_table,
-                 T counters, int64_t stream) {
-  auto [r, cnt] = cuda_args(caches, bases, bases_align, seqlens, slots, block_table, counters);
-  check_cuda_error(gpu::launch_commit_kv(r.a, vec_bytes(r.align), cnt, ptr<void>(stream)),
-                   "commit_kv");
-}
-#endif
-
-#ifdef SPECOPS_WITH_CUDA_SIM
-void commit_cuda_sim(T caches, T bases, int64_t bases_align, T seqlens, T slots, T block_table,
-                     T counters) {
-  auto [r, cnt] = [&] {
-    SimArgs sim;
-    return cuda_args(caches, bases, bases_align, seqlens, slots, block_table, counters);
-  }();
-  std::string err;
-  {
-    py::gil_scoped_release release;
-    err = sim::launch_commit_kv(r.a, vec_bytes(r.align), cnt, nullptr);
-  }
-  check_cuda_error(err, "commit_kv");
+template <std::string (*Launch)(const CommitKVArgs&, int, int32_t*, void*)>
+std::string run_cuda(const CudaCommit& k, void* stream) {
+  return Launch(k.r.a, vec_bytes(k.r.align), k.counters, stream);
 }
 #endif
 
@@ -149,11 +134,11 @@ void bind_kv(py::module_& m) {
   m.def("commit_kv_cpu", host(commit_args, run_host));
 #ifdef SPECOPS_WITH_CUDA
   cuda_kernel_names().push_back("commit_kv");
-  m.def("commit_kv_cuda", &commit_cuda);
+  m.def("commit_kv_cuda", cuda(cuda_args, run_cuda<gpu::launch_commit_kv>, "commit_kv"));
 #endif
 #ifdef SPECOPS_WITH_CUDA_SIM
   cuda_sim_kernel_names().push_back("commit_kv");
-  m.def("commit_kv_cuda_sim", &commit_cuda_sim);
+  m.def("commit_kv_cuda_sim", cuda_sim(cuda_args, run_cuda<sim::launch_commit_kv>, "commit_kv"));
 #endif
 }
 
