@@ -74,42 +74,43 @@ __global__ void shuffle_kernel(int* out) {
   out[threadIdx.x] = v;
 }
 
+// Each planted kernel with and without its bug; kernel names as the launch reports them.
+struct Planted {
+  const char* kind;
+  const char* bug_name;
+  const char* ok_name;
+  void (*bug)(int*);
+  void (*ok)(int*);
+  unsigned blocks;
+  size_t smem;
+};
+const Planted kPlanted[] = {
+    {"removed_barrier", "broadcast_sum_kernel<BUG>", "broadcast_sum_kernel",
+     broadcast_sum_kernel<true>, broadcast_sum_kernel<false>, 4, 0},
+    {"divergent_barrier", "branch_barrier_kernel<BUG>", "branch_barrier_kernel",
+     branch_barrier_kernel<true>, branch_barrier_kernel<false>, 1, 0},
+    {"dynamic_smem_off_by_one", "dynamic_smem_kernel<BUG>", "dynamic_smem_kernel",
+     dynamic_smem_kernel<true>, dynamic_smem_kernel<false>, 1, kBlock * sizeof(int)},
+    {"static_smem_off_by_one", "static_smem_kernel<BUG>", "static_smem_kernel",
+     static_smem_kernel<true>, static_smem_kernel<false>, 1, 0},
+    {"divergent_shuffle", "shuffle_kernel<BUG>", "shuffle_kernel", shuffle_kernel<true>,
+     shuffle_kernel<false>, 1, 0},
+};
+
+// kind: a planted kernel's name (with its bug) or "ok_" + the name (without).
 std::vector<int> run(const std::string& kind) {
   const bool bug = kind.rfind("ok_", 0) != 0;
   const std::string k = bug ? kind : kind.substr(3);
-  const unsigned blocks = k == "removed_barrier" ? 4 : 1;
-  std::vector<int> out(blocks * kBlock, -1);
-  cudaError_t err;
-  const dim3 g(blocks), b(kBlock);
-  if (k == "removed_barrier")
-    err = bug ? launch_kernel("broadcast_sum_kernel<BUG>", broadcast_sum_kernel<true>, g, b, 0,
-                              nullptr, out.data())
-              : launch_kernel("broadcast_sum_kernel", broadcast_sum_kernel<false>, g, b, 0, nullptr,
-                              out.data());
-  else if (k == "divergent_barrier")
-    err = bug ? launch_kernel("branch_barrier_kernel<BUG>", branch_barrier_kernel<true>, g, b, 0,
-                              nullptr, out.data())
-              : launch_kernel("branch_barrier_kernel", branch_barrier_kernel<false>, g, b, 0,
-                              nullptr, out.data());
-  else if (k == "dynamic_smem_off_by_one")
-    err = bug ? launch_kernel("dynamic_smem_kernel<BUG>", dynamic_smem_kernel<true>, g, b,
-                              kBlock * sizeof(int), nullptr, out.data())
-              : launch_kernel("dynamic_smem_kernel", dynamic_smem_kernel<false>, g, b,
-                              kBlock * sizeof(int), nullptr, out.data());
-  else if (k == "static_smem_off_by_one")
-    err = bug ? launch_kernel("static_smem_kernel<BUG>", static_smem_kernel<true>, g, b, 0, nullptr,
-                              out.data())
-              : launch_kernel("static_smem_kernel", static_smem_kernel<false>, g, b, 0, nullptr,
-                              out.data());
-  else if (k == "divergent_shuffle")
-    err =
-        bug ? launch_kernel("shuffle_kernel<BUG>", shuffle_kernel<true>, g, b, 0, nullptr,
-                            out.data())
-            : launch_kernel("shuffle_kernel", shuffle_kernel<false>, g, b, 0, nullptr, out.data());
-  else
-    throw std::invalid_argument("cuda_sim_planted: unknown kind " + kind);
-  if (err != cudaSuccess) throw std::runtime_error(cudaGetErrorString(err));
-  return out;
+  for (const Planted& p : kPlanted) {
+    if (k != p.kind) continue;
+    std::vector<int> out(p.blocks * kBlock, -1);
+    const cudaError_t err =
+        launch_kernel(bug ? p.bug_name : p.ok_name, bug ? p.bug : p.ok, dim3(p.blocks),
+                      dim3(kBlock), p.smem, nullptr, out.data());
+    if (err != cudaSuccess) throw std::runtime_error(cudaGetErrorString(err));
+    return out;
+  }
+  throw std::invalid_argument("cuda_sim_planted: unknown kind " + kind);
 }
 
 }  // namespace
