@@ -364,9 +364,8 @@ def compile_all(paths: list[str], table: str | None, workers: int, full: str | N
                     old["archs"] = sorted(set(old["archs"]) | set(spec["archs"]))
                     if spec["tag"] == "served":
                         old["tag"] = "served"
-    lines = {k: json.dumps(v) for k, v in specs.items()}
     jobs = [(json.dumps(v), arch) for v in specs.values() for arch in v["archs"]]
-    print(f"triton_specs: {len(lines)} specialisations, {len(jobs)} compiles", flush=True)
+    print(f"triton_specs: {len(specs)} specialisations, {len(jobs)} compiles", flush=True)
     with ProcessPoolExecutor(max_workers=workers) as ex:
         rows = list(ex.map(compile_one, jobs, chunksize=4))
     errors = [r for r in rows if r["error"]]
@@ -374,10 +373,10 @@ def compile_all(paths: list[str], table: str | None, workers: int, full: str | N
     served_spills = [r for r in spills if r["tag"] == "served" and not _allowed(r)]
     if table:
         with open(table, "w") as f:
-            f.write(_doc(rows, len(lines), spills))
+            f.write(_doc(rows, len(specs), spills))
     if full:
         with open(full, "w") as f:
-            f.write(_full(rows, len(lines)))
+            f.write(_full(rows, len(specs)))
     print(f"triton_specs: {len(rows)} compiles, {len(errors)} errors, {len(spills)} with spills "
           f"({len(served_spills)} at served shapes)")  # fmt: skip
     for r in errors:
