@@ -11,36 +11,33 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup_env.sh"
 cd "$ROOT"
-asan_rc=0
-if [ "${SPECOPS_ASAN:-$([ $# -eq 0 ] && echo 1 || echo 0)}" = "1" ]; then
-  PY="$PY" bash "$ROOT/scripts/sanitize.sh" || asan_rc=$?
-  if [ $asan_rc -ne 0 ]; then
-    echo "ASan/UBSan stage FAILED (exit $asan_rc, report above); the main run follows and this" \
-      "script exits non-zero"
+# A stage runs with the whole suite (no arguments) unless its switch is 0, or when it is 1.
+all=$([ $# -eq 0 ] && echo 1 || echo 0)
+wanted() { [ "${!1:-$all}" = "1" ]; }
+# stage LABEL CMD...: a failure is reported here and returned; the main run still follows.
+stage() {
+  local label="$1" rc=0
+  shift
+  "$@" || rc=$?
+  if [ $rc -ne 0 ]; then
+    echo "$label FAILED (exit $rc, report above); the main run follows and this script exits" \
+      "non-zero"
   fi
-fi
-tsan_rc=0
-if [ "${SPECOPS_TSAN:-$([ $# -eq 0 ] && echo 1 || echo 0)}" = "1" ]; then
-  PY="$PY" bash "$ROOT/scripts/racecheck.sh" || tsan_rc=$?
-  if [ $tsan_rc -ne 0 ]; then
-    echo "TSan race stage FAILED (exit $tsan_rc, report above); the main run follows and this" \
-      "script exits non-zero"
-  fi
-fi
-wheel_rc=0
-if [ "${SPECOPS_WHEEL:-$([ $# -eq 0 ] && echo 1 || echo 0)}" = "1" ]; then
-  bash "$ROOT/scripts/build_wheel.sh" cpu || wheel_rc=$?
-  if [ $wheel_rc -ne 0 ]; then
-    echo "wheel stage FAILED (exit $wheel_rc, report above); the main run follows and this" \
-      "script exits non-zero"
-  fi
-fi
+  return $rc
+}
+asan_rc=0 tsan_rc=0 wheel_rc=0
+wanted SPECOPS_ASAN && { stage "ASan/UBSan stage" env PY="$PY" bash scripts/sanitize.sh ||
+  asan_rc=$?; }
+wanted SPECOPS_TSAN && { stage "TSan race stage" env PY="$PY" bash scripts/racecheck.sh ||
+  tsan_rc=$?; }
+wanted SPECOPS_WHEEL && { stage "wheel stage" bash scripts/build_wheel.sh cpu || wheel_rc=$?; }
 # The Triton AOT stage (tests/triton_specs.py; SPECOPS_TRITON_AOT=0/1 like the others): pytest
 # records every Triton specialisation it launches, then each is compiled for sm_80 and sm_90
 # with the served models' shapes; a compile error or an unexplained spill at a served shape
 # fails it.  Every compile's row goes to build/triton_resources.md, the summary to
 # build/triton_resources_summary.md (docs/triton_resources.md is a copy of it).
-aot="${SPECOPS_TRITON_AOT:-$([ $# -eq 0 ] && echo 1 || echo 0)}"
+aot=0
+wanted SPECOPS_TRITON_AOT && aot=1
 specs="$ROOT/build/triton_specs.jsonl"
 mkdir -p "$ROOT/build"
 rm -f "$specs"
