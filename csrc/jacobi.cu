@@ -23,12 +23,12 @@ std::string launch_verify_jacobi(const JacobiArgs& args, void* stream) {
       const cudaError_t e =
           cudaFuncSetAttribute(jacobi_tree_kernel<kBlock>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-      if (e != cudaSuccess) return std::string(cudaGetErrorString(e));
+      if (e != cudaSuccess) return error_text(e);
     }
     err = launch_kernel("jacobi_tree_kernel", jacobi_tree_kernel<kBlock>, grid, dim3(kBlock), smem,
                         s, args);
   }
-  return err == cudaSuccess ? std::string() : std::string(cudaGetErrorString(err));
+  return error_text(err);
 }
 
 }  // namespace SPECOPS_LAUNCH_NS

@@ -43,8 +43,7 @@ cudaError_t commit(const CommitKVArgs& a, int vec_bytes, int32_t* counters, cuda
 
 std::string launch_commit_kv(const CommitKVArgs& a, int vec_bytes, int32_t* counters,
                              void* stream) {
-  const cudaError_t err = commit(a, vec_bytes, counters, static_cast<cudaStream_t>(stream));
-  return err == cudaSuccess ? std::string() : std::string(cudaGetErrorString(err));
+  return error_text(commit(a, vec_bytes, counters, static_cast<cudaStream_t>(stream)));
 }
 
 }  // namespace SPECOPS_LAUNCH_NS

@@ -5,12 +5,6 @@
 namespace specops {
 namespace SPECOPS_LAUNCH_NS {
 
-namespace {
-std::string error_text(cudaError_t err) {
-  return err == cudaSuccess ? std::string() : std::string(cudaGetErrorString(err));
-}
-}  // namespace
-
 std::string launch_sample(const float* probs, int64_t rows, int64_t vocab, int64_t row_stride,
                           RngArgs rng, int32_t* out, void* stream) {
   if (rows == 0) return std::string();

@@ -7,12 +7,6 @@
 namespace specops {
 namespace SPECOPS_LAUNCH_NS {
 
-namespace {
-std::string error_text(cudaError_t err) {
-  return err == cudaSuccess ? std::string() : std::string(cudaGetErrorString(err));
-}
-}  // namespace
-
 std::string launch_verify_chain(const VerifyChainArgs& args, void* stream) {
   if (args.batch == 0) return std::string();
   constexpr int kBlock = 512;

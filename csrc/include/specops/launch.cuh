@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <string>
+
 // The launchers' namespace: specops::gpu (nvcc) or specops::sim (cuda_sim); csrc/launchers.h
 // declares both.
 #ifdef SPECOPS_CUDA_SIM
@@ -42,6 +44,14 @@ struct SmemArray {
     return data[i];
   }
 };
+
+// The launchers' return value: "" on success, else the error's text (one per build: the two
+// cudaGetErrorString differ).
+namespace SPECOPS_LAUNCH_NS {
+inline std::string error_text(cudaError_t err) {
+  return err == cudaSuccess ? std::string() : std::string(cudaGetErrorString(err));
+}
+}  // namespace SPECOPS_LAUNCH_NS
 
 // kernel<<<grid, block, smem, stream>>>(args...) on the GPU; the emulated launch under cuda_sim.
 // Returns the launch's error (cudaGetLastError).
