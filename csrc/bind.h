@@ -41,7 +41,7 @@ inline RngArgs make_rng(const ArgCheck& c, const TensorArg& seed, int64_t seed_v
   rng.rows_per_seed = rows > 0 ? rows : 1;
   if (seed.defined()) {
     const int64_t n = seed.size[0];
-    if (n < 1 || (n > 1 && rows % n != 0))
+    if ((n < 1 && rows > 0) || (n > 1 && rows % n != 0))
       c.fail("seed", "must have 1 entry or one per request (" + std::to_string(n) +
                          " does not divide the " + std::to_string(rows) + " rows)");
     if (n > 1) {
@@ -51,7 +51,8 @@ inline RngArgs make_rng(const ArgCheck& c, const TensorArg& seed, int64_t seed_v
   }
   if (offset.defined()) {
     c.need(offset, "offset", DType::i64, offset.ndim);
-    if (offset.numel() != 1) c.fail("offset", "must have exactly one element");
+    if (offset.ndim > 1 || offset.numel() != 1)
+      c.fail("offset", "must have exactly one element (shape [] or [1])");
   }
   rng.offset_ptr = offset.as<const int64_t>();
   rng.offset_value = offset_value;
@@ -73,6 +74,8 @@ void set_rows(const ArgCheck& c, A& a, int64_t A::* target_s1, int64_t A::* draf
               int64_t draft_rows, int64_t token_rows) {
   c.inner_contiguous(c.need(target, "target_probs", DType::f32, 3), "target_probs");
   const int64_t b = target.size[0], v = target.size[2];
+  if (target.size[1] < 1 || v < 1)
+    c.fail("target_probs", "must have at least one row and a non-empty vocab");
   c.inner_contiguous(c.maybe(draft, "draft_probs", DType::f32, 3, {b, draft_rows, v}),
                      "draft_probs");
   need_ids(c, tokens, "draft_tokens", 2, {b, token_rows});
@@ -109,20 +112,30 @@ inline void check_cuda_error(const std::string& err, const char* op) {
 }
 
 // A binding from an argument builder `make(cuda, p...)`: the CPU twin `run` (GIL released while
-// it runs), or the CUDA launcher `launch` (returns the CUDA error text) with a trailing stream.
+// it runs), or the CUDA launcher `launch` (returns the CUDA error text) on torch's current stream
+// of the inputs' device.
+// Each returns the tuple of its outputs (ArgCheck::output: the caller's buffers, or new ones
+// where the caller passed None).
 template <typename Args, typename... P>
 auto host(Args (*make)(bool, P...), void (*run)(const Args&)) {
   return [make, run](P... p) {
+    Outputs outs;
     Args a = make(false, p...);
-    pybind11::gil_scoped_release release;
-    run(a);
+    {
+      pybind11::gil_scoped_release release;
+      run(a);
+    }
+    return outs.result();
   };
 }
 
 template <typename Args, typename... P>
 auto cuda(Args (*make)(bool, P...), std::string (*launch)(const Args&, void*), const char* op) {
-  return [make, launch, op](P... p, int64_t stream) {
-    check_cuda_error(launch(make(true, p...), ptr<void>(stream)), op);
+  return [make, launch, op](P... p) {
+    Outputs outs;
+    const Args a = make(true, p...);
+    check_cuda_error(launch(a, current_stream(outs.device)), op);
+    return outs.result();
   };
 }
 
@@ -132,6 +145,7 @@ auto cuda(Args (*make)(bool, P...), std::string (*launch)(const Args&, void*), c
 template <typename Args, typename... P>
 auto cuda_sim(Args (*make)(bool, P...), std::string (*launch)(const Args&, void*), const char* op) {
   return [make, launch, op](P... p) {
+    Outputs outs;
     Args a = [&] {
       SimArgs sim;
       return make(true, p...);
@@ -142,6 +156,7 @@ auto cuda_sim(Args (*make)(bool, P...), std::string (*launch)(const Args&, void*
       err = launch(a, nullptr);
     }
     check_cuda_error(err, op);
+    return outs.result();
   };
 }
 

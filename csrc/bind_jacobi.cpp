@@ -35,8 +35,7 @@ JacobiArgs jacobi_args(bool cuda, T target, T draft, T window, T first_child, T 
   a.relax = relax_args(c, neighbors, delta, a.vocab);
   a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, b, jacobi_draws(a));
   auto out = [&](T t, const char* name, std::initializer_list<int64_t> sizes) {
-    c.contiguous(c.need(t, name, DType::i32, static_cast<int>(sizes.size()), sizes), name);
-    return t.as<int32_t>();
+    return c.output(t, name, DType::i32, sizes, target).as<int32_t>();
   };
   a.out_num_accepted = out(out_num, "out_num_accepted", {b});
   a.out_next_window = out(out_next_window, "out_next_window", {b, L});
@@ -46,7 +45,10 @@ JacobiArgs jacobi_args(bool cuda, T target, T draft, T window, T first_child, T 
   a.out_path = tree ? out(out_path, "out_path", {b, L}) : nullptr;
   a.ws_stride = jacobi_ws_size(L, num_candidates);
   const bool cuda_tree = cuda && tree;
-  a.workspace = cuda_tree ? out(workspace, "workspace", {b, a.ws_stride}) : nullptr;
+  a.workspace =
+      cuda_tree
+          ? c.scratch(workspace, "workspace", DType::i32, {b, a.ws_stride}, target).as<int32_t>()
+          : nullptr;
   a.counters = nullptr;
   if (cuda_tree) {
     c.contiguous(c.need(counters, "counters", DType::i32, 1), "counters");

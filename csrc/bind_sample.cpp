@@ -22,13 +22,14 @@ SampleArgs sample_args(bool cuda, T probs, T seed, int64_t seed_value, T offset,
                        int64_t offset_value, T uniforms, T out) {
   const ArgCheck c{"sample", cuda};
   c.inner_contiguous(c.need(probs, "probs", DType::f32, 2), "probs");
+  if (probs.size[1] < 1) c.fail("probs", "must have a non-empty last dim");
   SampleArgs a;
   a.probs = probs.as<const float>();
   a.rows = probs.size[0];
   a.vocab = probs.size[1];
   a.row_stride = probs.stride[0];
   a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, a.rows, 1);
-  a.out = c.contiguous(c.need(out, "out", DType::i32, 1, {a.rows}), "out").as<int32_t>();
+  a.out = c.output(out, "out", DType::i32, {a.rows}, probs).as<int32_t>();
   return a;
 }
 

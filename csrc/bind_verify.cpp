@@ -29,11 +29,9 @@ VerifyChainArgs chain_args(bool cuda, T target, T draft, T tokens, T num_draft, 
   a.greedy = greedy;
   a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, a.batch, k + 1);
   a.out_tokens =
-      c.contiguous(c.need(out_tokens, "out_tokens", DType::i32, 2, {a.batch, k + 1}), "out_tokens")
-          .as<int32_t>();
-  a.out_num_accepted = c.contiguous(c.need(out_num, "out_num_accepted", DType::i32, 1, {a.batch}),
-                                    "out_num_accepted")
-                           .as<int32_t>();
+      c.output(out_tokens, "out_tokens", DType::i32, {a.batch, k + 1}, target).as<int32_t>();
+  a.out_num_accepted =
+      c.output(out_num, "out_num_accepted", DType::i32, {a.batch}, target).as<int32_t>();
   return a;
 }
 
@@ -62,19 +60,13 @@ VerifyTreeArgs tree_args(bool cuda, T target, T draft, T tokens, T first_child, 
   // Workspaces: the residual target row (unless greedy) and the renormalised draft row
   // (without replacement with draft probabilities).
   const int64_t b = a.batch, v = a.vocab;
-  if (!greedy) c.contiguous(c.need(ws_p, "ws_p", DType::f32, 2, {b, v}), "ws_p");
-  if (without_replacement && draft.defined())
-    c.contiguous(c.need(ws_q, "ws_q", DType::f32, 2, {b, v}), "ws_q");
-  a.ws_p = greedy ? nullptr : ws_p.as<float>();
-  a.ws_q = without_replacement && draft.defined() ? ws_q.as<float>() : nullptr;
-  a.out_path = c.contiguous(c.need(out_path, "out_path", DType::i32, 2, {b, width}), "out_path")
-                   .as<int32_t>();
-  a.out_tokens =
-      c.contiguous(c.need(out_tokens, "out_tokens", DType::i32, 2, {b, width}), "out_tokens")
-          .as<int32_t>();
-  a.out_num_accepted =
-      c.contiguous(c.need(out_num, "out_num_accepted", DType::i32, 1, {b}), "out_num_accepted")
-          .as<int32_t>();
+  a.ws_p = greedy ? nullptr : c.scratch(ws_p, "ws_p", DType::f32, {b, v}, target).as<float>();
+  a.ws_q = without_replacement && draft.defined()
+               ? c.scratch(ws_q, "ws_q", DType::f32, {b, v}, target).as<float>()
+               : nullptr;
+  a.out_path = c.output(out_path, "out_path", DType::i32, {b, width}, target).as<int32_t>();
+  a.out_tokens = c.output(out_tokens, "out_tokens", DType::i32, {b, width}, target).as<int32_t>();
+  a.out_num_accepted = c.output(out_num, "out_num_accepted", DType::i32, {b}, target).as<int32_t>();
   return a;
 }
 
@@ -82,6 +74,7 @@ SampleWorArgs wor_args(bool cuda, T probs, int64_t k, T seed, int64_t seed_value
                        int64_t offset_value, T uniforms, T out) {
   const ArgCheck c{"sample_without_replacement", cuda};
   c.inner_contiguous(c.need(probs, "probs", DType::f32, 2), "probs");
+  if (probs.size[1] < 1) c.fail("probs", "must have a non-empty last dim");
   SampleWorArgs a;
   a.probs = probs.as<const float>();
   a.rows = probs.size[0];
@@ -90,7 +83,7 @@ SampleWorArgs wor_args(bool cuda, T probs, int64_t k, T seed, int64_t seed_value
   if (k < 1) c.fail("k", "must be >= 1");
   a.k = k;
   a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, a.rows, a.vocab);
-  a.out = c.contiguous(c.need(out, "out", DType::i32, 2, {a.rows, k}), "out").as<int32_t>();
+  a.out = c.output(out, "out", DType::i32, {a.rows, k}, probs).as<int32_t>();
   return a;
 }
 
@@ -107,15 +100,11 @@ PathAcceptanceArgs path_args(bool cuda, T target, T draft, T tokens, T parents, 
   if (num_paths < 0 || num_paths > n) c.fail("num_paths", "must be in [0, N]");
   a.num_paths = num_paths;
   const int64_t ws = cuda && n > kPathSmemNodes ? a.batch * path_workspace_bytes(n) : 0;
-  if (ws) c.need(workspace, "workspace", DType::u8, 1, {ws});
-  a.workspace = ws ? workspace.data : nullptr;
+  a.workspace = ws ? c.scratch(workspace, "workspace", DType::u8, {ws}, target).data : nullptr;
   const int64_t b = a.batch;
-  a.out_kappa =
-      c.contiguous(c.need(out_kappa, "out_kappa", DType::f32, 2, {b, num_paths}), "out_kappa")
-          .as<float>();
+  a.out_kappa = c.output(out_kappa, "out_kappa", DType::f32, {b, num_paths}, target).as<float>();
   a.out_expected_len =
-      c.contiguous(c.need(out_expected_len, "out_expected_len", DType::f32, 2, {b, num_paths}),
-                   "out_expected_len")
+      c.output(out_expected_len, "out_expected_len", DType::f32, {b, num_paths}, target)
           .as<float>();
   return a;
 }

@@ -8,8 +8,6 @@
 // on the VM (an idle vCPU is halted): without them two threads ran a 50 us op slower than one.
 #include "host_parallel.h"
 
-#include "host_simd.h"  // SPECOPS_HOST_AVX512, SPECOPS_AVX512, have_avx512
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -17,6 +15,8 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "host_simd.h"  // SPECOPS_HOST_AVX512, SPECOPS_AVX512, have_avx512
 
 namespace specops {
 
@@ -138,9 +138,8 @@ void uniforms_scalar(const RngArgs& rng, int64_t row, int64_t draw0, const int32
 // Philox-4x32-10 on 8 counters per vector, each 32-bit word in the low half of a 64-bit lane (so
 // _mm512_mul_epu32 gives the full 32 x 32 -> 64 product); two vectors in flight.  Counter
 // (draw, row, offset lo, offset hi), key (seed lo, seed hi): word 0 only, as philox_uniform.
-SPECOPS_AVX512 void uniforms_avx512(const RngArgs& rng, int64_t row,
-                                                                 int64_t draw0, const int32_t* idx,
-                                                                 int64_t n, float* u) {
+SPECOPS_AVX512 void uniforms_avx512(const RngArgs& rng, int64_t row, int64_t draw0,
+                                    const int32_t* idx, int64_t n, float* u) {
   const uint64_t seed = rng.seed_of(row), off = rng.offset();
   const __m512i lo32 = _mm512_set1_epi64(0xffffffffll);
   const __m512i m0 = _mm512_set1_epi64(0xD2511F53ll), m1 = _mm512_set1_epi64(0xCD9E8D57ll);

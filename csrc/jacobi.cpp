@@ -91,8 +91,8 @@ struct HostJacobiOps {
       return walk_terms_sum_host(r.p0, r.q0, nullptr, r.j, r.xs, r.S, r.T, f.x, vocab, s1, s2);
     union_lists(r.p0, r.q0);
     const ListBuffers& b = *lists.buf;
-    walk_terms_sum_host(b.pos.data(), b.res.data(), b.idx.data(), r.j, r.xs, r.S, r.T, f.x,
-                        lists.m, s1, s2);
+    walk_terms_sum_host(b.pos.data(), b.res.data(), b.idx.data(), r.j, r.xs, r.S, r.T, f.x, lists.m,
+                        s1, s2);
   }
   int32_t draw(const WalkPosW& w, float u) {
     const WalkRow& r = w.row;
@@ -220,7 +220,7 @@ void verify_jacobi_host(const JacobiArgs& A) {
       while (a < L && jacobi_chain_ok(A, b, a)) ++a;
       acc[b] = a;
     }
-    parallel_for(B * L, [&](int64_t bi) {
+    parallel_for(B * L, A.vocab, [&](int64_t bi) {
       HostJacobiOps o = ops;
       jacobi_chain_slot(A, bi / L, bi % L, acc[bi / L], o);
     });
@@ -232,7 +232,7 @@ void verify_jacobi_host(const JacobiArgs& A) {
   const int64_t wsz = jacobi_ws_size(L, A.num_candidates);
   std::vector<int32_t> ws(B * wsz), parent(B * L), ok0(B * L);
   std::vector<int64_t> tok(B * L);
-  parallel_for(B, [&](int64_t b) {
+  parallel_for(B, L * A.vocab, [&](int64_t b) {
     std::vector<int64_t> xs(L);
     std::vector<double> S(L), T(L);
     HostJacobiOps o = ops;
@@ -270,7 +270,7 @@ void verify_jacobi_host(const JacobiArgs& A) {
       alive = d < L;
     }
   }
-  parallel_for(static_cast<int64_t>(items.size()), [&](int64_t i) {
+  parallel_for(static_cast<int64_t>(items.size()), A.vocab, [&](int64_t i) {
     const Item& it = items[i];
     HostJacobiOps o = ops;
     jacobi_tree_node(A, it.b, view(A, it.b, tok.data(), parent.data(), ok0.data()), it.node,

@@ -172,7 +172,7 @@ void one_row(const ProbsArgs& a, int64_t r, Scratch& sc) {
 }  // namespace
 
 void probs_from_logits_host(const ProbsArgs& a) {
-  parallel_for(a.rows, [&](int64_t r) {
+  parallel_for(a.rows, a.vocab, [&](int64_t r) {
     thread_local Scratch sc;
     one_row(a, r, sc);
   });

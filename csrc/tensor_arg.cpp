@@ -4,6 +4,8 @@
 
 #include <utility>
 
+#include "dlpack_exchange.h"
+
 namespace py = pybind11;
 
 namespace specops {
@@ -20,6 +22,87 @@ struct Names {
 Names g_names;
 std::pair<PyObject*, DType> g_dtypes[10];
 int g_num_dtypes = 0;
+
+// torch's DLPack exchange table (torch >= 2.10; else null) and the tensor types it is used for:
+// torch.Tensor and torch.nn.Parameter exactly (any other subclass may wrap something else, so it
+// goes through its Python attributes).
+const dlpack::ExchangeAPI* g_api = nullptr;
+PyObject* g_fast_types[2] = {nullptr, nullptr};
+
+void init_exchange_api(py::module_& torch) {
+  py::object tensor = torch.attr("Tensor");
+  py::object param = torch.attr("nn").attr("Parameter");
+  if (!py::hasattr(tensor, "__dlpack_c_exchange_api__")) return;
+  py::object cap = tensor.attr("__dlpack_c_exchange_api__");
+  auto* api = static_cast<const dlpack::ExchangeAPI*>(
+      PyCapsule_GetPointer(cap.ptr(), "dlpack_exchange_api"));
+  if (!api) {
+    PyErr_Clear();
+    return;
+  }
+  if (api->version.major != 1 || api->version.minor < 2 || !api->dltensor_from_py_object_no_sync)
+    return;
+  g_api = api;
+  g_fast_types[0] = tensor.release().ptr();  // torch's types live forever
+  g_fast_types[1] = param.release().ptr();
+  cap.release();
+}
+
+DType dtype_of(dlpack::DataType t) {
+  if (t.lanes != 1) return DType::other;
+  switch (t.code) {
+    case dlpack::kFloat:
+      return t.bits == 32   ? DType::f32
+             : t.bits == 16 ? DType::f16
+             : t.bits == 64 ? DType::f64
+                            : DType::other;
+    case dlpack::kBfloat:
+      return t.bits == 16 ? DType::bf16 : DType::other;
+    case dlpack::kInt:
+      return t.bits == 32   ? DType::i32
+             : t.bits == 64 ? DType::i64
+             : t.bits == 16 ? DType::i16
+             : t.bits == 8  ? DType::i8
+                            : DType::other;
+    case dlpack::kUInt:
+      return t.bits == 8 ? DType::u8 : DType::other;
+    case dlpack::kBool:
+      return t.bits == 8 ? DType::b1 : DType::other;
+    default:
+      return DType::other;
+  }
+}
+
+// The fast read through the exchange table; false (no Python error left set) when the object is
+// not a plain tensor, or torch declines (a tensor DLPack cannot describe), or the device is not
+// the CPU or CUDA: the caller then reads the Python attributes.
+bool load_dlpack(PyObject* obj, TensorArg& out) {
+  PyTypeObject* type = Py_TYPE(obj);
+  if (!g_api || (reinterpret_cast<PyObject*>(type) != g_fast_types[0] &&
+                 reinterpret_cast<PyObject*>(type) != g_fast_types[1]))
+    return false;
+  dlpack::Tensor dl;
+  if (g_api->dltensor_from_py_object_no_sync(obj, &dl) != 0) {
+    PyErr_Clear();
+    return false;
+  }
+  if (dl.ndim < 0 || dl.ndim > TensorArg::kMaxDims ||
+      (dl.device.device_type != dlpack::kCPU && dl.device.device_type != dlpack::kCUDA))
+    return false;
+  out.data = static_cast<char*>(dl.data) + dl.byte_offset;
+  out.dtype = dtype_of(dl.dtype);
+  out.cuda = dl.device.device_type == dlpack::kCUDA;
+  out.device = out.cuda ? dl.device.device_id : 0;
+  out.object = obj;
+  out.ndim = dl.ndim;
+  int64_t compact = 1;
+  for (int i = dl.ndim - 1; i >= 0; --i) {
+    out.size[i] = dl.shape[i];
+    out.stride[i] = dl.strides ? dl.strides[i] : compact;
+    compact *= dl.shape[i];
+  }
+  return true;
+}
 
 DType dtype_of(PyObject* dt) {
   for (int i = 0; i < g_num_dtypes; ++i)
@@ -47,6 +130,23 @@ struct Ref {  // owns one new reference
 };
 
 }  // namespace
+
+int64_t dtype_size(DType d) {
+  switch (d) {
+    case DType::f64:
+    case DType::i64:
+      return 8;
+    case DType::f32:
+    case DType::i32:
+      return 4;
+    case DType::f16:
+    case DType::bf16:
+    case DType::i16:
+      return 2;
+    default:
+      return 1;
+  }
+}
 
 const char* dtype_name(DType d) {
   switch (d) {
@@ -82,6 +182,8 @@ void init_tensor_arg(py::module_& m) {
              PyUnicode_InternFromString("stride"), PyUnicode_InternFromString("dtype"),
              PyUnicode_InternFromString("is_cuda")};
   py::module_ torch = py::module_::import("torch");
+  init_exchange_api(torch);
+  m.attr("dlpack_exchange") = g_api != nullptr;  // tensors read through torch's C table
   const std::pair<const char*, DType> table[] = {{"float32", DType::f32},   {"float16", DType::f16},
                                                  {"bfloat16", DType::bf16}, {"float64", DType::f64},
                                                  {"int32", DType::i32},     {"int64", DType::i64},
@@ -105,6 +207,8 @@ void init_tensor_arg(py::module_& m) {
 bool load_tensor_arg(PyObject* obj, TensorArg& out) {
   out = TensorArg{};
   if (obj == Py_None) return true;
+  if (load_dlpack(obj, out)) return true;
+  out = TensorArg{};
   Ref dt(PyObject_GetAttr(obj, g_names.dtype));
   if (!dt.p) {
     PyErr_Clear();
@@ -122,6 +226,11 @@ bool load_tensor_arg(PyObject* obj, TensorArg& out) {
     out.data = PyLong_AsVoidPtr(ptr.p);
     out.cuda = cuda.p == Py_True;
     out.ndim = n_size;
+    out.object = obj;
+    if (out.cuda) {
+      Ref index(PyObject_CallMethod(obj, "get_device", nullptr));
+      out.device = index.p ? static_cast<int>(PyLong_AsLong(index.p)) : 0;
+    }
   }
   if (!ok || PyErr_Occurred()) {
     PyErr_Clear();
@@ -129,6 +238,126 @@ bool load_tensor_arg(PyObject* obj, TensorArg& out) {
     return false;
   }
   return true;
+}
+
+namespace {
+
+dlpack::DataType dl_dtype(DType d) {
+  switch (d) {
+    case DType::f32:
+      return {dlpack::kFloat, 32, 1};
+    case DType::f16:
+      return {dlpack::kFloat, 16, 1};
+    case DType::bf16:
+      return {dlpack::kBfloat, 16, 1};
+    case DType::f64:
+      return {dlpack::kFloat, 64, 1};
+    case DType::i64:
+      return {dlpack::kInt, 64, 1};
+    case DType::u8:
+      return {dlpack::kUInt, 8, 1};
+    default:
+      return {dlpack::kInt, 32, 1};
+  }
+}
+
+void set_error(void*, const char* kind, const char* message) {
+  PyErr_Format(PyExc_RuntimeError, "%s: %s", kind, message);
+}
+
+Outputs* g_outputs = nullptr;  // the binding call in progress (the GIL is held while it is set)
+
+}  // namespace
+
+py::object new_tensor(DType dtype, std::initializer_list<int64_t> sizes, const TensorArg& like,
+                      TensorArg& view) {
+  view = TensorArg{};
+  view.dtype = dtype;
+  view.cuda = like.cuda;
+  view.device = like.device;
+  view.ndim = static_cast<int>(sizes.size());
+  int i = 0;
+  for (int64_t s : sizes) view.size[i++] = s;
+  for (int64_t j = view.ndim - 1, st = 1; j >= 0; st *= view.size[j--]) view.stride[j] = st;
+  py::object obj;
+  if (g_api) {
+    dlpack::Tensor proto{};
+    proto.device = {like.cuda ? dlpack::kCUDA : dlpack::kCPU, like.cuda ? like.device : 0};
+    proto.ndim = view.ndim;
+    proto.dtype = dl_dtype(dtype);
+    proto.shape = view.size;
+    dlpack::ManagedTensorVersioned* m = nullptr;
+    void* py = nullptr;
+    if (g_api->managed_tensor_allocator(&proto, &m, nullptr, set_error) != 0 ||
+        g_api->managed_tensor_to_py_object_no_sync(m, &py) != 0)
+      throw py::error_already_set();
+    obj = py::reinterpret_steal<py::object>(static_cast<PyObject*>(py));
+  } else {
+    py::module_ torch = py::module_::import("torch");
+    py::tuple shape(view.ndim);
+    for (int j = 0; j < view.ndim; ++j) shape[j] = view.size[j];
+    const char* name = dtype == DType::f32 ? "float32" : dtype == DType::i64 ? "int64" : "int32";
+    py::object device = like.cuda ? py::object(py::str("cuda:" + std::to_string(like.device)))
+                                  : py::object(py::str("cpu"));
+    obj =
+        torch.attr("empty")(shape, py::arg("dtype") = torch.attr(name), py::arg("device") = device);
+  }
+  if (!load_tensor_arg(obj.ptr(), view)) throw std::runtime_error("specops: new tensor unreadable");
+  return obj;
+}
+
+void* current_stream(int device) {
+  void* stream = nullptr;
+  if (g_api && device >= 0) {
+    if (g_api->current_work_stream(dlpack::kCUDA, device, &stream) != 0)
+      throw py::error_already_set();
+    return stream;
+  }
+  py::object cuda = py::module_::import("torch").attr("cuda");
+  py::object s = device >= 0 ? cuda.attr("current_stream")(device) : cuda.attr("current_stream")();
+  return reinterpret_cast<void*>(static_cast<intptr_t>(s.attr("cuda_stream").cast<int64_t>()));
+}
+
+Outputs::Outputs() : prev(g_outputs) { g_outputs = this; }
+Outputs::~Outputs() { g_outputs = prev; }
+Outputs* Outputs::active() { return g_outputs; }
+py::tuple Outputs::result() const { return py::tuple(list); }
+
+TensorArg ArgCheck::output(const TensorArg& t, const char* name, DType dtype,
+                           std::initializer_list<int64_t> sizes, const TensorArg& like) const {
+  TensorArg r;
+  py::object obj;
+  if (t.defined()) {
+    contiguous(distinct(need(t, name, dtype, static_cast<int>(sizes.size()), sizes), name), name);
+    r = t;
+    obj = py::reinterpret_borrow<py::object>(t.object);
+  } else {
+    obj = new_tensor(dtype, sizes, like, r);
+  }
+  if (Outputs* o = Outputs::active()) o->list.append(obj);
+  return r;
+}
+
+TensorArg ArgCheck::scratch(const TensorArg& t, const char* name, DType dtype,
+                            std::initializer_list<int64_t> sizes, const TensorArg& like) const {
+  if (t.defined())
+    return contiguous(need(t, name, dtype, static_cast<int>(sizes.size()), sizes), name);
+  Outputs* o = Outputs::active();
+  if (!o) throw std::logic_error("specops: ArgCheck::scratch outside a binding call");
+  TensorArg r;
+  if (!like.cuda) {  // host memory: no tensor needed (the CPU twins and cuda_sim)
+    r.dtype = dtype;
+    r.ndim = static_cast<int>(sizes.size());
+    int i = 0;
+    for (int64_t s : sizes) r.size[i++] = s;
+    for (int64_t j = r.ndim - 1, st = 1; j >= 0; st *= r.size[j--]) r.stride[j] = st;
+    const int64_t bytes = r.numel() * dtype_size(dtype);
+    o->host_scratch.emplace_back(new char[bytes > 0 ? bytes : 1]);
+    r.data = o->host_scratch.back().get();
+    return r;
+  }
+  o->scratch.append(new_tensor(dtype, sizes, like, r));
+  return r;
 }
 
 void ArgCheck::fail(const char* name, const std::string& what) const {
@@ -155,6 +384,13 @@ const TensorArg& ArgCheck::need(const TensorArg& t, const char* name, DType dtyp
   if (t.cuda != want_cuda)
     fail(name,
          std::string("must be a ") + (want_cuda ? "CUDA" : "CPU") + " tensor for this backend");
+  if (t.cuda) {
+    if (device < 0) device = t.device;
+    if (t.device != device)
+      fail(name, "is on cuda:" + std::to_string(t.device) +
+                     " but the other inputs are on cuda:" + std::to_string(device));
+    if (Outputs* o = Outputs::active(); o && o->device < 0) o->device = device;
+  }
   if (t.dtype != dtype)
     fail(name, std::string("must be ") + dtype_name(dtype) + " here, got " + dtype_name(t.dtype));
   if (t.ndim != ndim)
@@ -169,6 +405,7 @@ const TensorArg& ArgCheck::need(const TensorArg& t, const char* name, DType dtyp
   for (i = 0; i < t.ndim; ++i)
     if (t.size[i] < 0 || (t.size[i] > 1 && t.stride[i] < 0))
       fail(name, "has a negative size or stride");
+  if (!t.data && t.numel() > 0) fail(name, "has no data (a meta tensor?)");
   return t;
 }
 

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "host_parallel.h"
-#include "host_simd.h"  // SPECOPS_HOST_AVX512, SPECOPS_AVX512, have_avx512
+#include "host_simd.h"         // SPECOPS_HOST_AVX512, SPECOPS_AVX512, have_avx512
 #include "specops/features.h"  // FloatKind, half_to_float, bits_to_float
 
 namespace specops {

@@ -50,7 +50,7 @@ int32_t draw_residual(const float* p, const float* q, int64_t x, int64_t vocab, 
 }  // namespace
 
 void verify_chain_host(const VerifyChainArgs& a) {
-  parallel_for(a.batch, [&](int64_t b) {  // requests are independent
+  parallel_for(a.batch, (a.k + 1) * a.vocab, [&](int64_t b) {  // requests are independent
     const int64_t n_valid = chain_num_valid(a, b);
     int64_t acc = 0;
     int32_t t;
@@ -78,34 +78,37 @@ void verify_chain_host(const VerifyChainArgs& a) {
 
 void verify_tree_host(const VerifyTreeArgs& a) {
   const int64_t V = a.vocab;
-  parallel_for(a.batch, [&](int64_t b) {  // requests are independent (own workspace rows)
-    TreeWalk w;
-    tree_walk_init(a, b, w);
-    if (a.greedy) {
-      // one argmax per visited node; the walk tests its children against it
-      int32_t best = argmax_host(a.target + b * a.target_sb, V);
-      while (tree_walk_advance(a, b, w, best) == kTreeDescend)
-        best = argmax_host(a.target + b * a.target_sb + w.cur * a.target_sn, V);
-      tree_walk_finish(a, b, w, best);
-      return;
-    }
-    float* wp = a.ws_p + b * V;
-    float* wq = a.ws_q ? a.ws_q + b * V : nullptr;
-    while (tree_walk_advance(a, b, w, -1) == kTreeReject) {
-      // rejected child x: p <- norm(max(p - q, 0)) (unchanged if no mass); without replacement
-      // also q <- norm(q with q(x) = 0) (all zeros if no mass).  In place: entry i of the new
-      // rows depends only on entry i of the old ones, and both sums are taken first.
-      const float* p = tree_p(a, b, w);
-      const float* q = tree_q(a, b, w);
-      const double s = resid_sum_host(p, q, w.x, 0, V);
-      const bool wor = a.without_replacement && q != nullptr;
-      const double sq = wor ? drop_sum_host(q, w.x, V) : 0.0;
-      if (wor || s > 0.0) resid_update_host(p, q, w.x, s, sq, wp, wor ? wq : nullptr, V);
-      tree_walk_rejected(a, w, s > 0.0);
-    }
-    const float* p = tree_p(a, b, w);
-    tree_walk_finish(a, b, w, draw_positive(p, V, a.rng.uniform(b, a.nodes - 1)));
-  });
+  parallel_for(a.batch, a.nodes * a.vocab,
+               [&](int64_t b) {  // requests are independent (own ws rows)
+                 TreeWalk w;
+                 tree_walk_init(a, b, w);
+                 if (a.greedy) {
+                   // one argmax per visited node; the walk tests its children against it
+                   int32_t best = argmax_host(a.target + b * a.target_sb, V);
+                   while (tree_walk_advance(a, b, w, best) == kTreeDescend)
+                     best = argmax_host(a.target + b * a.target_sb + w.cur * a.target_sn, V);
+                   tree_walk_finish(a, b, w, best);
+                   return;
+                 }
+                 float* wp = a.ws_p + b * V;
+                 float* wq = a.ws_q ? a.ws_q + b * V : nullptr;
+                 while (tree_walk_advance(a, b, w, -1) == kTreeReject) {
+                   // rejected child x: p <- norm(max(p - q, 0)) (unchanged if no mass); without
+                   // replacement also q <- norm(q with q(x) = 0) (all zeros if no mass).  In place:
+                   // entry i of the new rows depends only on entry i of the old ones, and both sums
+                   // are taken first.
+                   const float* p = tree_p(a, b, w);
+                   const float* q = tree_q(a, b, w);
+                   const double s = resid_sum_host(p, q, w.x, 0, V);
+                   const bool wor = a.without_replacement && q != nullptr;
+                   const double sq = wor ? drop_sum_host(q, w.x, V) : 0.0;
+                   if (wor || s > 0.0)
+                     resid_update_host(p, q, w.x, s, sq, wp, wor ? wq : nullptr, V);
+                   tree_walk_rejected(a, w, s > 0.0);
+                 }
+                 const float* p = tree_p(a, b, w);
+                 tree_walk_finish(a, b, w, draw_positive(p, V, a.rng.uniform(b, a.nodes - 1)));
+               });
 }
 
 // Gumbel top-k: keep the k best (key, id) seen so far, sorted best first; ids are visited in
@@ -172,7 +175,7 @@ void gumbel_topk_host(const float* p, int64_t vocab, const RngArgs& rng, int64_t
 }
 
 void sample_wor_host(const SampleWorArgs& a) {
-  parallel_for(a.rows, [&](int64_t r) {
+  parallel_for(a.rows, a.vocab, [&](int64_t r) {
     gumbel_topk_host(a.probs + r * a.row_stride, a.vocab, a.rng, r, 0, a.k, a.out + r * a.k);
   });
 }

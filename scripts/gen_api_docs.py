@@ -31,7 +31,7 @@ PAGES = {
         "Verification",
         "Lossless speculative verification by rejection sampling: chains, trees, Jacobi windows "
         "(SJD / SJD-PAC), LANTERN's relaxation, and per-path acceptance probabilities.",
-        [("specops.ops.verify", None)],
+        [("specops.ops.verify", None), ("specops.ops.jacobi", None)],
     ),
     "trees": (
         "Draft trees",

@@ -5,7 +5,7 @@ import importlib
 
 from specops.ops._common import validation
 
-_FAMILIES = ("sample", "probs", "verify", "tree_build", "attention", "kv", "features")
+_FAMILIES = ("sample", "probs", "verify", "jacobi", "tree_build", "attention", "kv", "features")
 
 __all__ = ["validation"]
 for _family in _FAMILIES:

@@ -123,6 +123,12 @@ def pick_backend(op: str, backend: str, device: torch.device, have: tuple[str, .
 def _resolve(op: str, backend: str, device: torch.device, have: tuple[str, ...]) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"specops.{op}: backend must be one of {BACKENDS}, got {backend!r}")
+    if device.type == "meta":
+        raise ValueError(
+            f"specops.{op}: the inputs are meta tensors, which hold no data to compute on (run "
+            "the op on CPU or CUDA tensors; under torch.compile or FakeTensorMode its fake "
+            "kernel gives the output shapes)"
+        )
     if backend == "cuda_sim":
         # The CUDA kernels' device code run on the CPU by the SIMT emulation (csrc/sim): every op
         # with a CUDA kernel, on CPU tensors; asked for by name only (tests), never by "auto".
@@ -313,18 +319,70 @@ def stream_of(device: torch.device) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
-def launch(be: str, name: str, device: torch.device, *args) -> None:
+def launch(be: str, name: str, device: torch.device, *args) -> tuple:
     """Run the compiled kernel ``name``: its C++ twin ``<name>_cpu``, its CUDA launcher
-    ``<name>_cuda`` on the current stream, or that launcher's emulated build ``<name>_cuda_sim``.
-    Tensors go in as they are: the bindings read their pointer, dtype, sizes and strides
-    (csrc/tensor_arg.h) and raise a ValueError naming the argument for any layout the kernel
-    cannot read."""
-    if be == "cuda":
-        getattr(_build._C, name + "_cuda")(*args, stream_of(device))
-    elif be == "cuda_sim":
-        getattr(_build._C, name + "_cuda_sim")(*args)
+    ``<name>_cuda`` (on torch's current stream of the tensors' device), or that launcher's
+    emulated build ``<name>_cuda_sim``.  Tensors go in as they are: the bindings read their
+    pointer, dtype, sizes and strides (csrc/tensor_arg.h) and raise a ValueError naming the
+    argument for any layout the kernel cannot read.  An output passed as None is allocated by the
+    binding; -> the tuple of the op's outputs."""
+    return getattr(_build._C, f"{name}_{be}")(*args)
+
+
+# eager fast path --------------------------------------------------------------------------
+# The binding of an op checks every tensor it is given (dtype, rank, sizes, device, layout;
+# csrc/tensor_arg.h) before its kernel runs, and allocates the outputs it is not given.  So an
+# eager call with backend "auto" on plain tensors calls the binding straight away, with the
+# user's tensors: the common call is checked once, in C++.  When the binding declines (a
+# TypeError / ValueError, raised before anything is written), the op runs its Python checks,
+# which name what is wrong or normalise what the kernel cannot read (float16 rows, int32 counts),
+# and goes on through torch.library as before.  Each fast path only passes arguments whose Python
+# checks the binding's checks imply; tests/test_fast_path.py holds them to it.
+_FAST: dict[tuple[str, str], object] = {}
+
+
+def fast_kernel(op: str, t, backend: str, have: tuple[str, ...]):
+    """The compiled binding ``<op>_cpu`` / ``<op>_cuda`` that an eager ``backend="auto"`` call on
+    ``t``'s device runs, or None: while tracing or under a mode, in validation mode, for tensor
+    subclasses, and where "auto" resolves to another backend."""
+    if (
+        backend != "auto"
+        or _compiling()
+        or type(t) is not torch.Tensor
+        or (_validate_env if _validate_override is None else _validate_override)
+        or _dispatch_modes()
+        or _function_modes()
+        or _transforms() is not None
+    ):
+        return None
+    key = (op, t.device.type)
+    fn = _FAST.get(key, False)
+    if fn is False:
+        fn = None
+        if key[1] in ("cpu", "cuda"):  # other devices (meta, mps, ...): the checked path says
+            be = pick_backend(op, "auto", t.device, have)
+            fn = getattr(_build._C, f"{op}_{be}") if be in ("cpu", "cuda") else None
+        _FAST[key] = fn
+    return fn
+
+
+def fast_rng(seed, offset, requests: int):
+    """(seed_t, seed_i, offset_t, offset_i) as ``rng_args`` gives them, for the seeds and offsets
+    the binding checks as ``rng_args`` would (an int; a seed tensor [1] or [requests]; an offset
+    tensor of rank <= 1), else None."""
+    ts = type(seed)
+    if ts is int:
+        st, si = None, seed
+    elif ts is torch.Tensor and seed.dim() == 1 and seed.shape[0] in (1, requests):
+        st, si = seed, 0
     else:
-        getattr(_build._C, name + "_cpu")(*args)
+        return None
+    to = type(offset)
+    if to is int:
+        return st, si, None, offset
+    if to is torch.Tensor and offset.dim() <= 1:
+        return st, si, offset, 0
+    return None
 
 
 # registration and eager dispatch ---------------------------------------------------------

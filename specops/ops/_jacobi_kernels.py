@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import torch
 
-from specops import _build
 from specops.ops import _common as c
 from specops.ops._verify_kernels import _f32_rows, _ids, _tree
 
@@ -58,22 +57,26 @@ def verify_jacobi(
     b, L, v = target.shape
     dev = target.device
     tree = fc is not None
-    i32 = torch.int32
-    num, nw, first, cands, path = c.outputs(
-        out, dev, (b,), (b, L), (b,), (b, L, k if k > 1 else 0), (b, L if tree else 0)
-    )
-    if b == 0:
-        return num, nw, first, cands, path
-    ws = counters = None
-    if be in ("cuda", "cuda_sim") and tree:  # the CUDA tree mode's scratch and completion counters
-        stream = c.stream_of(dev) if be == "cuda" else 0
-        ws = torch.empty(b, _build._C.jacobi_ws_size(L, k), dtype=i32, device=dev)
-        counters = _counters(dev, stream, b)
-    c.launch(
+    counters = None
+    if be in ("cuda", "cuda_sim") and tree:  # the CUDA tree mode's completion counters
+        counters = _counters(dev, c.stream_of(dev) if be == "cuda" else 0, b)
+    res = c.launch(
         be, "verify_jacobi", dev, _f32_rows(target),
         _f32_rows(draft) if draft is not None else None, _ids(window),
         _tree(fc) if tree else None, _tree(ns) if tree else None, bool(cont), int(k),
-        c.int32_ids(nb), float(delta), seed_t, seed_i, off_t, off_i, uniforms, num, nw, first,
-        cands, path, ws, counters, bool(emulate_cuda),
+        c.int32_ids(nb), float(delta), seed_t, seed_i, off_t, off_i, uniforms,
+        *(out or (None,) * 5), None, counters, bool(emulate_cuda),
     )  # fmt: skip
-    return num, nw, first, cands, path
+    return jacobi_outputs(res, target, k, tree, out)
+
+
+def jacobi_outputs(res: tuple, target, k: int, tree: bool, out=None) -> tuple:
+    """The binding's outputs (num, next_window, first_reject[, candidates][, path]) as the op's
+    five, the unused ones empty ([B, L, 0] and [B, 0]) or the caller's."""
+    if out is not None:
+        return tuple(out)
+    b, L = target.shape[0], target.shape[1]
+    i32 = torch.int32
+    cands = res[3] if k > 1 else target.new_empty((b, L, 0), dtype=i32)
+    path = res[-1] if tree else target.new_empty((b, 0), dtype=i32)
+    return res[0], res[1], res[2], cands, path

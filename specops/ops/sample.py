@@ -31,6 +31,14 @@ def sample(
     finite mass gives token 0.  ``seed``/``offset``: Python ints or int64 tensors (``seed``
     [B] = one per request along dim 0).  ``uniforms`` [...] float32 replaces the Philox draws.
     ``out`` [...] int32 may be preallocated (CUDA graphs)."""
+    fast = c.fast_kernel("sample", probs, backend, _BACKENDS)
+    if fast is not None and uniforms is None and probs.dim() == 2:
+        rng = c.fast_rng(seed, offset, probs.shape[0])
+        if rng is not None:
+            try:
+                return fast(probs, *rng, None, out)[0]
+            except (TypeError, ValueError):
+                pass  # the checks below name what is wrong, or normalise what the kernel reads
     c.check_probs("sample", "probs", probs, ndim=range(1, 8))
     dev = probs.device
     if probs.shape[-1] == 0:
@@ -119,6 +127,14 @@ def sample_without_replacement(
     "reference": the keys' float32 logs may differ in the last bit between torch.log and the
     kernels' logf, so ids agree except where two keys tie within a few ulps."""
     op = "sample_without_replacement"
+    fast = c.fast_kernel(op, probs, backend, _WOR_BACKENDS)
+    if fast is not None and uniforms is None and probs.dim() == 2 and type(k) is int:
+        rng = c.fast_rng(seed, offset, probs.shape[0])
+        if rng is not None and (out is None or type(out) is torch.Tensor):
+            try:
+                return fast(probs, k, *rng, None, out)[0]
+            except (TypeError, ValueError):
+                pass  # the checks below name what is wrong, or normalise what the kernel reads
     c.check_probs(op, "probs", probs, ndim=range(1, 8))
     dev = probs.device
     if probs.shape[-1] == 0:

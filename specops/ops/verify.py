@@ -1,11 +1,12 @@
-"""Public verification ops: verify_chain, verify_tree, verify_jacobi, path_acceptance.
+"""Public verification ops: verify_chain, verify_tree, path_acceptance (verify_jacobi: jacobi.py).
 
 Each function checks shapes/dtypes/devices (always) and values (validation mode only), then calls
 its ``torch.ops.specops.*`` op through ``c.ops`` (torch.library define/impl, with a fake kernel
-for torch.compile; eager calls skip the dispatcher).  The semantics, including which Philox
-(row, draw) every random decision uses, are documented in ``specops/reference/verify.py``;
-every backend follows them token for token.
-Backends: verify_chain, verify_tree, verify_jacobi and path_acceptance have "cuda" (CUDA
+for torch.compile; eager calls skip the dispatcher, and with backend "auto" go to the binding
+directly, see ``_common.fast_kernel``).  The semantics, including which Philox (row, draw) every
+random decision uses, are documented in ``specops/reference/verify.py``; every backend follows
+them token for token.
+Backends: verify_chain, verify_tree and path_acceptance have "cuda" (CUDA
 kernels), "cpu" (their C++ twins) and "reference"; verify_chain also has "triton"
 (``triton_kernels/verify.py``: GPUs without the CUDA build, e.g. ROCm; "auto" takes it on a GPU
 when the CUDA kernels are not built, never the interpreter on the CPU)."""
@@ -19,10 +20,10 @@ from specops._nvtx import traced
 from specops.ops import _common as c
 from specops.ops import _verify_kernels as _kernels
 from specops.reference import verify as rv
-from specops.reference.verify import ChainResult, JacobiResult, Relaxation, TreeResult
+from specops.reference.verify import ChainResult, Relaxation, TreeResult
 from specops.tree import Tree
 
-__all__ = ["Relaxation", "verify_chain", "verify_tree", "verify_jacobi", "path_acceptance"]
+__all__ = ["Relaxation", "verify_chain", "verify_tree", "path_acceptance"]
 
 _PATH_BACKENDS = c.declare_backends(("cuda", "cpu", "reference"), "path_acceptance")
 # C++ CPU twin / CUDA: _verify_kernels; Triton: triton_kernels/verify.py
@@ -114,6 +115,16 @@ def _relax_of(neighbors, delta):
     return None if neighbors is None else Relaxation(neighbors, delta)
 
 
+def _fast_outs(out, n: int):
+    """``out`` as the binding takes it (None for each output to make), or None when the general
+    checks must see it."""
+    if out is None:
+        return (None,) * n
+    if isinstance(out, (tuple, list)) and len(out) == n:
+        return tuple(out)
+    return None
+
+
 # verify_chain ---------------------------------------------------------------------------------
 @traced("verify_chain")
 def verify_chain(
@@ -147,6 +158,15 @@ def verify_chain(
     TRITON_INTERPRET=1), "cpu" (C++ twin), "reference"; all token-identical to the reference
     except on exact rounding ties of the float64 sums."""
     op = "verify_chain"
+    fast = c.fast_kernel(op, target_probs, backend, _CHAIN_BACKENDS)
+    if fast is not None and relax is None and type(greedy) is bool:
+        rng, o = c.fast_rng(seed, offset, target_probs.shape[0]), _fast_outs(out, 2)
+        if rng is not None and o is not None:
+            try:
+                return ChainResult(*fast(target_probs, draft_probs, draft_tokens, num_draft, None,
+                                         0.0, greedy, *rng, uniforms, *o))  # fmt: skip
+            except (TypeError, ValueError):
+                pass  # the checks below name what is wrong, or normalise what the kernel reads
     b, k1, v = _check_target(op, target_probs)
     dev = target_probs.device
     k = k1 - 1
@@ -267,6 +287,22 @@ def verify_tree(
     ``out`` = (path, tokens, num_accepted) when given (contiguous, preallocated).  Exact semantics:
     ``specops.reference.verify_tree``."""
     op = "verify_tree"
+    fast = c.fast_kernel(op, target_probs, backend, _TREE_BACKENDS)
+    if (
+        fast is not None
+        and type(tree) is Tree
+        and relax is None
+        and type(greedy) is bool
+        and type(without_replacement) is bool
+    ):
+        rng, o = c.fast_rng(seed, offset, target_probs.shape[0]), _fast_outs(out, 3)
+        if rng is not None and o is not None:
+            try:
+                return TreeResult(*fast(target_probs, draft_probs, draft_tokens, tree.first_child,
+                    tree.next_sibling, rv._path_width(tree), without_replacement, None, 0.0,
+                    greedy, *rng, uniforms, None, None, *o))  # fmt: skip
+            except (TypeError, ValueError):
+                pass  # the checks below name what is wrong, or normalise what the kernel reads
     b, n, v = _check_target(op, target_probs)
     dev = target_probs.device
     _check_tree(op, tree, b, n, dev)
@@ -356,168 +392,6 @@ def _tree_fake(target, _first_child, _next_sibling, width, *_rest):
 c.register("verify_tree", _tree_impl, _tree_fake, outs=3)
 
 
-# verify_jacobi --------------------------------------------------------------------------------
-@traced("verify_jacobi")
-def verify_jacobi(
-    target_probs: torch.Tensor,
-    window_tokens: torch.Tensor,
-    draft_probs: torch.Tensor | None,
-    *,
-    tree: Tree | None = None,
-    continue_after_reject: bool = True,
-    num_candidates: int = 1,
-    seed=0,
-    offset=0,
-    relax: Relaxation | None = None,
-    uniforms: torch.Tensor | None = None,
-    backend: str = "auto",
-    out: JacobiResult | tuple | None = None,
-) -> JacobiResult:
-    """One Speculative Jacobi Decoding step (SJD, or SJD-PAC with continuation / a tree window).
-
-    ``target_probs`` [B, L, V], ``window_tokens`` [B, L], ``draft_probs`` [B, L, V] (the dists
-    the window tokens were drawn from; None = one-hot).  ``tree``: None (chain window: row i =
-    target dist of slot i) or a ``Tree`` of L nodes, batch 1 or B, e.g. ``Tree.kary_chain``
-    (``verify_tree``'s node convention).  ``num_candidates`` > 1 adds the proactive-drafting
-    candidates.  ``uniforms`` [B, 2L] float32, or [B, 2L + L*k] with num_candidates k > 1.
-
-    Returns ``JacobiResult(num_accepted [B], next_window [B, L], first_reject [B],
-    candidates [B, L, num_candidates] or None, path [B, L] in tree mode or None)``, int32,
-    written into ``out`` (the same five fields, contiguous; candidates / path None when not
-    produced) when given.  Exact semantics and draw indices: ``specops.reference.verify_jacobi``.
-    Backends: "cuda" (one launch per step, specops/jacobi.cuh), "cpu" (its C++ twin) and
-    "reference"."""
-    op = "verify_jacobi"
-    b, L, v = _check_target(op, target_probs)
-    dev = target_probs.device
-    if tree is not None:
-        _check_tree(op, tree, b, L, dev)
-    c.check_ids(op, "window_tokens", window_tokens, ndim=2, device=dev)
-    c.check_tensor(op, "window_tokens", window_tokens, shape=(b, L))
-    _check_draft_probs(op, draft_probs, b, L, v, dev)
-    cont = _bool(op, "continue_after_reject", continue_after_reject)
-    if isinstance(num_candidates, bool) or not isinstance(num_candidates, int):
-        raise TypeError(
-            f"specops.{op}: num_candidates must be an int, got {type(num_candidates).__name__}"
-        )
-    if num_candidates < 1:
-        raise ValueError(f"specops.{op}: num_candidates must be >= 1, got {num_candidates}")
-    nb, delta = _check_relax(op, relax, v, dev)
-    seed_t, seed_i, off_t, off_i = c.rng_args(op, seed, offset, dev, b)
-    draws = 2 * L + (L * num_candidates if num_candidates > 1 else 0)
-    _check_uniforms(op, uniforms, b, draws, dev)
-    if c.validating():
-        c.check_values_probs(op, "target_probs", target_probs)
-        if draft_probs is not None:
-            c.check_values_probs(op, "draft_probs", draft_probs)
-        ids = window_tokens if tree is None else window_tokens[:, 1:]
-        c.check_values_ids(op, "window_tokens", ids, v)
-    fc = tree.first_child if tree is not None else None
-    ns = tree.next_sibling if tree is not None else None
-    args = (target_probs, window_tokens, draft_probs, fc, ns, cont, num_candidates, seed_t, seed_i,
-            off_t, off_i, nb, delta, uniforms, backend)  # fmt: skip
-    k, tr = num_candidates > 1, tree is not None
-    if out is None:
-        num, nw, first, cands, path = c.ops.verify_jacobi(*args)
-        return JacobiResult(num, nw, first, cands if k else None, path if tr else None)
-    i32 = torch.int32
-    specs = (("num_accepted", (b,), i32, dev), ("next_window", (b, L), i32, dev),
-             ("first_reject", (b,), i32, dev))  # fmt: skip
-    if isinstance(out, (tuple, list)) and len(out) == 5:  # unused fields None, or empty below
-        cands = out[3] if k else None
-        path = out[4] if tr else None
-        out = tuple(out[:3]) + ((cands,) if k else ()) + ((path,) if tr else ())
-        specs += ((("candidates", (b, L, num_candidates), i32, dev),) if k else ()) + (
-            (("path", (b, L), i32, dev),) if tr else ()
-        )
-    out = list(c.check_out(op, out, specs))
-    cands = out.pop(3) if k else target_probs.new_empty((b, L, 0), dtype=i32)
-    path = out.pop(3) if tr else target_probs.new_empty((b, 0), dtype=i32)
-    c.ops.verify_jacobi_out(*args, *out, cands, path)
-    return JacobiResult(*out, cands if k else None, path if tr else None)
-
-
-# C++ CPU twin / CUDA: _jacobi_kernels
-_JACOBI_BACKENDS = c.declare_backends(("cuda", "cpu", "reference"), "verify_jacobi")
-
-
-def _jacobi_impl(
-    target: Tensor,
-    window: Tensor,
-    draft: Tensor | None,
-    fc: Tensor | None,
-    ns: Tensor | None,
-    cont: bool,
-    k: int,
-    seed_t: Tensor | None,
-    seed_i: int,
-    off_t: Tensor | None,
-    off_i: int,
-    nb: Tensor | None,
-    delta: float,
-    uniforms: Tensor | None,
-    backend: str,
-    out=None,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    be = c.pick_backend("verify_jacobi", backend, target.device, _JACOBI_BACKENDS)
-    if be != "reference":
-        from specops.ops import _jacobi_kernels
-
-        return _jacobi_kernels.verify_jacobi(
-            be,
-            target,
-            window,
-            draft,
-            fc,
-            ns,
-            cont,
-            k,
-            seed_t,
-            seed_i,
-            off_t,
-            off_i,
-            nb,
-            delta,
-            uniforms,
-            out=out,
-        )
-    seed, offset = _ref_rng(seed_t, seed_i, off_t, off_i, target.device)
-    tree = _TreeArrays(fc, ns) if fc is not None else None
-    r = rv.verify_jacobi(
-        target,
-        window,
-        draft,
-        tree=tree,
-        continue_after_reject=cont,
-        num_candidates=k,
-        seed=seed,
-        offset=offset,
-        relax=_relax_of(nb, delta),
-        uniforms=uniforms,
-    )
-    b, L, _ = target.shape
-    cands = (
-        r.candidates if r.candidates is not None else target.new_empty((b, L, 0), dtype=torch.int32)
-    )
-    path = r.path if r.path is not None else target.new_empty((b, 0), dtype=torch.int32)
-    return c.write_outs(out, (r.num_accepted, r.next_window, r.first_reject, cands, path))
-
-
-def _jacobi_fake(target, _window, _draft, fc, _ns, _cont, k, *_rest):
-    b, L, _ = target.shape
-    i32 = torch.int32
-    return (
-        target.new_empty((b,), dtype=i32),
-        target.new_empty((b, L), dtype=i32),
-        target.new_empty((b,), dtype=i32),
-        target.new_empty((b, L, k if k > 1 else 0), dtype=i32),
-        target.new_empty((b, L if fc is not None else 0), dtype=i32),
-    )
-
-
-c.register("verify_jacobi", _jacobi_impl, _jacobi_fake, outs=5)
-
-
 # path_acceptance ------------------------------------------------------------------------------
 @traced("path_acceptance")
 def path_acceptance(
@@ -537,6 +411,15 @@ def path_acceptance(
     once per Tree object), rows with fewer leaves padded with 0; written into ``out`` =
     (kappa, expected_len) when given (contiguous, preallocated)."""
     op = "path_acceptance"
+    fast = c.fast_kernel(op, target_probs, backend, _PATH_BACKENDS)
+    if fast is not None and type(tree) is Tree:
+        o = _fast_outs(out, 2)
+        if o is not None:
+            try:
+                return fast(target_probs, draft_probs, draft_tokens, tree.parents,
+                            rv._num_leaves(tree), None, *o)  # fmt: skip
+            except (TypeError, ValueError):
+                pass  # the checks below name what is wrong, or normalise what the kernel reads
     b, n, v = _check_target(op, target_probs)
     dev = target_probs.device
     _check_tree(op, tree, b, n, dev)
