@@ -1,5 +1,6 @@
 """Eager host overhead of every public op: tiny inputs, backend "auto", perf_counter over many calls
-(issue 14: at most 5 us a call for verify_chain, no op above 10 us).  On the CPU "auto" is the C++
+(issue 27: at most 5 us a call for verify_chain, verify_tree, verify_jacobi and sample, no op
+above 8 us).  On the CPU "auto" is the C++
 twin where one exists, otherwise the reference (marked in the note).  Floors measured in the same
 run: an empty Python call and the verify_chain binding alone."""
 
@@ -108,12 +109,10 @@ def run(device: str, quick: bool) -> list[Row]:
     return rows
 
 
-# What "auto" runs on the CPU (specops/ops/*.py backend lists): the C++ twin, or the reference
-# for the ops that have none (their GPU kernels are Triton).
-_CPU_REFERENCE_ONLY = ("probs_from_logits", "tree_attention")
-
-
 def _resolved(name: str, device: str) -> str:
-    if device != "cpu":
-        return "the fastest GPU backend"
-    return "reference" if name in _CPU_REFERENCE_ONLY else "cpu (C++ twin)"
+    """What "auto" runs for these inputs (the op's backend table, resolved as the op does)."""
+    from specops.ops import _common as c
+
+    op = name.split(".")[0]
+    be = c.pick_backend(op, "auto", torch.device(device), c.backend_table()[op])
+    return {"cpu": "cpu (C++ twin)"}.get(be, be)

@@ -19,6 +19,7 @@ ProbsArgs probs_args(bool cuda, T cond, T uncond, T temperature, double temperat
   ProbsArgs a;
   a.rows = cond.size[0];
   a.vocab = cond.size[1];
+  if (a.vocab < 1) c.fail("logits", "must have a non-empty last dim");
   a.cond = cond.as<const float>();
   a.cond_s0 = stride_of(cond, 0);
   c.inner_contiguous(c.maybe(uncond, "uncond_logits", DType::f32, 2, {a.rows, a.vocab}),
@@ -44,7 +45,7 @@ ProbsArgs probs_args(bool cuda, T cond, T uncond, T temperature, double temperat
   a.cfg = cfg.as<const float>();
   a.cfg_s = cfg.defined() ? stride_of(cfg, 0) : 0;
   a.cfg_v = static_cast<float>(cfg_v);
-  a.out = c.contiguous(c.need(out, "out", DType::f32, 2, {a.rows, a.vocab}), "out").as<float>();
+  a.out = c.output(out, "out", DType::f32, {a.rows, a.vocab}, cond).as<float>();
   return a;
 }
 

@@ -83,10 +83,8 @@ TreeAttnArgs attn_args(bool cuda, T q, T k, T v, T seqlens, T mask, T block_tabl
     a.capacity = k.size[1];
   }
   a.scale = static_cast<float>(scale);
-  c.contiguous(c.need(out, "out", DType::f32, 4, {a.batch, a.n, a.hq, a.d}), "out");
-  c.contiguous(c.need(lse, "lse", DType::f32, 3, {a.batch, a.n, a.hq}), "lse");
-  a.out = out.as<float>();
-  a.lse = lse.as<float>();
+  a.out = c.output(out, "out", DType::f32, {a.batch, a.n, a.hq, a.d}, q).as<float>();
+  a.lse = c.output(lse, "lse", DType::f32, {a.batch, a.n, a.hq}, q).as<float>();
   return a;
 }
 

@@ -157,6 +157,17 @@ def tree_attention(
     the Triton kernel, merged by log-sum-exp.  cascade takes float16/bfloat16, D <= 256 and,
     for paged caches, a page size divisible by 256 (flash-attn 2.x)."""
     op = "tree_attention"
+    fast = c.fast_kernel(op, q, backend, _BACKENDS)
+    if fast is not None and q.dtype == torch.float32 and type(tree) is Tree:
+        d = q.shape[-1]
+        scale = sm_scale if sm_scale is not None else (1.0 / math.sqrt(d) if d else 1.0)
+        try:
+            o, lse = fast(q, k_cache, v_cache, cache_seqlens, tree.mask_bits, block_table,
+                          scale, out, lse_out)  # fmt: skip
+        except (TypeError, ValueError):
+            pass  # the checks below name what is wrong, or normalise what the kernel reads
+        else:
+            return (o, lse) if return_lse else o
     c.check_tensor(op, "q", q, ndim=4, dtypes=_ATTN_DTYPES)
     dev = q.device
     b, n, hq, d = q.shape

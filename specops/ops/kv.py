@@ -44,6 +44,21 @@ def commit_kv(caches, cache_seqlens, accepted_slots, *, block_table=None, backen
     never touches memory outside the cache: each request commits only the longest prefix of
     valid entries (specops.reference.kv).  CUDA: launches on the same cache pointers must not
     run concurrently on two streams (they share a small per-device counter workspace)."""
+    fast = c.fast_kernel(_OP, caches, backend, _BACKENDS)
+    if (
+        fast is not None
+        and not caches.is_cuda  # the CUDA launcher also takes the counter workspace
+        and caches.dim() == 6
+        and caches.shape[0] > 0  # layers, slots and bytes to move: else the rules of _impl
+        and caches.numel() > 0
+        and type(accepted_slots) is torch.Tensor
+        and 0 < accepted_slots.shape[-1] <= _MAX_MOVES
+    ):
+        try:
+            fast(caches, None, 0, cache_seqlens, accepted_slots, block_table)
+            return
+        except (TypeError, ValueError):
+            pass  # the checks below name what is wrong, or normalise what the kernel reads
     paged = block_table is not None
     if isinstance(caches, torch.Tensor):
         c.check_tensor(_OP, "caches", caches, ndim=6, dtypes=_CACHE_DTYPES)

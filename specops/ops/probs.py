@@ -55,6 +55,15 @@ def probs_from_logits(
     ``backend``: "triton" (one fused kernel, no sort), "cpu" (the C++ twin: selection instead of
     sorts, rows on ``specops.set_num_threads`` threads), "reference", or "auto" (triton on CUDA,
     cpu on CPU)."""
+    fast = c.fast_kernel(_OP, logits, backend, _BACKENDS)
+    if fast is not None and logits.dim() == 2 and (uncond_logits is None) == (cfg_scale is None):
+        s = _fast_scalars(temperature, top_k, top_p, cfg_scale)
+        if s is not None:
+            try:
+                return fast(logits, uncond_logits, None, s[0], None, s[1], None, s[2], None, s[3],
+                            1, out)[0]  # fmt: skip
+            except (TypeError, ValueError):
+                pass  # the checks below name what is wrong, or normalise what the kernel reads
     c.check_probs(_OP, "logits", logits, ndim=range(1, 9))
     shape = tuple(logits.shape)
     v = shape[-1]
@@ -95,6 +104,28 @@ def probs_from_logits(
         logits, uncond_logits, t_t, t_v, k_t, k_v, p_t, p_v, s_t, s_v, backend, out
     )
     return out
+
+
+def _fast_scalars(temperature, top_k, top_p, cfg_scale):
+    """(temperature, top_k, top_p, cfg_scale) as the binding takes them when all are Python
+    numbers that ``_param`` accepts unchanged (NaN fails every comparison: the checked path), else
+    None."""
+    t, k, p, s = temperature, top_k, top_p, cfg_scale
+    if not (type(t) is float or type(t) is int) or not 0 <= t < math.inf:
+        return None
+    if k is None:
+        k = 0
+    elif type(k) is not int or k < 0:
+        return None
+    if p is None:
+        p = 1.0
+    elif not (type(p) is float or type(p) is int) or not 0 < p <= 1:
+        return None
+    if s is None:
+        s = 1.0
+    elif not (type(s) is float or type(s) is int) or not -math.inf < s < math.inf:
+        return None
+    return float(t), min(k, 2**62), float(p), float(s)
 
 
 def _param(name, value, batch, dev, dtypes, want):
