@@ -409,15 +409,20 @@ def test_probs_nan_parameters_are_neutral(be):
         want = _probs("reference", logits[i : i + 1], **kw)
         _close(got[i : i + 1], want)
     assert bool(torch.isfinite(got).all())
-    # scalars: NaN passes the fast-mode checks and is neutral too
-    _close(_probs(be, logits, temperature=NAN), _probs("reference", logits))
-    _close(
-        _probs(be, logits, temperature=0.5, top_p=NAN), _probs("reference", logits, temperature=0.5)
-    )
-    _close(
-        _probs(be, logits, cfg_scale=NAN, uncond_logits=uncond, top_k=5),
-        _probs("reference", logits, top_k=5),
-    )
+
+
+@pytest.mark.parametrize("be", ["reference", "cpu", "triton", "auto"])
+@pytest.mark.parametrize("name", ["temperature", "top_p", "cfg_scale"])
+@pytest.mark.parametrize("value", [NAN, math.inf, -math.inf])
+def test_probs_non_finite_numbers_raise_in_every_mode(be, name, value):
+    """A Python number is checked for free: NaN and infinities are an error on every backend,
+    validation mode or not (only tensor entries follow the NaN policy above)."""
+    if be == "triton" and not _build.has_triton():
+        pytest.skip("triton not installed")
+    logits = torch.randn(2, 8)
+    extra = {"uncond_logits": torch.randn(2, 8)} if name == "cfg_scale" else {}
+    with specops.validation(False), pytest.raises(ValueError, match=name):
+        _probs(be, logits, **{name: value}, **extra)
 
 
 @pytest.mark.parametrize("name", ["temperature", "top_p", "cfg_scale"])
@@ -483,3 +488,21 @@ def test_tree_attention_lse_nan_triton():
     )
     lse = lse.cpu()
     assert torch.equal(torch.isnan(lse), want_lse)
+
+
+@pytest.mark.parametrize("value", [NAN, INF, -INF])
+def test_non_finite_numbers_are_errors_in_every_mode(value):
+    """tree_attention's sm_scale and LANTERN's delta given as Python numbers: NaN and infinities
+    raise everywhere, validation mode or not."""
+    g = _gen(5)
+    tree = Tree.kary(2, 2)
+    q, k = torch.randn(1, 3, 2, 4, generator=g), torch.randn(1, 8, 1, 4, generator=g)
+    L = torch.tensor([2], dtype=torch.int32)
+    p, x = random_probs(1, 3, 6, generator=g), torch.randint(0, 6, (1, 2), generator=g)
+    nb = torch.randint(0, 6, (6, 2), generator=g)
+    with specops.validation(False):
+        for be in ("reference", "cpu", "auto"):
+            with pytest.raises(ValueError, match="sm_scale"):
+                specops.tree_attention(q, k, k, L, tree, sm_scale=value, backend=be)
+            with pytest.raises(ValueError, match="relax.delta"):
+                specops.verify_chain(p, x, relax=Relaxation(nb, value), backend=be)

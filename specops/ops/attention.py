@@ -158,7 +158,12 @@ def tree_attention(
     for paged caches, a page size divisible by 256 (flash-attn 2.x)."""
     op = "tree_attention"
     fast = c.fast_kernel(op, q, backend, _BACKENDS)
-    if fast is not None and q.dtype == torch.float32 and type(tree) is Tree:
+    if (
+        fast is not None
+        and q.dtype == torch.float32
+        and type(tree) is Tree
+        and (sm_scale is None or (type(sm_scale) is float and -math.inf < sm_scale < math.inf))
+    ):
         d = q.shape[-1]
         scale = sm_scale if sm_scale is not None else (1.0 / math.sqrt(d) if d else 1.0)
         try:
@@ -190,6 +195,8 @@ def tree_attention(
         )
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(d) if d else 1.0  # D = 0: every score is 0 whatever the scale
+    elif not math.isfinite(sm_scale):  # a number: checked for free, in every mode
+        raise ValueError(f"specops.{op}: sm_scale must be finite, got {sm_scale}")
     _check_capacity(op, cache_seqlens, n, cap, block_table, k_cache.shape[0], k_cache.shape[1])
     args = (q, k_cache, v_cache, cache_seqlens, mask, block_table, float(sm_scale), backend)
     if out is None and lse_out is None:

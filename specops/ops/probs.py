@@ -46,8 +46,9 @@ def probs_from_logits(
 
     ``temperature``, ``top_k``, ``top_p``, ``cfg_scale``: Python scalars, or tensors [B] (one per
     request, dim 0 of ``logits``, broadcast over its positions) or [] / [1].  ``top_k`` int
-    tensors, the others float tensors.  NaN ``temperature`` / ``top_p`` / ``cfg_scale`` (scalars or
-    tensor entries) raise ``ValueError`` in validation mode and are otherwise the neutral value:
+    tensors, the others float tensors.  A Python number outside its range (NaN and infinities
+    included) raises ``ValueError`` in every mode (it costs nothing to check).  NaN tensor entries
+    raise in validation mode and are otherwise the neutral value (reading them would sync):
     temperature 1.0, no top-p filtering, no guidance (the conditional logits as they are).  A row
     whose logits are all -inf is the one-hot of token 0.  ``out`` [..., V] float32 contiguous
     may be preallocated (CUDA graphs).
@@ -148,12 +149,8 @@ def _param(name, value, batch, dev, dtypes, want):
         raise TypeError(
             f"specops.{_OP}: {name} must be {kind} or a tensor, got {type(value).__name__}"
         )
-    if not integer and math.isnan(value):
-        # NaN policy: an error in validation mode, else the neutral value (every backend maps a
-        # NaN temperature to 1.0, a NaN top_p to no top-p and a NaN cfg_scale to no guidance)
-        if c.validating():
-            raise ValueError(f"specops.{_OP}: {name} is NaN")
-        return None, float(value)
+    if not integer and math.isnan(value):  # a number: checked for free, in every mode
+        raise ValueError(f"specops.{_OP}: {name} is NaN")
     bad = {
         "temperature": not (math.isfinite(value) and value >= 0),
         "top_k": value < 0,

@@ -13,6 +13,8 @@ when the CUDA kernels are not built, never the interpreter on the CPU)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -72,8 +74,8 @@ def _check_relax(op: str, relax, v: int, dev):
         )
     if isinstance(delta, bool) or not isinstance(delta, (int, float)):
         raise TypeError(f"specops.{op}: relax.delta must be a float, got {type(delta).__name__}")
-    if not delta >= 0:
-        raise ValueError(f"specops.{op}: relax.delta must be >= 0, got {delta}")
+    if not 0 <= delta < math.inf:
+        raise ValueError(f"specops.{op}: relax.delta must be finite and >= 0, got {delta}")
     if c.validating():
         c.check_values_ids(op, "relax.neighbors", nb, v)
     return nb, float(delta)
