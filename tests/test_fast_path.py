@@ -480,3 +480,17 @@ def test_fast_path_taken_for_valid_calls(op, monkeypatch):
     with specops.validation():
         getattr(specops, op)(**_kwargs(op, lambda kw: kw))
     assert calls == [1]
+
+
+def _meta(x):
+    return x.to("meta") if isinstance(x, (torch.Tensor, Tree)) else x
+
+
+@pytest.mark.parametrize("validate", [False, True], ids=["fast", "validation"])
+@pytest.mark.parametrize("op", list(_OPS))
+def test_meta_inputs_are_a_clear_error(op, validate):
+    """Meta tensors (no data) get a ValueError that says so, in both modes (validation mode's
+    value checks would otherwise fail inside torch on the first read)."""
+    kw = {k: _meta(v) for k, v in _base(op).items()}
+    with specops.validation(validate), pytest.raises(ValueError, match="meta tensor"):
+        getattr(specops, op)(**kw)

@@ -124,11 +124,7 @@ def _resolve(op: str, backend: str, device: torch.device, have: tuple[str, ...])
     if backend not in BACKENDS:
         raise ValueError(f"specops.{op}: backend must be one of {BACKENDS}, got {backend!r}")
     if device.type == "meta":
-        raise ValueError(
-            f"specops.{op}: the inputs are meta tensors, which hold no data to compute on (run "
-            "the op on CPU or CUDA tensors; under torch.compile or FakeTensorMode its fake "
-            "kernel gives the output shapes)"
-        )
+        raise ValueError(f"specops.{op}: the inputs are meta tensors {_META}")
     if backend == "cuda_sim":
         # The CUDA kernels' device code run on the CPU by the SIMT emulation (csrc/sim): every op
         # with a CUDA kernel, on CPU tensors; asked for by name only (tests), never by "auto".
@@ -169,6 +165,11 @@ def _resolve(op: str, backend: str, device: torch.device, have: tuple[str, ...])
 
 
 # argument checks ------------------------------------------------------------------------
+_META = (
+    "(no data to compute on: run the op on CPU or CUDA tensors; under torch.compile or "
+    "FakeTensorMode its fake kernel gives the output shapes)"
+)
+
 def _shape(t) -> tuple:
     return tuple(t.shape)
 
@@ -179,6 +180,8 @@ def check_tensor(op: str, name: str, t, *, ndim=None, dtypes=None, device=None, 
     (it runs several times per op call)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"specops.{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.is_meta:
+        raise ValueError(f"specops.{op}: {name} is a meta tensor {_META}")
     if ndim is not None:
         nd = t.dim()
         if (nd != ndim) if isinstance(ndim, int) else (nd not in ndim):
