@@ -329,6 +329,16 @@ TensorArg ArgCheck::output(const TensorArg& t, const char* name, DType dtype,
   py::object obj;
   if (t.defined()) {
     contiguous(distinct(need(t, name, dtype, static_cast<int>(sizes.size()), sizes), name), name);
+    // a buffer the kernel writes must not share bytes with anything it reads or writes
+    if (const Outputs* o = Outputs::active(); o && t.numel() > 0) {
+      const Outputs::Span& me = o->spans.back();  // need() has just recorded t
+      for (size_t i = 0; i + 1 < o->spans.size(); ++i) {
+        const Outputs::Span& s = o->spans[i];
+        if (s.device == me.device && s.lo < me.hi && me.lo < s.hi)
+          fail(name, std::string("shares memory with ") + s.name +
+                         " (an output must not alias the op's other tensors)");
+      }
+    }
     r = t;
     obj = py::reinterpret_borrow<py::object>(t.object);
   } else {
@@ -406,6 +416,16 @@ const TensorArg& ArgCheck::need(const TensorArg& t, const char* name, DType dtyp
     if (t.size[i] < 0 || (t.size[i] > 1 && t.stride[i] < 0))
       fail(name, "has a negative size or stride");
   if (!t.data && t.numel() > 0) fail(name, "has no data (a meta tensor?)");
+  if (Outputs* o = Outputs::active(); o && t.numel() > 0) {
+    const int64_t es = dtype_size(t.dtype);
+    intptr_t lo = 0, hi = es;
+    for (i = 0; i < t.ndim; ++i) {
+      const intptr_t span = static_cast<intptr_t>((t.size[i] - 1) * t.stride[i] * es);
+      (span < 0 ? lo : hi) += span;
+    }
+    const uintptr_t base = reinterpret_cast<uintptr_t>(t.data);
+    o->spans.push_back({base + lo, base + hi, t.cuda ? t.device : -1, name});
+  }
   return t;
 }
 

@@ -72,6 +72,12 @@ struct Outputs {
   pybind11::list scratch;  // device workspaces made for the call (alive until it returns)
   std::vector<std::unique_ptr<char[]>> host_scratch;  // host ones (plain memory, no tensor)
   int device = -1;  // the CUDA device of the call's tensors (ArgCheck::need sets it)
+  struct Span {     // the bytes a checked tensor spans, [lo, hi), on one device
+    uintptr_t lo, hi;
+    int device;  // -1: the CPU
+    const char* name;
+  };
+  std::vector<Span> spans;  // every tensor ArgCheck::need has seen in this call, in order
   Outputs* prev;
 };
 

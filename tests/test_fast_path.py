@@ -10,6 +10,8 @@ meta tensors, wrong types."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from helpers import gen, random_probs
@@ -407,6 +409,57 @@ _OPS.update({
     },
 })  # fmt: skip
 
+
+def _aliased_chain_out(kw):
+    """out.tokens [B, K+1] is the buffer draft_tokens [B, K] is a slice of."""
+    buf = torch.zeros(B, K + 1, dtype=_I32)
+    buf[:, :K] = kw["draft_tokens"]
+    return {**kw, "draft_tokens": buf[:, :K], "out": (buf, torch.empty(B, dtype=_I32))}
+
+
+def _head(t, shape):
+    """An int32 tensor of ``shape`` over the first bytes of ``t``."""
+    return t.view(_I32).view(-1)[: math.prod(shape)].view(shape)
+
+
+def _aliased_outs(shapes):
+    """Outputs carved from one buffer, the last overlapping the first."""
+    buf = torch.zeros(sum(math.prod(s) for s in shapes), dtype=_I32)
+    outs, at = [], 0
+    for s in shapes[:-1]:
+        outs.append(buf[at : at + math.prod(s)].view(s))
+        at += math.prod(s)
+    outs.append(buf[: math.prod(shapes[-1])].view(shapes[-1]))
+    return tuple(outs)
+
+
+_ALIAS = {
+    "verify_chain": {
+        "out aliases draft_tokens": _aliased_chain_out,
+        "out aliases out": lambda kw: {**kw, "out": _aliased_outs([(B, K + 1), (B,)])},
+        "out aliases seed": lambda kw: (lambda s: {**kw, "seed": s, "out": (
+            torch.empty(B, K + 1, dtype=_I32), s.view(_I32)[:B])})(torch.zeros(B, dtype=_I64)),
+    },
+    "verify_tree": {
+        "out aliases out": lambda kw: {**kw, "out": _aliased_outs([(B, 3), (B, 3), (B,)])}},
+    "verify_jacobi": {"out aliases out": lambda kw: {**kw, "out": _aliased_outs(
+        [(B,), (B, 6), (B,)]) + (None, None)}},
+    "path_acceptance": {"out aliases out": lambda kw: {**kw, "out": tuple(
+        t.view(torch.float32) for t in _aliased_outs([(B, 4), (B, 4)]))}},
+    "sample": {"out aliases probs": lambda kw: {**kw, "out": _head(kw["probs"], (B,))}},
+    "sample_without_replacement": {
+        "out aliases probs": lambda kw: {**kw, "out": _head(kw["probs"], (B, 3))}},
+    "probs_from_logits": {"out is logits": lambda kw: {**kw, "out": kw["logits"]}},
+    "tree_attention": {
+        "out is q": lambda kw: {**kw, "out": kw["q"]},
+        "lse_out in out": lambda kw: (lambda o: {**kw, "out": o, "return_lse": True,
+                                                 "lse_out": o.view(-1)[: B * 28].view(B, 7, 4)})(
+            torch.empty(B, 7, 4, 8)),
+    },
+}  # fmt: skip
+for _op, _t in _ALIAS.items():
+    _OPS[_op].update(_t)
+
 _CASES = [(op, name, mutate) for op, t in _OPS.items() for name, mutate in {**_COMMON, **t}.items()]
 
 
@@ -494,3 +547,31 @@ def test_meta_inputs_are_a_clear_error(op, validate):
     kw = {k: _meta(v) for k, v in _base(op).items()}
     with specops.validation(validate), pytest.raises(ValueError, match="meta tensor"):
         getattr(specops, op)(**kw)
+
+
+_ALIAS_CASES = [(op, name, m) for op, t in _ALIAS.items() for name, m in t.items()]
+
+
+@pytest.mark.parametrize("backend", ["auto", "reference", "cpu"])
+@pytest.mark.parametrize(
+    ("op", "name", "mutate"), _ALIAS_CASES, ids=[f"{o}-{n}" for o, n, _ in _ALIAS_CASES]
+)
+def test_outputs_that_alias_are_rejected(op, name, mutate, backend):
+    """An out buffer sharing bytes with an input or another output is a clear error on every
+    backend (the Python check), and the compiled binding refuses it on its own too."""
+    kw = _kwargs(op, mutate)
+    with specops.validation(False), pytest.raises(ValueError, match="shares memory"):
+        getattr(specops, op)(**kw, backend=backend)
+
+
+def test_bindings_reject_aliased_outputs():
+    probs = random_probs(B, V, generator=gen(0))
+    with pytest.raises(ValueError, match="out shares memory with probs"):
+        _build._C.sample_cpu(probs, None, 1, None, 0, None, _head(probs, (B,)))
+    buf = torch.zeros(B, K + 1, dtype=_I32)
+    target, chain = random_probs(B, K + 1, V, generator=gen(0)), _build._C.verify_chain_cpu
+    rest = (None, None, 0.0, False, None, 1, None, 0, None)
+    with pytest.raises(ValueError, match="out_tokens shares memory with draft_tokens"):
+        chain(target, None, buf[:, :K], *rest, buf, None)
+    with pytest.raises(ValueError, match="out_num_accepted shares memory with out_tokens"):
+        chain(target, None, torch.zeros(B, K, dtype=_I32), *rest, buf, buf.view(-1)[:B])

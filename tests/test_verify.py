@@ -176,7 +176,7 @@ def test_verify_chain_errors():
             f(p, x, q, backend="triton")  # Triton needs GPU tensors outside the interpreter
     with pytest.raises(RuntimeError, match="not available"):
         f(p, x, q, backend="cuda")  # CPU tensors
-    with pytest.raises(ValueError, match="draft_tokens is on meta"):
+    with pytest.raises(ValueError, match="draft_tokens is a meta tensor"):
         f(p, x.to("meta"), q)
 
 

@@ -170,6 +170,7 @@ _META = (
     "FakeTensorMode its fake kernel gives the output shapes)"
 )
 
+
 def _shape(t) -> tuple:
     return tuple(t.shape)
 
@@ -206,6 +207,45 @@ def check_tensor(op: str, name: str, t, *, ndim=None, dtypes=None, device=None, 
             want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
             raise ValueError(f"specops.{op}: {name} must have shape {want}, got {_shape(t)}")
     return t
+
+
+def _span(t: torch.Tensor):
+    """(device, first byte, one past the last byte) that ``t`` spans, or None when it is empty."""
+    if t.numel() == 0:
+        return None
+    es, lo = t.element_size(), t.data_ptr()
+    hi = lo + es
+    for n, st in zip(t.shape, t.stride()):
+        d = (n - 1) * st * es
+        if d < 0:
+            lo += d
+        else:
+            hi += d
+    return t.device, lo, hi
+
+
+def check_no_alias(op: str, outs, others) -> None:
+    """A buffer an op writes (``outs``: (name, tensor) pairs) shares no byte with the op's other
+    tensors (``others``, and the other outputs): a clear error on every backend, which the
+    compiled bindings repeat (csrc/tensor_arg.cpp, ArgCheck::output).  Not while torch.compile
+    traces: fake tensors have no addresses (and functionalization owns the buffers)."""
+    if _compiling():
+        return
+    seen = []
+    for n, t in others:
+        if isinstance(t, torch.Tensor) and (s := _span(t)) is not None:
+            seen.append((n, s))
+    for name, t in outs:
+        s = _span(t)
+        if s is None:
+            continue
+        for other, (dev, lo, hi) in seen:
+            if dev == s[0] and lo < s[2] and s[1] < hi:
+                raise ValueError(
+                    f"specops.{op}: {name} shares memory with {other} (an output must not alias "
+                    "the op's other tensors)"
+                )
+        seen.append((name, s))
 
 
 def check_writable(op: str, name: str, t: torch.Tensor) -> None:
@@ -460,6 +500,9 @@ def schema_of(impl, mutates=()) -> str:
     return "(" + ", ".join(params) + ") -> " + ret
 
 
+_ARG_NAMES: dict[str, list[str]] = {}  # op -> its implementation's parameter names
+
+
 def register(name: str, impl, fake, *, mutates=(), outs: int = 0, keys=("CPU", "CUDA")) -> None:
     """Define ``specops::name`` with the schema of ``impl``'s signature (``schema_of``), give it
     ``impl`` per dispatch key and ``fake``, and make ``ops.<name>`` its caller.
@@ -469,6 +512,7 @@ def register(name: str, impl, fake, *, mutates=(), outs: int = 0, keys=("CPU", "
     preallocated outputs it writes in place (``Tensor(a!) out0, ...``) -> ().  The
     implementation takes them as ``out=(t0, ...)`` (None: allocate)."""
     schema = schema_of(impl, mutates)
+    _ARG_NAMES[name] = list(inspect.signature(impl).parameters)
     LIB.define(name + schema)
     for key in keys:
         LIB.impl(name, impl, key)
@@ -518,6 +562,8 @@ def call(name: str, args: tuple, out, specs):
     if len(s) == 1 and not single:
         raise TypeError(f"specops.{name}: out must be a torch.Tensor, got {type(out).__name__}")
     outs = check_out(name, (out,) if single else out, s)
+    ins = zip(_ARG_NAMES[name], args)
+    check_no_alias(name, [(f"out.{spec[0]}", t) for spec, t in zip(s, outs)], ins)
     getattr(ops, name + "_out")(*args, *outs)
     return out if single else outs
 

@@ -208,6 +208,9 @@ def tree_attention(
         lse_out = torch.empty((b, n, hq), dtype=torch.float32, device=dev)
     specs = (("out", (b, n, hq, d), q.dtype, dev), ("lse", (b, n, hq), torch.float32, dev))
     out, lse = c.check_out(op, (out, lse_out), specs)
+    ins = (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_seqlens", cache_seqlens),
+           ("tree", mask), ("block_table", block_table))  # fmt: skip
+    c.check_no_alias(op, [("out", out), ("lse_out", lse)], ins)
     c.ops.tree_attention_out(*args, out, lse)
     return (out, lse) if return_lse else out
 

@@ -128,6 +128,8 @@ def verify_jacobi(
             (("path", (b, L), i32, dev),) if tr else ()
         )
     out = list(c.check_out(op, out, specs))
+    names = [f"out.{spec[0]}" for spec in specs]
+    c.check_no_alias(op, list(zip(names, out)), zip(c._ARG_NAMES[op], args))
     cands = out.pop(3) if k else target_probs.new_empty((b, L, 0), dtype=i32)
     path = out.pop(3) if tr else target_probs.new_empty((b, 0), dtype=i32)
     c.ops.verify_jacobi_out(*args, *out, cands, path)

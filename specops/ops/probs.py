@@ -98,6 +98,9 @@ def probs_from_logits(
         c.check_tensor(_OP, "out", out, dtypes=(torch.float32,), device=dev, shape=shape)
         if not out.is_contiguous():
             raise ValueError(f"specops.{_OP}: out must be contiguous")
+        c.check_no_alias(_OP, [("out", out)], [("logits", logits), ("uncond_logits", uncond_logits),
+                         ("temperature", temperature), ("top_k", top_k), ("top_p", top_p),
+                         ("cfg_scale", cfg_scale)])  # fmt: skip
 
     if c.validating():
         _check_values(logits, uncond_logits, t_t, k_t, p_t, s_t)

@@ -56,6 +56,10 @@ def sample(
     else:
         c.check_tensor("sample", "out", out, dtypes=(torch.int32,), device=dev, shape=lead)
         c.check_writable("sample", "out", out)
+        c.check_no_alias(
+            "sample", [("out", out)], [("probs", probs), ("seed", seed), ("offset", offset),
+                                       ("uniforms", uniforms)]
+        )  # fmt: skip
     c.check_values_probs("sample", "probs", probs)
     c.ops.sample(probs, seed_t, seed_i, off_t, off_i, uniforms, backend, out)
     return out
