@@ -14,8 +14,11 @@ Every function returns the tokens [B, length] int32 and a ``Stats`` (per-request
 and step compression, batched target passes, accepted-length histogram, wall time split into
 model / specops / other).
 ``with progress(hook): ...`` calls ``hook(counts, length)`` once per step (specops.decode.progress).
+``compile_step=True`` (or a torch.compile backend name) compiles each iteration whole with
+``fullgraph=True``: once per run, no recompiles across steps (``compiled_step``).
 """
 
+from specops.decode._common import compiled_step
 from specops.decode.ar import ar
 from specops.decode.progress import progress
 from specops.decode.sjd import sjd
@@ -24,4 +27,6 @@ from specops.decode.speculative import speculative
 from specops.decode.stats import Stats
 from specops.decode.vvs import lantern, vvs
 
-__all__ = ["ar", "speculative", "sjd", "sjd_pac", "vvs", "lantern", "Stats", "progress"]
+__all__ = [
+    "compiled_step", "ar", "speculative", "sjd", "sjd_pac", "vvs", "lantern", "Stats", "progress",
+]  # fmt: skip

@@ -22,6 +22,7 @@ from specops.decode.stats import Recorder
 from specops.tree import Tree
 
 __all__ = [
+    "compiled_step",
     "TargetRunner",
     "DraftRunner",
     "Output",
@@ -49,6 +50,18 @@ class Offsets:
     def __call__(self) -> torch.Tensor:
         self.counter += 1
         return self.counter
+
+
+def compiled_step(step, how):
+    """One decoding iteration, compiled or not: ``how`` None / False runs ``step`` eagerly; True
+    or a torch.compile backend name ("inductor", "aot_eager", ...) compiles it whole
+    (``fullgraph=True``: a graph break is an error, not a silent slow path).  Every step's
+    inputs keep their shapes and seeds / offsets are device tensors, so it compiles once per
+    run; the loop's stop check (one host read) stays outside."""
+    if how is None or how is False:
+        return step
+    backend = "inductor" if how is True else how
+    return torch.compile(step, fullgraph=True, dynamic=False, backend=backend)
 
 
 def prompt_tokens(model, classes) -> torch.Tensor:
@@ -217,7 +230,7 @@ class DraftRunner:
         cols = torch.arange(p, device=prompt.device)
         with self.rec.timer("model"):
             self.drafter(prompt, None, 0, cols.expand(b, p), self.cache)
-        self.rec.stats.drafter_passes += 1
+        self.rec.drafter_pass()
         n = (prompt >= 0).sum(1)
         with self.rec.timer("specops"):
             slots = torch.where(cols < n[:, None], cols, -1).int()
@@ -275,7 +288,7 @@ class DraftRunner:
             pos, self._positions = self._positions, None
         with self.rec.timer("model"):
             logits, g = self.drafter(tokens, feats, 0, pos, self.cache)
-        self.rec.stats.drafter_passes += 1
+        self.rec.drafter_pass()
         slots = torch.where(cols[None, :] < n[:, None], cols.int(), -1).int()
         with self.rec.timer("specops"):
             specops.commit_kv(self.cache.kv, self.cache.seqlens, slots)
@@ -290,7 +303,7 @@ class DraftRunner:
         pos = (self.cache.seqlens.long() + self.shift + depth - 1)[:, None].expand(b, k)
         with self.rec.timer("model"):
             out = self.drafter.extend(tokens, feats, depth, pos, self.cache, bits, n_old)
-        self.rec.stats.drafter_passes += 1
+        self.rec.drafter_pass()
         return out
 
     def rewind(self, n: torch.Tensor) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops.decode._common import prompt_tokens, start
+from specops.decode._common import compiled_step, prompt_tokens, start
 
 __all__ = ["ar"]
 
@@ -21,9 +21,11 @@ def ar(
     top_p=None,
     cfg_scale=None,
     seed: int = 0,
+    compile_step=None,
 ):
     """Sample ``length`` tokens after each prompt: x_{t+1} ~ p(. | x_<=t), one pass each.
-    ``temperature=0`` is greedy.  -> (tokens [B, length] int32, Stats)."""
+    ``temperature=0`` is greedy.  ``compile_step``: see ``specops.decode.compiled_step``.
+    -> (tokens [B, length] int32, Stats)."""
     prompt = prompt_tokens(model, classes)
     dev = prompt.device
     b = prompt.shape[0]
@@ -35,21 +37,28 @@ def ar(
     )  # fmt: skip
     slot0 = torch.zeros(b, 1, dtype=torch.int32, device=dev)
 
-    probs, _ = tgt.prefill()  # p(x_1 | prompt)
-    for i in range(length):
+    def emit(probs):
         active = out.active  # all True unless a request stopped at EOS
         with rec.timer("specops"):
             tok = specops.sample(probs, seed=seed, offset=rng())  # x ~ p (argmax at T = 0)
         out.write(tok[:, None], active.long())
         rec.emitted(active.long(), active)
+        return tok
+
+    def step(tok):
+        # feed x at position c = seqlens, commit it (slot 0), emit the next token
+        probs, _ = tgt.forward(tok[:, None], tgt.seqlens.long()[:, None], None, charged=out.active)
+        tgt.commit(slot0)
+        return emit(probs[:, 0])
+
+    step = compiled_step(step, compile_step)
+    tok = emit(tgt.prefill()[0])  # x_1 ~ p(x_1 | prompt)
+    for _ in range(length - 1):
         if out.eos is None:
             out.report()
         elif out.done():  # with EOS: the stop check, one host read per step
             break
-        if i == length - 1:
-            break
-        # feed x at position c = seqlens, then commit it (slot 0)
-        probs, _ = tgt.forward(tok[:, None], tgt.seqlens.long()[:, None], None, charged=out.active)
-        probs = probs[:, 0]
-        tgt.commit(slot0)
+        tok = step(tok)
+    if out.eos is None:
+        out.report()
     return out.tokens(), rec.finish()

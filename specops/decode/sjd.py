@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops.decode._common import emit_first, init_rows, prompt_tokens, start
+from specops.decode._common import compiled_step, emit_first, init_rows, prompt_tokens, start
 
 __all__ = ["sjd", "shift_window"]
 
@@ -52,10 +52,12 @@ def sjd(
     top_p=None,
     cfg_scale=None,
     seed: int = 0,
+    compile_step=None,
 ):
     """SJD with a window of ``window`` slots.  ``init``: the first window's draws, "target" (from
     p(s_1)), "uniform" (uniform over the vocabulary, as SJD-PAC's authors initialise) or a [V]
-    bool mask of the image tokens.  -> (tokens [B, length] int32, Stats)."""
+    bool mask of the image tokens.  ``compile_step``: see ``specops.decode.compiled_step``.
+    -> (tokens [B, length] int32, Stats)."""
 
     L = window
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
@@ -81,7 +83,8 @@ def sjd(
             seed,
             rng(),
         )
-    while not out.done():
+
+    def step(root, w, q):
         active = out.active
         inp = torch.cat([root[:, None], w[:, : L - 1]], 1)
         pos = tgt.seqlens.long()[:, None] + cols
@@ -97,4 +100,9 @@ def sjd(
         # slots after the committed ones were drawn from their p_i: they are next drafts
         with rec.timer("specops"):
             w, q = shift_window(r.next_window, p, n, p[:, L - 1], seed, rng())
+        return root, w, q
+
+    step = compiled_step(step, compile_step)
+    while not out.done():
+        root, w, q = step(root, w, q)
     return out.tokens(), rec.finish()

@@ -52,7 +52,14 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops.decode._common import emit_first, init_rows, prompt_tokens, select_tree, start
+from specops.decode._common import (
+    compiled_step,
+    emit_first,
+    init_rows,
+    prompt_tokens,
+    select_tree,
+    start,
+)
 from specops.tree import Tree
 
 __all__ = ["sjd_pac"]
@@ -100,13 +107,15 @@ def sjd_pac(
     top_p=None,
     cfg_scale=None,
     seed: int = 0,
+    compile_step=None,
 ):
     """SJD-PAC with a window of ``window`` nodes, a ``branch``-ary proactive tree of ``depth``
     levels (counting its root); ``continuation`` / ``proactive`` / ``branch_continuation`` switch
     AC / PD / the chain continuation after a non-first leaf off for ablations; ``init``: "target"
     (p(s_1)), "uniform" (the authors': uniform over the vocabulary) or a [V] bool mask of the
-    image tokens to draw the first window uniformly from.  -> (tokens [B, length] int32, Stats
-    with extra["branch_continuations"])."""
+    image tokens to draw the first window uniformly from.  ``compile_step``: see
+    ``specops.decode.compiled_step``.  -> (tokens [B, length] int32, Stats with
+    extra["branch_continuations"])."""
     L, K = window, branch
     proactive = proactive and K > 1
     n_tree = (K**depth - 1) // (K - 1) if K > 1 else depth
@@ -139,7 +148,8 @@ def sjd_pac(
     with rec.timer("specops"):
         x = specops.sample(q, seed=seed, offset=rng())
     x[:, 0] = root
-    while not out.done():
+
+    def step(root, x, q, pd):
         active = out.active
         tree = win.pick(pd, L)
         pos = tgt.seqlens.long()[:, None] + tree.depth
@@ -186,7 +196,7 @@ def sjd_pac(
             cont = rc.next_window.gather(1, j.clamp(0, L - nk - 1))
             nw = torch.where(alt[:, None] & (j >= 0) & (j < L - nk), cont, nw)
             cur = torch.where(alt, fc[rows, win.first_leaf], cur)
-            n_branch += (alt & active).sum()
+            n_branch.add_((alt & active).sum())  # in place: the closure keeps one tensor
         line = torch.full((b, 2 * L + 1), -1, dtype=torch.long, device=dev)
         d, last = a + 1, m
         for _ in range(L):
@@ -220,6 +230,11 @@ def sjd_pac(
             )
         x = torch.where((given >= 0) | kary, given, fresh).int()
         x[:, 0] = root
+        return root, x, q, pd
+
+    step = compiled_step(step, compile_step)
+    while not out.done():
+        root, x, q, pd = step(root, x, q, pd)
     stats = rec.finish()
     stats.extra["branch_continuations"] = int(n_branch)
     return out.tokens(), stats

@@ -39,7 +39,14 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops.decode._common import DraftRunner, check_hide, emit_first, prompt_tokens, start
+from specops.decode._common import (
+    DraftRunner,
+    check_hide,
+    compiled_step,
+    emit_first,
+    prompt_tokens,
+    start,
+)
 from specops.tree import Tree, chain_bits, pack_bits
 
 __all__ = ["speculative", "draft_dynamic", "Drafted"]
@@ -221,6 +228,7 @@ def speculative(
     drafter_prefill: bool = True,
     hide=None,
     hide_positions: str = "compact",
+    compile_step=None,
 ):
     """Speculative decoding of ``length`` tokens per prompt.
 
@@ -238,7 +246,9 @@ def speculative(
     prompt positions (visual tokens) left out of the drafter's sequence, seen only through the
     target's features at the kept positions; ``hide_positions`` "compact" (drafter positions
     0 .. m-1 over the kept entries, the paper's) or "target" (the target's position ids).
-    ``stats.extra["drafter_prefill"]`` = mean drafter prefill length.
+    ``stats.extra["drafter_prefill"]`` = mean drafter prefill length.  ``compile_step``: see
+    ``specops.decode.compiled_step`` (the first step, whose drafter update reads the prompt's
+    entries, runs eagerly; every later step has the same shapes).
     -> (tokens [B, length], Stats)."""
     prompt = prompt_tokens(model, classes)
     dev = prompt.device
@@ -295,7 +305,8 @@ def speculative(
     )  # fmt: skip
     upd_n0 = upd_n  # the drafter's prefill length
     node_sum = torch.zeros((), dtype=torch.long, device=dev)
-    while not out.done():
+
+    def step(root, upd_tok, upd_feat, upd_n):
         active = out.active
         logits, g = dr.update(upd_tok, upd_feat, upd_n)
         if mode == "chain":
@@ -304,7 +315,7 @@ def speculative(
         elif mode in ("dynamic", "confidence"):
             dft = draft_dynamic(dr, root, logits, g, branch, depth, num_nodes, rec, narrow)
             positions = tgt.seqlens.long()[:, None] + dft.tree.depth
-            node_sum += torch.where(active, (dft.tokens >= 0).sum(-1), 0).sum()
+            node_sum.add_(torch.where(active, (dft.tokens >= 0).sum(-1), 0).sum())
         else:
             dft = draft_static(
                 dr, root, logits, g, plan, without_replacement, sampling, seed, rng, rec
@@ -349,6 +360,14 @@ def speculative(
         with rec.timer("specops"):
             upd_feat = specops.gather_rows(hidden, path)
         upd_n = n_emit
+        return root, upd_tok, upd_feat, upd_n
+
+    compiled = compiled_step(step, compile_step)
+    state = (root, upd_tok, upd_feat, upd_n)
+    first = True
+    while not out.done():
+        state = (step if first else compiled)(*state)
+        first = False
     stats = rec.finish()
     stats.extra["drafter_prefill"] = float(upd_n0.float().mean())
     if mode in ("dynamic", "confidence"):

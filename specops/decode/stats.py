@@ -45,6 +45,9 @@ class Timer:
 
     @contextlib.contextmanager
     def __call__(self, kind: str):
+        if torch.compiler.is_compiling():  # a compiled step is timed as a whole (wall time)
+            yield
+            return
         if self.cuda:
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
@@ -139,11 +142,18 @@ class Recorder:
         self.timer = Timer(device)
         self.passes = torch.zeros(batch, dtype=torch.int64, device=device)
         self.hist = torch.zeros(max_emit + 2, dtype=torch.int64, device=device)
+        # batched target / drafter passes: device counters too, so a compiled step reads no
+        # Python int it would have to specialise on (a recompile per step)
+        self.batched = torch.zeros(2, dtype=torch.int64, device=device)
 
     def target_pass(self, charged: torch.Tensor) -> None:
         """One batched target pass; ``charged`` [B] bool: the requests it counts for."""
-        self.stats.target_passes += 1
+        self.batched[0] += 1
         self.passes += charged.long()
+
+    def drafter_pass(self) -> None:
+        """One batched drafter pass."""
+        self.batched[1] += 1
 
     def emitted(self, n: torch.Tensor, charged: torch.Tensor) -> None:
         """Histogram of the tokens emitted by this step, over the charged requests."""
@@ -156,6 +166,7 @@ class Recorder:
         s.model_s = self.timer.totals["model"]
         s.specops_s = self.timer.totals["specops"]
         s.passes_per_request = self.passes.tolist()
+        s.target_passes, s.drafter_passes = (int(x) for x in self.batched.tolist())
         hist = self.hist.tolist()
         while len(hist) > 1 and hist[-1] == 0:
             hist.pop()
