@@ -310,3 +310,33 @@ def test_triton_kernels_lower_for_sm90(dt):
     """Ahead-of-time compile for sm_90 (no GPU needed, out of the interpreter): catches lowering
     errors the interpreter does not see."""
     aot_compile(_AOT, dt)
+
+
+def _rounding_cases(src: torch.dtype, dst: torch.dtype) -> torch.Tensor:
+    """Values of dtype ``src`` exactly halfway between two neighbours in ``dst`` (both ways of
+    rounding a tie), a hair off halfway, past dst's largest finite value, and NaN / inf."""
+    half = {torch.bfloat16: 1 << 15, torch.float16: 1 << 12}[dst]
+    base = torch.tensor([1.0, 1.5, -1.25, 3.0, 0.75, 1e-3, 6e4, -2.5e-5], dtype=torch.float32)
+    b = base.view(torch.int32)
+    bits = torch.cat([b + half, b + 3 * half, b + half - 1, b + half + 1, b - half, b])
+    x = torch.cat([bits.view(torch.float32), torch.tensor([3.5e38, float("nan"), -float("inf")])])
+    return x.to(src)
+
+
+_F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
+
+
+@pytest.mark.parametrize("src,dst", [(_F32, _BF16), (_F32, _F16), (_F16, _BF16), (_BF16, _F16)])
+@pytest.mark.parametrize("backend", ["reference", *FAST])
+def test_feature_cache_stores_round_to_nearest_even(backend, src, dst):
+    """A value stored into a lower-precision cache rounds to nearest-even on every backend: the
+    caches are bit-identical to torch's conversion, NaN aside (the Triton kernel rounds bfloat16
+    itself; the interpreter's cast truncates)."""
+    x = _rounding_cases(src, dst)
+    h = x.numel()
+    fc = specops.FeatureCache(1, 3, h, dtype=dst, device=_dev(backend), backend=backend)
+    fc.write(torch.tensor([[1]], device=_dev(backend)), x.reshape(1, 1, h).to(_dev(backend)), 1)
+    got, want = fc.features[0, 1].cpu(), x.to(dst)
+    nan = want.isnan()
+    assert torch.equal(got.isnan(), nan)  # NaN stays NaN (its payload is not specified)
+    assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16)), (got, want)

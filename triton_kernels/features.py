@@ -34,6 +34,23 @@ def _row_blocks(rows: int, width: int) -> tuple[int, int]:
 
 
 @triton.jit
+def _cast_rne(v, dst_ty: tl.constexpr):
+    """v.to(dst_ty), rounded to nearest-even as torch and the C++ twins round.  bfloat16 is
+    rounded with integer ops on the float32 bits, r = (bits + 0x7FFF + lsb) >> 16 (NaN -> 0x7FC0,
+    torch's): GPUs round a bfloat16 cast to nearest-even, but the Triton interpreter truncates,
+    so CI would check other bits than a GPU writes."""
+    if dst_ty == tl.bfloat16:
+        x = v.to(tl.float32)  # exact from float16 / bfloat16
+        bits = x.to(tl.uint32, bitcast=True)
+        r = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        r = tl.where(x != x, 0x7FC0, r)
+        out = r.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        out = v.to(dst_ty)
+    return out
+
+
+@triton.jit
 def _copy_segment(dst_row, src_row, src_col_stride, width, live, ok, BLOCK: tl.constexpr):
     """dst_row[:, c] = src_row[:, c * stride] (0 where not ok) for c < width, on live rows.
     dst_row / src_row: [ROWS, 1] pointers; live / ok: [ROWS, 1] masks."""
@@ -42,7 +59,7 @@ def _copy_segment(dst_row, src_row, src_col_stride, width, live, ok, BLOCK: tl.c
         c = c0 + cols
         in_w = c < width
         v = tl.load(src_row + c * src_col_stride, mask=live & ok & in_w, other=0.0)
-        tl.store(dst_row + c, v.to(dst_row.dtype.element_ty), mask=live & in_w)
+        tl.store(dst_row + c, _cast_rne(v, dst_row.dtype.element_ty), mask=live & in_w)
 
 
 @triton.jit
@@ -241,7 +258,7 @@ def _write_kernel(
         c = c0 + cols
         msk = ok[:, None] & (c < H)
         v = tl.load(src_row + c * s_fh, mask=msk, other=0.0)
-        tl.store(dst_row + c * s_xh, v.to(store.dtype.element_ty), mask=msk)
+        tl.store(dst_row + c * s_xh, _cast_rne(v, store.dtype.element_ty), mask=msk)
 
 
 def feature_cache_write_triton(store, stamps, positions, feats, step_t, step_i) -> None:
