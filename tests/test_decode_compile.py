@@ -1,5 +1,5 @@
 """Each decoding method's step compiles whole: torch.compile with fullgraph=True (a graph break is
-an error), once per run (no recompile over 20+ steps: seeds are Python constants, Philox offsets
+an error; VVS's step is two graphs around its host decision), once per run (no recompile over 20+ steps: seeds are Python constants, Philox offsets
 and every counter are device tensors advanced in place), and gives the eager run's tokens and
 statistics.  Backend aot_eager: Dynamo's capture and AOT autograd's functionalisation, without
 Inductor's code generation (minutes of C++ compiles on a CI CPU); what it proves (one graph, no
@@ -12,7 +12,7 @@ import torch
 import torch._dynamo as dynamo
 
 import specops
-from specops.decode import ar, sjd, sjd_pac, speculative
+from specops.decode import ar, sjd, sjd_pac, speculative, vvs
 from specops.models.loading import load_default
 
 CLASSES = torch.arange(2)
@@ -36,7 +36,14 @@ RUNS = {
         m.target, m.drafter, CLASSES, tree="dynamic", branch=3, depth=3, num_nodes=10,
         length=64, cfg_scale=2.0, **k,
     ),
+    "vvs": lambda m, **k: vvs(
+        m.target, m.drafter, CLASSES, m.vq.latents, threshold=0.7, branch=3, depth=3,
+        num_nodes=10, length=64, **k,
+    ),
 }  # fmt: skip
+# graphs per run: VVS's step is two around its host decision, the finishing half one function per
+# outcome (a target pass, or every active request skipping: both happen in this run)
+GRAPHS = {"vvs": (3,)}
 
 
 @pytest.mark.parametrize("method", list(RUNS))
@@ -48,7 +55,7 @@ def test_step_compiles_once_and_matches_eager(demo, method):
         dynamo.utils.counters.clear()
         with dynamo.config.patch(error_on_recompile=True):
             got, stats = RUNS[method](demo, seed=3, compile_step="aot_eager")
-    assert dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    assert dynamo.utils.counters["stats"]["unique_graphs"] in GRAPHS.get(method, (1,))
     assert stats.target_passes >= 14, "too few steps to show that nothing recompiles"
     assert torch.equal(got, ref)
     assert stats.passes_per_request == ref_stats.passes_per_request

@@ -45,10 +45,17 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops.decode._common import DraftRunner, check_hide, emit_first, prompt_tokens, start
+from specops.decode._common import (
+    DraftRunner,
+    check_hide,
+    compiled_step,
+    emit_first,
+    prompt_tokens,
+    start,
+)
 from specops.decode.speculative import draft_dynamic
 from specops.reference.verify import Relaxation
-from specops.tree import pack_bits
+from specops.tree import Tree, pack_bits
 
 __all__ = ["vvs", "lantern", "latent_neighbors", "tree_path_similarity"]
 
@@ -97,6 +104,24 @@ def tree_path_similarity(tree, tokens, codebook, depth: int, *, alpha=0.9, strid
     w = alpha ** (lv - 1).float() * has
     den = w.sum(-1)
     return torch.where(den > 0, (s_l * w).sum(-1) / den.clamp(min=1e-30), 1.0).float()
+
+
+_TREE_FIELDS = ("parents", "depth", "mask_bits", "first_child", "next_sibling", "is_leaf")
+
+
+def _tree_tensors(tree) -> tuple:
+    """A Tree's tensors, to carry it between two compiled halves of a step (a graph returns
+    tensors, not objects)."""
+    return tuple(tree.__dict__[k] for k in _TREE_FIELDS)
+
+
+def _tree_from(tensors, width: int) -> Tree:
+    """The Tree of ``_tree_tensors``, its path width known statically (no validation, no host
+    read)."""
+    t = object.__new__(Tree)
+    t.__dict__.update(zip(_TREE_FIELDS, tensors))
+    t.__dict__["_path_width"] = width
+    return t
 
 
 def _combined_mask(tree, gamma, g: int):
@@ -148,6 +173,7 @@ def vvs(
     drafter_prefill: bool = True,
     hide=None,
     hide_positions: str = "compact",
+    compile_step=None,
 ):
     """VVS on top of EAGLE-2 drafting (``branch``/``depth``/``num_nodes`` as in
     ``speculative``); ``codebook`` [V, C] = the VQ latent embeddings; ``threshold`` = T_sim
@@ -159,7 +185,9 @@ def vvs(
     extra["mean_feature_age"], extra["ride_along_rows"] (skipping requests computed in a batched
     target pass anyway), extra["drafter_prefill"]).  ``drafter_prefill``, ``hide``,
     ``hide_positions``: the drafter's prefill over the prompt and HiViS hidden visual tokens, as
-    in ``speculative``."""
+    in ``speculative``.  ``compile_step`` (``specops.decode.compiled_step``): a step is two
+    graphs around its host decision, the drafting half and the finishing half (one function per
+    outcome of the decision), each compiled once per run."""
     if schedule not in ("similarity", "interval"):
         raise ValueError(f"vvs: schedule must be 'similarity' or 'interval', got {schedule!r}")
     if paths not in ("tree", "frontier"):
@@ -210,9 +238,12 @@ def vvs(
     age_sum = torch.zeros((), dtype=torch.long, device=dev)
     age_cnt = torch.zeros((), dtype=torch.long, device=dev)
     ride_along = torch.zeros((), dtype=torch.long, device=dev)
-    step = 0
-    while True:
-        step += 1
+    step_no = torch.zeros((), dtype=torch.long, device=dev)  # FeatureCache stamps: a device count
+
+    def draft(rewind, upd_tok, upd_feat, upd_n, droot, gamma, since):
+        """The drafting half of a step: drafter update, EAGLE-2 tree, skip decision, the skipped
+        rows' path.  -> (what ``finish`` needs, [finished, any_verify] for the host read)."""
+        step_no.add_(1)
         active = out.active
         dr.rewind(rewind)
         logits, g = dr.update(upd_tok, upd_feat, upd_n)
@@ -232,8 +263,6 @@ def vvs(
             want = since >= interval - 1
         skip = active & (gamma == 0) & want
         verify = active & ~skip
-        c = tgt.seqlens.long()
-
         # --- skipped rows: a uniformly drawn path, truncated to the mean leaf depth (Eq. 1)
         with rec.timer("specops"):
             leaf = specops.sample(tree.is_leaf.float(), seed=seed, offset=rng()).long()
@@ -246,15 +275,19 @@ def vvs(
         )
         jg = torch.arange(G, device=dev)[None, :]
         new_unver = torch.where(jg < gam_new[:, None], dft.tokens.gather(1, path_nodes), -1)
+        flags = torch.stack([~active.any(), verify.any()])
+        drafted = (active, skip, verify, gam_new, new_unver, dft.tokens, *_tree_tensors(tree))
+        return drafted, flags
 
-        # the step's one host read: stop when every request is done; run no target pass at all
-        # when every active request skips verification
-        finished, any_verify = torch.stack([~active.any(), verify.any()]).tolist()
-        out.report()
-        if finished:
-            break
-        # --- verified rows: one pass over [root, x°] + the new tree (post verification)
-        if any_verify:
+    def finish(verified, drafted, root, droot, gamma, unver, since):
+        """The rest of the step: with ``verified`` (some active request verifies) one target
+        pass over [root, x°] + the new tree (post verification), then the skipped rows' output
+        and every row's next state."""
+        active, skip, verify, gam_new, new_unver, dtokens, *tt = drafted
+        tree = _tree_from(tt, min(D + 1, N))  # draft_dynamic's path width
+        dep = tree.depth.long()
+        c = tgt.seqlens.long()
+        if verified:
             mask = _combined_mask(tree, gamma, G)
             bits = pack_bits(mask)
             jc = torch.arange(G + 1, device=dev)[None, :]
@@ -265,7 +298,7 @@ def vvs(
             )
             chain_tok = torch.where(jc < G - gamma[:, None], 0, chain_tok)
             chain_tok[:, G] = droot  # the tree root = last chain token
-            tokens = torch.cat([chain_tok.int(), dft.tokens[:, 1:]], 1)
+            tokens = torch.cat([chain_tok.int(), dtokens[:, 1:]], 1)
             chain_pos = c[:, None] + (jc - (G - gamma[:, None])).clamp(min=0)
             tree_pos = c[:, None] + gamma[:, None] + dep[:, 1:]
             pos = torch.cat([chain_pos, tree_pos], 1)
@@ -274,14 +307,14 @@ def vvs(
                 r = specops.verify_tree(
                     p[:, G:].contiguous(),
                     tree,
-                    dft.tokens,
+                    dtokens,
                     None,
                     seed=seed,
                     offset=rng(),
                     relax=relax,
                     greedy=greedy,
                 )
-            ride_along += (active & skip).sum()
+            ride_along.add_((active & skip).sum())
             a = r.num_accepted.long()
             # committed slots: chain G - gamma .. G, then G + path[1 .. a]
             path_pad = torch.cat([r.path.long(), r.path.new_full((b, M), -1).long()], 1)
@@ -295,7 +328,7 @@ def vvs(
             tgt.commit(sl.int())
             fresh_feat = torch.where((sl >= 0)[..., None], specops.gather_rows(h, sl), 0)
             with rec.timer("specops"):
-                fcache.write(torch.where(sl >= 0, c[:, None] + jm, -1).int(), fresh_feat, step)
+                fcache.write(torch.where(sl >= 0, c[:, None] + jm, -1).int(), fresh_feat, step_no)
             n_emit = torch.where(verify, a + 1, 0)
             out.write(r.tokens, n_emit)
             rec.emitted(n_emit, verify)
@@ -320,11 +353,11 @@ def vvs(
         with rec.timer("specops"):
             spos = fcache.recent_positions(c, n_skip, M)
             stale = fcache.read(spos)
-            age = fcache.age(spos, step)
-        age_sum += torch.where(age >= 0, age, 0).sum()
-        age_cnt += (age >= 0).sum()
-        skipped_steps += skip.sum()
-        skipped_tokens += n_skip.sum()
+            age = fcache.age(spos, step_no)
+        age_sum.add_(torch.where(age >= 0, age, 0).sum())
+        age_cnt.add_((age >= 0).sum())
+        skipped_steps.add_(skip.sum())
+        skipped_tokens.add_(n_skip.sum())
         skip_tok = torch.where(jm < n_skip[:, None], new_unver.gather(1, jm.clamp(max=G - 1)), -1)
 
         # next step's drafter update and state, per row
@@ -339,6 +372,28 @@ def vvs(
         unver = torch.where(skip[:, None], new_unver, torch.where(verify[:, None], -1, unver))
         gamma = torch.where(skip, gam_new, torch.where(verify, 0, gamma))
         since = torch.where(skip, 0, since + verify.long())
+        return rewind, (upd_tok, upd_feat, upd_n), root, droot, gamma, unver, since
+
+    # compiled: the drafting half once its inputs have the steady shapes (the first update reads
+    # the prompt's entries), and each finishing half (a separate function per branch of the
+    # host decision, so neither recompiles when the decision flips)
+    draft_c = compiled_step(draft, compile_step)
+    finish_v = compiled_step(lambda *a: finish(True, *a), compile_step)
+    finish_s = compiled_step(lambda *a: finish(False, *a), compile_step)
+    upd = (upd_tok, upd_feat, upd_n)
+    first = True
+    while True:
+        drafted, flags = (draft if first else draft_c)(rewind, *upd, droot, gamma, since)
+        first = False
+        # the step's one host read: stop when every request is done; run no target pass at all
+        # when every active request skips verification
+        finished, any_verify = flags.tolist()
+        out.report()
+        if finished:
+            break
+        rewind, upd, root, droot, gamma, unver, since = (finish_v if any_verify else finish_s)(
+            drafted, root, droot, gamma, unver, since
+        )
     stats = rec.finish()
     stats.extra.update(
         skipped_steps=int(skipped_steps),
