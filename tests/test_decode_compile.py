@@ -1,9 +1,10 @@
 """Each decoding method's step compiles whole: torch.compile with fullgraph=True (a graph break is
-an error; VVS's step is two graphs around its host decision), once per run (no recompile over 20+ steps: seeds are Python constants, Philox offsets
-and every counter are device tensors advanced in place), and gives the eager run's tokens and
-statistics.  Backend aot_eager: Dynamo's capture and AOT autograd's functionalisation, without
-Inductor's code generation (minutes of C++ compiles on a CI CPU); what it proves (one graph, no
-guard failures, the ops' fake kernels and in-place contracts) holds for every backend."""
+an error; VVS's step is two graphs around its host decision), once per run (no recompile over
+14+ steps: seeds are Python constants, Philox offsets and every counter are device tensors
+advanced in place), and gives the eager run's tokens and statistics.  Backend aot_eager:
+Dynamo's capture and AOT autograd's functionalisation, without Inductor's code generation
+(minutes of C++ compiles on a CI CPU); what it proves (one graph, no guard failures, the ops'
+fake kernels and in-place contracts) holds for every backend."""
 
 from __future__ import annotations
 
