@@ -577,3 +577,39 @@ def test_bindings_reject_aliased_outputs():
         chain(target, None, buf[:, :K], *rest, buf, None)
     with pytest.raises(ValueError, match="out_num_accepted shares memory with out_tokens"):
         chain(target, None, torch.zeros(B, K, dtype=_I32), *rest, buf, buf.view(-1)[:B])
+
+
+_WITHOUT_EXCHANGE = """
+import torch, specops
+from specops import _build, Tree
+assert not _build._C.dlpack_exchange
+g = torch.Generator().manual_seed(0)
+p = torch.softmax(torch.randn(3, 5, 11, generator=g), -1)
+x = torch.randint(0, 11, (3, 4), generator=g)
+r = specops.verify_chain(p, x, p[:, :4].contiguous(), seed=1, offset=torch.tensor([2]))
+t = Tree.kary(2, 2)
+pt = torch.softmax(torch.randn(3, 3, 11, generator=g), -1)
+rt = specops.verify_tree(pt, t, torch.randint(0, 11, (3, 3), generator=g), pt, seed=1)
+s = specops.sample(p[:, 0], seed=4)
+print(r.tokens.tolist(), r.num_accepted.tolist(), rt.path.tolist(), s.tolist())
+"""
+
+
+def test_without_the_dlpack_exchange_table():
+    """torch < 2.10 has no exchange table: the bindings read the tensors' Python attributes and
+    make outputs with torch.empty.  Same results (SPECOPS_DLPACK_EXCHANGE=0 takes that path)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, SPECOPS_DLPACK_EXCHANGE="0", SPECOPS_VALIDATE="0")
+    cwd = os.path.dirname(__file__)  # not the checkout root: its source tree would shadow a wheel
+    res = subprocess.run([sys.executable, "-c", _WITHOUT_EXCHANGE], env=env, cwd=cwd,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    env["SPECOPS_DLPACK_EXCHANGE"] = "1"
+    script = _WITHOUT_EXCHANGE.replace("assert not", "assert")
+    want = subprocess.run([sys.executable, "-c", script], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert want.returncode == 0, want.stderr[-3000:]
+    assert res.stdout == want.stdout
