@@ -1,4 +1,6 @@
-"""specops.commit_kv vs the eager per-layer sequence it replaces and vs the reference.
+"""specops.commit_kv vs the eager per-layer sequence it replaces and vs the reference;
+specops.append_kv (one layer's new K/V rows into its cache) vs the reference and an eager
+index_put.
 
 The eager peer is what EAGLE-style code does after verification: per layer, gather the accepted
 rows (index_select) and copy them to the committed prefix (index_copy_): two kernels per layer.
@@ -101,6 +103,50 @@ def _bench_case(case, device, backends, copies) -> list[Row]:
     return rows
 
 
+# append_kv: (batch, capacity, Hkv, D, N new rows, page or None); one layer (a model calls it per
+# layer), bf16
+APPEND_GPU = [(8, 4096, 8, 128, 16, None), (8, 4096, 8, 128, 16, 16), (1, 4096, 8, 128, 1, None)]
+APPEND_CPU = [(2, 1024, 8, 128, 16, None), (2, 1024, 8, 128, 16, 16), (1, 1024, 8, 128, 1, None)]
+APPEND_QUICK = [(2, 64, 2, 16, 4, None)]
+
+
+def _bench_append(case, device, backends) -> list[Row]:
+    b, cap, hkv, d, n, page = case
+    g = torch.Generator().manual_seed(1)
+    dt = torch.bfloat16
+    lead = (b, cap) if page is None else (b * cap // page, page)
+    kc, vc = (torch.zeros(*lead, hkv, d, dtype=dt, device=device) for _ in range(2))
+    k, v = (torch.randn(b, n, hkv, d, generator=g).to(device, dt) for _ in range(2))
+    seqlens = torch.randint(0, cap - n, (b,), generator=g).int().to(device)
+    bt = None
+    if page is not None:
+        bt = torch.randperm(b * cap // page, generator=g).view(b, cap // page).int().to(device)
+    shape = f"B={b} S={cap} Hkv={hkv} D={d} N={n}" + (f" page={page}" if page else "")
+    moved = 2 * 2 * b * n * hkv * d * 2  # K and V rows, read + written (bf16)
+    rows: list[Row] = []
+
+    def add(name, st):
+        gbps = moved / (st.median_us * 1e-6) / 1e9
+        rows.append(Row("append_kv", shape, name, st.median_us, st.p20_us, st.p80_us, gbps))
+
+    def append(be):
+        specops.append_kv(kc, vc, k, v, seqlens, block_table=bt, backend=be)
+
+    with specops.validation(False):
+        for be in backends:
+            add(be, time_fn(lambda be=be: append(be), device))
+    if page is None:  # what model code writes by hand: an index_put per tensor
+        pos = seqlens.long()[:, None] + torch.arange(n, device=device)
+        rows_b = torch.arange(b, device=device)[:, None].expand(b, n)
+
+        def eager():
+            kc[rows_b, pos] = k
+            vc[rows_b, pos] = v
+
+        add("eager index_put", time_fn(eager, device))
+    return rows
+
+
 def run(device: str, quick: bool) -> list[Row]:
     cases = CASES_QUICK if quick else (CASES_GPU if device == "cuda" else CASES_CPU)
     have = ("cuda", "triton", "cpu", "reference")
@@ -113,6 +159,10 @@ def run(device: str, quick: bool) -> list[Row]:
     rows: list[Row] = []
     for case in cases:
         rows += _bench_case(case, device, backends, copies)
+    append = APPEND_QUICK if quick else (APPEND_GPU if device == "cuda" else APPEND_CPU)
+    append_backends = [be for be in backends if be != "cuda"]  # append_kv: triton on GPUs
+    for case in append:
+        rows += _bench_append(case, device, append_backends)
     return with_ratios(rows, ("cuda", "triton", "cpu"))
 
 

@@ -172,6 +172,7 @@ void bind_features(pybind11::module_& m);
 void bind_jacobi(pybind11::module_& m);
 void bind_probs(pybind11::module_& m);
 void bind_tree_attention(pybind11::module_& m);
+void bind_append_kv(pybind11::module_& m);
 void bind_sim_checks(pybind11::module_& m);  // csrc/sim/planted.cpp
 
 }  // namespace specops

@@ -70,6 +70,7 @@ PYBIND11_MODULE(_C, m) {
   bind_jacobi(m);
   bind_probs(m);
   bind_tree_attention(m);
+  bind_append_kv(m);
 
   m.attr("host_kernels") = host_kernel_names();
   m.attr("cuda_kernels") = cuda_kernel_names();

@@ -78,15 +78,21 @@ def _base(op: str) -> dict:
                     cache_seqlens=torch.tensor([3, 5, 0], dtype=torch.int32),
                     accepted_slots=torch.tensor([[1, 3, -1], [0, 2, 4], [-1, -1, -1]],
                                                 dtype=torch.int32))  # fmt: skip
+    if op == "append_kv":
+        return dict(k_cache=torch.randn(B, 16, 2, 8, generator=g),
+                    v_cache=torch.randn(B, 16, 2, 8, generator=g),
+                    k=torch.randn(B, 4, 2, 8, generator=g), v=torch.randn(B, 4, 2, 8, generator=g),
+                    cache_seqlens=_i32([0, 5, 12]))  # fmt: skip
     raise KeyError(op)
 
 
 # what an op writes in place (compared after the call, with what it returns)
-_WRITTEN = {"commit_kv": ("caches", "cache_seqlens")}
+_WRITTEN = {"commit_kv": ("caches", "cache_seqlens"), "append_kv": ("k_cache", "v_cache")}
 
 
 def _first(op):
-    special = {"probs_from_logits": "logits", "tree_attention": "q", "commit_kv": "caches"}
+    special = {"probs_from_logits": "logits", "tree_attention": "q", "commit_kv": "caches",
+               "append_kv": "k"}  # fmt: skip
     return "probs" if op.startswith("sample") else special.get(op, "target_probs")
 
 
@@ -456,6 +462,35 @@ _ALIAS = {
                                                  "lse_out": o.view(-1)[: B * 28].view(B, 7, 4)})(
             torch.empty(B, 7, 4, 8)),
     },
+}  # fmt: skip
+_OPS["append_kv"] = {
+    "seqlens int64": lambda kw: {**kw, "cache_seqlens": kw["cache_seqlens"].long()},
+    "seqlens int16": lambda kw: {**kw, "cache_seqlens": kw["cache_seqlens"].short()},
+    "seqlens negative": lambda kw: {**kw, "cache_seqlens": _i32([-2, 5, 14])},
+    "seqlens past the end": lambda kw: {**kw, "cache_seqlens": _i32([13, 16, 99])},
+    "seqlens strided": lambda kw: {**kw, "cache_seqlens": _i32([0, 9, 5, 9, 12, 9])[::2]},
+    "v f16": lambda kw: {**kw, "v": kw["v"].half()},
+    "v transposed heads": lambda kw: {**kw, "v": kw["v"].transpose(1, 2).contiguous()
+                                      .transpose(1, 2)},
+    "caches f16": lambda kw: {**kw, "k_cache": kw["k_cache"].half(),
+                              "v_cache": kw["v_cache"].half()},
+    "cache strided": lambda kw: {**kw, "k_cache": _lastdim_strided(kw["k_cache"])},
+    "cache expanded": lambda kw: {**kw, "v_cache": kw["v_cache"][:1].expand(B, -1, -1, -1)},
+    "cache 3 heads": lambda kw: {**kw, "k_cache": torch.randn(B, 16, 3, 8),
+                                 "v_cache": torch.randn(B, 16, 3, 8)},
+    "v_cache other shape": lambda kw: {**kw, "v_cache": kw["v_cache"][:, :8]},
+    "paged": lambda kw: {**kw, "k_cache": kw["k_cache"].reshape(B * 4, 4, 2, 8),
+                         "v_cache": kw["v_cache"].reshape(B * 4, 4, 2, 8),
+                         "block_table": torch.arange(B * 4, dtype=_I32).reshape(B, 4).flip(1)},
+    "paged bad pages": lambda kw: {**kw, "k_cache": kw["k_cache"].reshape(B * 4, 4, 2, 8),
+                                   "v_cache": kw["v_cache"].reshape(B * 4, 4, 2, 8),
+                                   "block_table": _i32([[-5, 99, 2, 3]] * B)},
+    "paged int64 table": lambda kw: {**kw, "k_cache": kw["k_cache"].reshape(B * 4, 4, 2, 8),
+                                     "v_cache": kw["v_cache"].reshape(B * 4, 4, 2, 8),
+                                     "block_table": torch.arange(B * 4).reshape(B, 4)},
+    "batch 0": lambda kw: {**kw, "k": kw["k"][:0], "v": kw["v"][:0], "k_cache": kw["k_cache"][:0],
+                           "v_cache": kw["v_cache"][:0], "cache_seqlens": kw["cache_seqlens"][:0]},
+    "no new rows": lambda kw: {**kw, "k": kw["k"][:, :0], "v": kw["v"][:, :0]},
 }  # fmt: skip
 for _op, _t in _ALIAS.items():
     _OPS[_op].update(_t)

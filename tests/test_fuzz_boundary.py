@@ -350,7 +350,8 @@ def c_append_kv(g, b=3, n=4, s=16, hkv=2, d=8, page=None, idt=torch.int32, fdt=t
                           block_table=t.get("block_table"), backend=be)  # fmt: skip
         return t["k_cache"], t["v_cache"]
 
-    return Case(t, call, ("triton",), written=("k_cache", "v_cache"), no_expand=("block_table",))
+    return Case(t, call, ("triton", "cpu"), written=("k_cache", "v_cache"),
+                no_expand=("block_table",))  # fmt: skip
 
 
 def c_append_kv_paged(g, **kw):

@@ -167,14 +167,19 @@ def test_append_kv_matches_reference(page):
     k = torch.randn(b, n, hkv, d, generator=gen).half()
     v = torch.randn(b, n, hkv, d, generator=gen).half()
     L = torch.tensor([0, 17, 54], dtype=torch.int32)
-    caches = [(k_cache.clone().to(DEV), v_cache.clone().to(DEV)) for _ in range(2)]
-    for (kc, vc), be in zip(caches, ("triton", "reference")):
+    results = {}
+    for be in ("reference", "triton", "cpu"):
+        dev = "cpu" if be == "cpu" else DEV
+        kc, vc = k_cache.clone().to(dev), v_cache.clone().to(dev)
         specops.append_kv(
-            kc, vc, k.to(DEV), v.to(DEV), L.to(DEV),
-            block_table=None if bt is None else bt.to(DEV), backend=be,
+            kc, vc, k.to(dev), v.to(dev), L.to(dev),
+            block_table=None if bt is None else bt.to(dev), backend=be,
         )  # fmt: skip
-    assert torch.equal(caches[0][0], caches[1][0]) and torch.equal(caches[0][1], caches[1][1])
-    assert not torch.equal(caches[0][0].cpu(), k_cache)
+        results[be] = (kc.cpu(), vc.cpu())
+    want_k, want_v = results["reference"]
+    for be in ("triton", "cpu"):
+        assert torch.equal(results[be][0], want_k) and torch.equal(results[be][1], want_v), be
+    assert not torch.equal(want_k, k_cache)
 
 
 def test_append_kv_drops_out_of_range_rows():
@@ -185,15 +190,16 @@ def test_append_kv_drops_out_of_range_rows():
     bad_bt = bt.clone()
     bad_bt[2] = 10**6  # request 2 is entirely out of range anyway
     results = []
-    for be in ("triton", "reference"):
-        kc, vc = k_cache.clone().to(DEV), v_cache.clone().to(DEV)
+    for be in ("triton", "reference", "cpu"):
+        dev = "cpu" if be == "cpu" else DEV
+        kc, vc = k_cache.clone().to(dev), v_cache.clone().to(dev)
         with specops.validation(False):
-            specops.append_kv(kc, vc, k.to(DEV), k.to(DEV), L.to(DEV), block_table=bt.to(DEV))
+            specops.append_kv(kc, vc, k.to(dev), k.to(dev), L.to(dev), block_table=bt.to(dev))
             specops.append_kv(
-                kc, vc, k.to(DEV), k.to(DEV), L.to(DEV), block_table=bad_bt.to(DEV), backend=be
+                kc, vc, k.to(dev), k.to(dev), L.to(dev), block_table=bad_bt.to(dev), backend=be
             )
         results.append(kc.cpu())
-    assert torch.equal(results[0], results[1])
+    assert torch.equal(results[0], results[1]) and torch.equal(results[2], results[1])
 
 
 @pytest.mark.parametrize("page", [None, 16])

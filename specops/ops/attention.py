@@ -1,10 +1,10 @@
 """specops.tree_attention and specops.append_kv: tree-masked attention over a KV cache.
 
-Semantics in specops/reference/attention.py; the Triton kernel in
-triton_kernels/tree_attention.py, the C++ CPU twin in csrc/tree_attention.cpp.  Backends:
-"triton" (CUDA, or the interpreter on CPU when asked for explicitly), "cpu" (tree_attention only:
-the C++ twin, float32/float16/bfloat16) and "reference"; "auto" picks triton on CUDA and, on CPU,
-the C++ twin for tree_attention (the reference for float64) and the reference for append_kv.
+Semantics in specops/reference/attention.py; the Triton kernels in
+triton_kernels/tree_attention.py and append_kv.py, the C++ CPU twins in csrc/tree_attention.cpp
+and csrc/append_kv.cpp.  Backends: "triton" (CUDA, or the interpreter on CPU when asked for
+explicitly), "cpu" (the C++ twins, float32/float16/bfloat16) and "reference"; "auto" picks triton
+on CUDA and the C++ twin on CPU (the reference for float64).
 tree_attention also has "cascade" (CUDA with the optional flash-attn, ``specops[flash]``; by name
 only, never "auto"): the prefix through flash-attn, the tree through the Triton kernel, merged
 by log-sum-exp (specops/ops/_attention_cascade.py).
@@ -25,7 +25,7 @@ from specops.tree import Tree
 __all__ = ["tree_attention", "append_kv"]
 
 _BACKENDS = c.declare_backends(("triton", "cpu", "reference"), "tree_attention")
-_APPEND_BACKENDS = c.declare_backends(("triton", "reference"), "append_kv")
+_APPEND_BACKENDS = c.declare_backends(("triton", "cpu", "reference"), "append_kv")
 _ATTN_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _IDX_DTYPES = (torch.int32, torch.int64)
 _TRITON_MAX_HEAD_DIM = 256  # = specops.triton_kernels.tree_attention.MAX_HEAD_DIM
@@ -292,6 +292,13 @@ def append_kv(
     cache_seqlens is not advanced (``commit_kv`` does that after verification).  Positions
     outside the cache are an error in validation mode and dropped otherwise."""
     op = "append_kv"
+    fast = c.fast_kernel(op, k, backend, _APPEND_BACKENDS)
+    if fast is not None:
+        try:
+            fast(k_cache, v_cache, k, v, cache_seqlens, block_table)
+            return
+        except (TypeError, ValueError):
+            pass  # the checks below name what is wrong, or normalise what the kernel reads
     c.check_tensor(op, "k", k, ndim=4, dtypes=_ATTN_DTYPES)
     dev = k.device
     b, n, hkv, d = k.shape
@@ -323,6 +330,9 @@ def _append_impl(
     be = c.pick_backend("append_kv", backend, k.device, have)
     if be == "reference":
         reference.append_kv(k_cache, v_cache, k, v, cache_seqlens, block_table=block_table)
+        return
+    if be == "cpu":  # the C++ twin reads every tensor with its strides
+        c.launch(be, "append_kv", k.device, k_cache, v_cache, k, v, cache_seqlens, block_table)
         return
     from specops.triton_kernels.append_kv import append_kv_triton
 

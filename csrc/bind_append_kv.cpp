@@ -1,0 +1,73 @@
+// Binding of the append_kv CPU twin.  k, v [B, N, Hkv, D], the caches [B or P, S or page, Hkv, D]
+// (the new rows' dtype: float32, float16 or bfloat16), cache_seqlens [B] and block_table
+// [B, pages] (int32 or int64) arrive as TensorArg and are read (the caches written) with their
+// own strides.  User-facing checks: specops/ops/attention.py.
+#include "bind.h"
+#include "specops/append_kv.h"
+
+namespace py = pybind11;
+using T = const specops::TensorArg&;
+
+namespace specops {
+
+namespace {
+
+AppendKVArgs append_args(bool cuda, T k_cache, T v_cache, T k, T v, T seqlens, T block_table) {
+  const ArgCheck c{"append_kv", cuda};
+  if (!k.defined()) c.fail("k", "is required, got None");
+  if (k.dtype != DType::f32 && k.dtype != DType::f16 && k.dtype != DType::bf16)
+    c.fail("k", std::string("must be float32, float16 or bfloat16, got ") + dtype_name(k.dtype));
+  c.need(k, "k", k.dtype, 4);
+  AppendKVArgs a{};
+  a.batch = k.size[0];
+  a.n = k.size[1];
+  a.hkv = k.size[2];
+  a.d = k.size[3];
+  c.need(v, "v", k.dtype, 4, {a.batch, a.n, a.hkv, a.d});
+  c.distinct(c.need(k_cache, "k_cache", k.dtype, 4, {-1, -1, a.hkv, a.d}), "k_cache");
+  c.distinct(c.need(v_cache, "v_cache", k.dtype, 4, {k_cache.size[0], k_cache.size[1], a.hkv, a.d}),
+             "v_cache");
+  c.need(seqlens, "cache_seqlens", seqlens.dtype == DType::i64 ? DType::i64 : DType::i32, 1,
+         {a.batch});
+  a.elem_bytes = dtype_size(k.dtype);
+  for (int i = 0; i < 4; ++i) {
+    a.kc_stride[i] = k_cache.stride[i] * a.elem_bytes;
+    a.vc_stride[i] = v_cache.stride[i] * a.elem_bytes;
+    a.k_stride[i] = k.stride[i] * a.elem_bytes;
+    a.v_stride[i] = v.stride[i] * a.elem_bytes;
+  }
+  a.k_cache = k_cache.as<char>();
+  a.v_cache = v_cache.as<char>();
+  a.k = k.as<const char>();
+  a.v = v.as<const char>();
+  a.seqlens = seqlens.data;
+  a.seqlens64 = seqlens.dtype == DType::i64;
+  a.seqlens_stride = seqlens.stride[0];
+  if (block_table.defined()) {
+    c.need(block_table, "block_table", block_table.dtype == DType::i64 ? DType::i64 : DType::i32, 2,
+           {a.batch});
+    if (k_cache.size[0] == 0) c.fail("k_cache", "must have at least one page");
+    a.block_table = block_table.data;
+    a.block_table64 = block_table.dtype == DType::i64;
+    a.bt_stride_b = block_table.stride[0];
+    a.bt_stride_p = block_table.stride[1];
+    a.page_size = k_cache.size[1];
+    a.num_pages = k_cache.size[0];
+    a.capacity = block_table.size[1] * a.page_size;
+  } else {
+    if (k_cache.size[0] != a.batch)
+      c.fail("k_cache", "must have batch dim " + std::to_string(a.batch) +
+                            " (from k); paged caches need block_table");
+    a.capacity = k_cache.size[1];
+  }
+  return a;
+}
+
+}  // namespace
+
+void bind_append_kv(py::module_& m) {
+  host_kernel_names().push_back("append_kv");
+  m.def("append_kv_cpu", host(append_args, append_kv_host));
+}
+
+}  // namespace specops
