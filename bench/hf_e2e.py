@@ -3,6 +3,11 @@ chain speculative decoding (draft model = a copy of the target) through ``specop
 against transformers' own greedy ``generate``, with the share of each run spent in specops ops.
 
     python -m bench.hf_e2e [--hidden 1024 --layers 12 --tokens 32 --dtype float32]
+                           [--repeats 5 --threads 1]
+
+Runs alternate (transformers, then each specops method, ``--repeats`` rounds after one warm-up
+round) and every row reports the median ms/token with the range over the rounds: single runs on a
+shared CPU swing by up to 20%.
 
 A Llama-style random-weight model (about 220M parameters at the defaults, so a forward pass on a
 CPU is bound by reading its weights).  Greedy decoding of random weights repeats itself, which
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import statistics
 import time
 
 import torch
@@ -47,9 +53,15 @@ def main(argv=None) -> None:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--prompt", type=int, default=16)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=0, help="torch and specops threads (0: keep)")
     args = ap.parse_args(argv)
 
     import specops.hf
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        specops.set_num_threads(args.threads)
 
     dtype = getattr(torch, args.dtype)
     model = build(args.hidden, args.layers, args.vocab, dtype)
@@ -60,32 +72,52 @@ def main(argv=None) -> None:
         f"Llama {n_params / 1e6:.0f}M params {args.dtype}, prompt {args.prompt}, {n} new tokens, "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads"
     )
-    with torch.no_grad():
-        model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=2)
-        t_ref, ref = timed(
-            lambda: model.generate(
-                ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n
-            )
-        )
-    print(f"{'run':<28}{'ms/token':>10}{'passes':>8}{'tok/pass':>10}{'specops':>9}{'equal':>7}")
-    print(f"{'transformers generate':<28}{t_ref / n * 1e3:>10.1f}{n:>8}{1.0:>10.2f}{'':>9}{'':>7}")
     twin = copy.deepcopy(model)
+    mask = torch.ones_like(ids)
+
+    def hf_generate():
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=n)
+        return out[:, ids.shape[1] :], None
+
+    def specops_run(method, opts):
+        return lambda: specops.hf.generate(
+            model, ids, method=method, max_new_tokens=n, do_sample=False, **opts
+        )
+
     runs = [
-        ("ar", "ar", {}),
-        ("sjd window 16", "sjd", {"window": 16}),
-        ("sjd_pac window 32", "sjd_pac", {"window": 32}),
-        ("speculative chain K=4 (copy)", "speculative", {"drafter": twin, "tree": None}),
+        ("transformers generate", hf_generate),
+        ("ar", specops_run("ar", {})),
+        ("sjd window 16", specops_run("sjd", {"window": 16})),
+        ("sjd_pac window 32", specops_run("sjd_pac", {"window": 32})),
+        (
+            "speculative chain K=4 (copy)",
+            specops_run("speculative", {"drafter": twin, "tree": None}),
+        ),
     ]
-    for name, method, opts in runs:
-        dt, (out, st) = timed(
-            lambda m=method, o=opts: specops.hf.generate(
-                model, ids, method=m, max_new_tokens=n, do_sample=False, **o
-            )
-        )
-        print(
-            f"{name:<28}{dt / n * 1e3:>10.1f}{st.target_passes:>8}{st.step_compression:>10.2f}"
-            f"{st.specops_s / dt:>9.1%}{str(bool(torch.equal(out, ref))):>7}"
-        )
+    times: dict[str, list[float]] = {name: [] for name, _ in runs}
+    last = {}
+    for rnd in range(args.repeats + 1):  # round 0 warms up (not counted)
+        for name, fn in runs:
+            dt, out = timed(fn)
+            if rnd:
+                times[name].append(dt / n * 1e3)
+            last[name] = (dt, out)
+    ref = last["transformers generate"][1][0]
+    base = statistics.median(times["ar"])
+    print(
+        f"{'run':<30}{'ms/token':>10}{'range':>15}{'vs AR':>7}{'passes':>8}{'tok/pass':>10}"
+        f"{'specops':>9}{'equal':>7}"
+    )
+    for name, _ in runs:
+        med, lo, hi = statistics.median(times[name]), min(times[name]), max(times[name])
+        dt, (out, st) = last[name]
+        tail = ""
+        if st is not None:
+            equal = bool(torch.equal(out[:, -n:] if out.shape[1] > n else out, ref))
+            tail = (f"{st.target_passes:>8}{st.step_compression:>10.2f}{st.specops_s / dt:>9.1%}"
+                    f"{str(equal):>7}")  # fmt: skip
+        print(f"{name:<30}{med:>10.1f}{f'{lo:.1f}-{hi:.1f}':>15}{med / base:>7.2f}{tail}")
 
 
 if __name__ == "__main__":
