@@ -54,6 +54,7 @@ def _cases(device: str):
     kc = torch.randn(b, 32, 2, h, generator=g).to(device)
     vc = torch.randn(b, 32, 2, h, generator=g).to(device)
     seqlens = torch.tensor([5, 9], dtype=torch.int32, device=device)
+    nk = torch.randn(b, 2, 2, h, generator=g).to(device)  # two new K/V rows per request
     caches = torch.randn(4, 2, b, 32, 2, h, generator=g).to(device)
     cs = torch.tensor([5, 9], dtype=torch.int32, device=device)
     slots = torch.full((b, 3), -1, dtype=torch.int32, device=device)
@@ -79,6 +80,7 @@ def _cases(device: str):
         "probs_from_logits": lambda: specops.probs_from_logits(logits, temperature=0.8),
         "tree_attention": lambda: specops.tree_attention(q, kc, vc, seqlens, tree),
         "commit_kv": lambda: specops.commit_kv(caches, cs, slots),
+        "append_kv": lambda: specops.append_kv(kc, vc, nk, nk, seqlens),
         "gather_rows": lambda: specops.gather_rows(src, idx),
         "drafter_inputs": lambda: specops.drafter_inputs(emb, idx, feats),
         "path_similarity": lambda: specops.path_similarity(paths, emb),
