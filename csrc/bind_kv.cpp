@@ -47,7 +47,8 @@ CommitBinding commit_args(bool cuda, T caches, T bases, int64_t bases_align, T s
   const int o = list ? 0 : 2;  // first slab dim
   if (!list && caches.size[1] != 2) c.fail("caches", "must have dim 1 of size 2 (K, V)");
   const int64_t hkv = caches.size[o + 2], d = caches.size[o + 3];
-  if ((d > 1 && caches.stride[o + 3] != 1) || (hkv > 1 && caches.stride[o + 2] != d))
+  // as specops/ops/kv.py _check_rows: stride(-1) == 1 and (Hkv == 1 or stride(-2) == D)
+  if (caches.numel() > 0 && (caches.stride[o + 3] != 1 || (hkv != 1 && caches.stride[o + 2] != d)))
     c.fail("caches", "must have contiguous [Hkv, D] rows");
   if (list) {
     c.contiguous(c.need(bases, "bases", DType::i64, 1), "bases");

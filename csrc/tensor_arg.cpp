@@ -19,6 +19,7 @@ struct Names {
   PyObject* stride;
   PyObject* dtype;
   PyObject* is_cuda;
+  PyObject* is_cpu;
 };
 Names g_names;
 std::pair<PyObject*, DType> g_dtypes[10];
@@ -183,8 +184,8 @@ const char* dtype_name(DType d) {
 
 void init_tensor_arg(py::module_& m) {
   g_names = {PyUnicode_InternFromString("data_ptr"), PyUnicode_InternFromString("shape"),
-             PyUnicode_InternFromString("stride"), PyUnicode_InternFromString("dtype"),
-             PyUnicode_InternFromString("is_cuda")};
+             PyUnicode_InternFromString("stride"),   PyUnicode_InternFromString("dtype"),
+             PyUnicode_InternFromString("is_cuda"),  PyUnicode_InternFromString("is_cpu")};
   py::module_ torch = py::module_::import("torch");
   init_exchange_api(torch);
   m.attr("dlpack_exchange") = g_api != nullptr;  // tensors read through torch's C table
@@ -223,12 +224,14 @@ bool load_tensor_arg(PyObject* obj, TensorArg& out) {
   Ref shape(PyObject_GetAttr(obj, g_names.shape));
   Ref stride(PyObject_CallMethodNoArgs(obj, g_names.stride));
   Ref cuda(PyObject_GetAttr(obj, g_names.is_cuda));
+  Ref cpu(PyObject_GetAttr(obj, g_names.is_cpu));
   int n_size = 0, n_stride = 0;
-  const bool ok = ptr.p && cuda.p && read_ints(shape.p, out.size, n_size) &&
+  const bool ok = ptr.p && cuda.p && cpu.p && read_ints(shape.p, out.size, n_size) &&
                   read_ints(stride.p, out.stride, n_stride) && n_size == n_stride;
   if (ok) {
     out.data = PyLong_AsVoidPtr(ptr.p);
     out.cuda = cuda.p == Py_True;
+    out.other_device = !out.cuda && cpu.p != Py_True;  // meta, mps, xpu, ...
     out.ndim = n_size;
     out.object = obj;
     if (out.cuda) {
@@ -269,7 +272,10 @@ void set_error(void*, const char* kind, const char* message) {
   PyErr_Format(PyExc_RuntimeError, "%s: %s", kind, message);
 }
 
-Outputs* g_outputs = nullptr;  // the binding call in progress (the GIL is held while it is set)
+// The binding call in progress on this thread.  Per thread: the CPU twins run with the GIL
+// released, so calls of two Python threads end in any order (and torch.empty, the allocator
+// without the exchange table, may release the GIL inside an argument builder).
+thread_local Outputs* g_outputs = nullptr;
 
 }  // namespace
 
@@ -300,7 +306,10 @@ py::object new_tensor(DType dtype, std::initializer_list<int64_t> sizes, const T
     py::module_ torch = py::module_::import("torch");
     py::tuple shape(view.ndim);
     for (int j = 0; j < view.ndim; ++j) shape[j] = view.size[j];
-    const char* name = dtype == DType::f32 ? "float32" : dtype == DType::i64 ? "int64" : "int32";
+    const char* name = dtype == DType::f32   ? "float32"
+                       : dtype == DType::i64 ? "int64"
+                       : dtype == DType::u8  ? "uint8"
+                                             : "int32";
     py::object device = like.cuda ? py::object(py::str("cuda:" + std::to_string(like.device)))
                                   : py::object(py::str("cpu"));
     obj =
@@ -394,6 +403,7 @@ static std::string shape_str(const TensorArg& t) {
 const TensorArg& ArgCheck::need(const TensorArg& t, const char* name, DType dtype, int ndim,
                                 std::initializer_list<int64_t> sizes) const {
   if (!t.defined()) fail(name, "is required, got None");
+  if (t.other_device) fail(name, "is on a device this backend cannot read (not the CPU or CUDA)");
   const bool want_cuda = cuda && !SimArgs::active();
   if (t.cuda != want_cuda)
     fail(name,

@@ -25,6 +25,7 @@ struct TensorArg {
   void* data = nullptr;
   DType dtype = DType::none;  // none: the argument was None
   bool cuda = false;
+  bool other_device = false;   // neither the CPU nor CUDA (meta, mps, xpu, ...)
   int device = 0;              // the CUDA device index (0 on the CPU)
   PyObject* object = nullptr;  // the torch.Tensor itself (borrowed for the call)
   int ndim = 0;

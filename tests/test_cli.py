@@ -205,3 +205,13 @@ def test_decode_streaming_hook(model):
             k = min(int(c0[b]), 12)
             assert torch.equal(e0[b, :k], e1[b, :k]), "a streamed token changed later"
     assert torch.equal(seen[-1][1], tokens)
+
+
+def test_ar_progress_with_eos_reports_the_last_token(model, monkeypatch):
+    """With EOS ids set (none is ever emitted here), AR's stop check feeds the hook: one call per
+    token, the last with every request finished."""
+    monkeypatch.setattr(model.target, "eos_token_ids", [10**6], raising=False)
+    calls = []
+    with progress(lambda counts, length: calls.append(counts.clone())):
+        ar(model.target, torch.tensor([0, 3]), length=12)
+    assert len(calls) == 12 and (calls[-1] >= 12).all()

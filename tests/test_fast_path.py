@@ -127,6 +127,7 @@ _COMMON = {
     )(kw),
     "probs empty vocab": lambda kw: _set(_first(kw["_op"]), lambda t: t[..., :0])(kw),
     "probs one dim less": lambda kw: _set(_first(kw["_op"]), lambda t: t[0])(kw),
+    "probs 0-dim": lambda kw: _set(_first(kw["_op"]), lambda t: t.flatten()[0])(kw),
     "probs meta": lambda kw: _set(_first(kw["_op"]), lambda t: t.to("meta"))(kw),
     "probs requires grad": lambda kw: _set(
         _first(kw["_op"]), lambda t: t.clone().requires_grad_(True)
@@ -223,6 +224,7 @@ _OPS = {
             "out": (torch.empty(1, K + 1, dtype=_I32).expand(B, -1), torch.empty(B, dtype=_I32)),
         },
         "out one tensor": lambda kw: {**kw, "out": torch.empty(B, K + 1, dtype=_I32)},
+        "out with a None": lambda kw: {**kw, "out": (torch.empty(B, K + 1, dtype=_I32), None)},
         "out three": lambda kw: {**kw, "out": _out([((B, K + 1), _I32), ((B,), _I32)] * 2)[:3]},
         "relax": lambda kw: {
             **kw,
@@ -408,6 +410,8 @@ _OPS.update({
         "caches list": lambda kw: {**kw, "caches": [(kw["caches"][i, 0], kw["caches"][i, 1])
                                                     for i in range(2)]},
         "caches 5-D": lambda kw: {**kw, "caches": kw["caches"][0]},
+        "caches D=1 strided": lambda kw: {**kw, "caches": kw["caches"][..., ::2][..., :1]},
+        "slots 0-dim": lambda kw: {**kw, "accepted_slots": kw["accepted_slots"][0, 0]},
         "paged": lambda kw: {**kw, "caches": kw["caches"].reshape(2, 2, B * 4, 4, 2, 8),
                              "block_table": torch.arange(B * 4, dtype=_I32).reshape(B, 4)},
         "paged int64 table": lambda kw: {**kw, "caches": kw["caches"].reshape(2, 2, B * 4, 4, 2, 8),
@@ -648,3 +652,39 @@ def test_without_the_dlpack_exchange_table():
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert want.returncode == 0, want.stderr[-3000:]
     assert res.stdout == want.stdout
+
+
+def test_bindings_from_two_threads():
+    """The CPU twins run with the GIL released: calls of two Python threads overlap and end in any
+    order.  Each call's outputs stay its own (the bindings' per-call state is per thread)."""
+    import threading
+
+    g = gen(8)
+    target, draft = random_probs(4, 9, 4000, generator=g), random_probs(4, 8, 4000, generator=g)
+    tokens = torch.randint(0, 4000, (4, 8), generator=g)
+    src = torch.randn(4, 50, 64, generator=g)
+    idx = torch.randint(0, 50, (4, 30), generator=g)
+    with specops.validation(False):
+        want_chain = specops.verify_chain(target, tokens, draft, seed=3)
+        want_rows = specops.gather_rows(src, idx)
+    errors = []
+
+    def chain():
+        for _ in range(600):
+            r = specops.verify_chain(target, tokens, draft, seed=3)
+            if not (torch.equal(r.tokens, want_chain.tokens) and len(r) == 2):
+                errors.append("verify_chain")
+
+    def rows():
+        for _ in range(600):
+            r = specops.gather_rows(src, idx)
+            if not torch.equal(r, want_rows):
+                errors.append("gather_rows")
+
+    threads = [threading.Thread(target=f) for f in (chain, rows, chain, rows)]
+    with specops.validation(False):  # a process-wide switch: set once, outside the threads
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors, errors[:5]

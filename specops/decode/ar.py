@@ -59,6 +59,6 @@ def ar(
         elif out.done():  # with EOS: the stop check, one host read per step
             break
         tok = step(tok)
-    if out.eos is None:
+    else:  # the last token's progress report (a stop check above has made it otherwise)
         out.report()
     return out.tokens(), rec.finish()

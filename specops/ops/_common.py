@@ -42,7 +42,9 @@ def validating() -> bool:
 
 @contextlib.contextmanager
 def validation(enabled: bool = True):
-    """``with specops.validation(): ...`` turns value checks on (or off) inside the block."""
+    """``with specops.validation(): ...`` turns value checks on (or off) inside the block.  A
+    process-wide switch (a global torch.compile can trace): enter it from one thread at a time,
+    around the work of every thread, never inside concurrent threads."""
     global _validate_override
     old = _validate_override
     _validate_override = enabled

@@ -161,6 +161,7 @@ def tree_attention(
     if (
         fast is not None
         and q.dtype == torch.float32
+        and q.dim() == 4
         and type(tree) is Tree
         and (sm_scale is None or (type(sm_scale) is float and -math.inf < sm_scale < math.inf))
     ):

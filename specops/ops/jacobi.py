@@ -66,6 +66,7 @@ def verify_jacobi(
     fast = c.fast_kernel(op, target_probs, backend, _JACOBI_BACKENDS)
     if (
         fast is not None
+        and target_probs.dim() == 3
         and out is None
         and relax is None
         and type(continue_after_reject) is bool

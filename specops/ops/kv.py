@@ -52,7 +52,8 @@ def commit_kv(caches, cache_seqlens, accepted_slots, *, block_table=None, backen
         and caches.shape[0] > 0  # layers, slots and bytes to move: else the rules of _impl
         and caches.numel() > 0
         and type(accepted_slots) is torch.Tensor
-        and 0 < accepted_slots.shape[-1] <= _MAX_MOVES
+        and accepted_slots.dim() == 2
+        and 0 < accepted_slots.shape[1] <= _MAX_MOVES
     ):
         try:
             fast(caches, None, 0, cache_seqlens, accepted_slots, block_table)

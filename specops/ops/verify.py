@@ -122,7 +122,11 @@ def _fast_outs(out, n: int):
     checks must see it."""
     if out is None:
         return (None,) * n
-    if isinstance(out, (tuple, list)) and len(out) == n:
+    if (
+        isinstance(out, (tuple, list))
+        and len(out) == n
+        and all(type(t) is torch.Tensor for t in out)
+    ):
         return tuple(out)
     return None
 
@@ -161,7 +165,7 @@ def verify_chain(
     except on exact rounding ties of the float64 sums."""
     op = "verify_chain"
     fast = c.fast_kernel(op, target_probs, backend, _CHAIN_BACKENDS)
-    if fast is not None and relax is None and type(greedy) is bool:
+    if fast is not None and target_probs.dim() == 3 and relax is None and type(greedy) is bool:
         rng, o = c.fast_rng(seed, offset, target_probs.shape[0]), _fast_outs(out, 2)
         if rng is not None and o is not None:
             try:
@@ -292,6 +296,7 @@ def verify_tree(
     fast = c.fast_kernel(op, target_probs, backend, _TREE_BACKENDS)
     if (
         fast is not None
+        and target_probs.dim() == 3
         and type(tree) is Tree
         and relax is None
         and type(greedy) is bool
@@ -414,7 +419,7 @@ def path_acceptance(
     (kappa, expected_len) when given (contiguous, preallocated)."""
     op = "path_acceptance"
     fast = c.fast_kernel(op, target_probs, backend, _PATH_BACKENDS)
-    if fast is not None and type(tree) is Tree:
+    if fast is not None and target_probs.dim() == 3 and type(tree) is Tree:
         o = _fast_outs(out, 2)
         if o is not None:
             try:
