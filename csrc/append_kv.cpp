@@ -34,7 +34,8 @@ void copy_row(char* dst, const int64_t* t, const char* src, const int64_t* s,
 }  // namespace
 
 void append_kv_host(const AppendKVArgs& a) {
-  if (a.capacity <= 0 || (a.page_size > 0 && a.num_pages <= 0)) return;
+  // nothing to copy (and no row pointer to hand memcpy: empty tensors may have none)
+  if (a.hkv == 0 || a.d == 0 || a.capacity <= 0 || (a.page_size > 0 && a.num_pages <= 0)) return;
   // a row is a copy of 2 Hkv D elements: cheap per element, so the pool only for large appends
   const int64_t work = std::max<int64_t>(a.hkv * a.d * a.elem_bytes / 32, 1);
   parallel_for(a.batch * a.n, work, [&](int64_t r) {
