@@ -364,7 +364,7 @@ def stream_of(device: torch.device) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
-def launch(be: str, name: str, device: torch.device, *args) -> tuple:
+def launch(be: str, name: str, *args) -> tuple:
     """Run the compiled kernel ``name``: its C++ twin ``<name>_cpu``, its CUDA launcher
     ``<name>_cuda`` (on torch's current stream of the tensors' device), or that launcher's
     emulated build ``<name>_cuda_sim``.  Tensors go in as they are: the bindings read their

@@ -61,7 +61,7 @@ def verify_jacobi(
     if be in ("cuda", "cuda_sim") and tree:  # the CUDA tree mode's completion counters
         counters = _counters(dev, c.stream_of(dev) if be == "cuda" else 0, b)
     res = c.launch(
-        be, "verify_jacobi", dev, _f32_rows(target),
+        be, "verify_jacobi", _f32_rows(target),
         _f32_rows(draft) if draft is not None else None, _ids(window),
         _tree(fc) if tree else None, _tree(ns) if tree else None, bool(cont), int(k),
         c.int32_ids(nb), float(delta), seed_t, seed_i, off_t, off_i, uniforms,

@@ -33,7 +33,7 @@ def verify_chain(
     out=None,
 ):  # fmt: skip
     return c.launch(
-        be, "verify_chain", target.device, _f32_rows(target),
+        be, "verify_chain", _f32_rows(target),
         _f32_rows(draft) if draft is not None else None, _ids(tokens),
         num_draft.to(torch.int64).contiguous() if num_draft is not None else None,
         c.int32_ids(nb), float(delta), bool(greedy), seed_t, seed_i, off_t, off_i, uniforms,
@@ -63,7 +63,7 @@ def verify_tree(
     # The workspaces (None: the binding makes them) hold the current node's residual target row
     # (and renormalised draft row without replacement) after a rejected child.
     return c.launch(
-        be, "verify_tree", target.device, _f32_rows(target),
+        be, "verify_tree", _f32_rows(target),
         _f32_rows(draft) if draft is not None else None, _ids(tokens), _tree(first_child),
         _tree(next_sibling), width, bool(wor), c.int32_ids(nb), float(delta), bool(greedy),
         seed_t, seed_i, off_t, off_i, uniforms, None, None, *(out or (None, None, None)),
@@ -78,7 +78,7 @@ def sample_without_replacement(be, probs, k, seed_t, seed_i, off_t, off_i, unifo
     given = out[0] if out is not None else None  # [..., k] contiguous (checked by the caller)
     u = uniforms.reshape(rows, v) if uniforms is not None else None
     (res,) = c.launch(
-        be, "sample_without_replacement", probs.device, p, k, seed_t, seed_i, off_t, off_i, u,
+        be, "sample_without_replacement", p, k, seed_t, seed_i, off_t, off_i, u,
         given.view(rows, k) if given is not None else None,
     )  # fmt: skip
     return given if given is not None else res.view(*lead, k)
@@ -88,7 +88,7 @@ def path_acceptance(be, target, draft, parents, num_paths, tokens, out=None):
     # CUDA: trees too large for shared memory keep their per-node state in a global workspace
     # (None: the binding makes it).
     return c.launch(
-        be, "path_acceptance", target.device, _f32_rows(target),
+        be, "path_acceptance", _f32_rows(target),
         _f32_rows(draft) if draft is not None else None, _ids(tokens),
         _tree(parents.to(target.device)), num_paths, None, *(out or (None, None)),
     )  # fmt: skip

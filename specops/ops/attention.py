@@ -257,7 +257,7 @@ def _attn_impl(
         )
     if be == "cpu":  # the twin writes float32; other dtypes are rounded by one copy
         o32 = out[0] if q.dtype == torch.float32 else torch.empty((b, n, hq, d), device=q.device)
-        c.launch(be, "tree_attention", q.device, q, k_cache, v_cache, cache_seqlens, mask_bits,
+        c.launch(be, "tree_attention", q, k_cache, v_cache, cache_seqlens, mask_bits,
                  block_table, sm_scale, o32, out[1])  # fmt: skip
         if o32 is not out[0]:
             out[0].copy_(o32)
@@ -333,7 +333,7 @@ def _append_impl(
         reference.append_kv(k_cache, v_cache, k, v, cache_seqlens, block_table=block_table)
         return
     if be == "cpu":  # the C++ twin reads every tensor with its strides
-        c.launch(be, "append_kv", k.device, k_cache, v_cache, k, v, cache_seqlens, block_table)
+        c.launch(be, "append_kv", k_cache, v_cache, k, v, cache_seqlens, block_table)
         return
     from specops.triton_kernels.append_kv import append_kv_triton
 

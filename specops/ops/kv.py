@@ -256,9 +256,9 @@ def _launch(be, t, bases, cs, slots, block_table):
     arr, align = (None, 0) if bases is None else bases
     args = (t, arr, align, cs, slots, block_table)
     if be in ("cuda", "cuda_sim"):
-        c.launch(be, "commit_kv", cs.device, *args, _counter_workspace(cs.device, cs.shape[0]))
+        c.launch(be, "commit_kv", *args, _counter_workspace(cs.device, cs.shape[0]))
     else:
-        c.launch(be, "commit_kv", cs.device, *args)
+        c.launch(be, "commit_kv", *args)
 
 
 _offsets: OrderedDict[tuple, torch.Tensor] = OrderedDict()

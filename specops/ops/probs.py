@@ -237,7 +237,7 @@ def _impl(
         x = x if x.dtype == f32 else x.to(f32)
         u = u if u is None or u.dtype == f32 else u.to(f32)
         c.launch(
-            be, _OP, logits.device, x, u, t_t, float(t_v), k_t, min(int(k_v), 2**62), p_t,
+            be, _OP, x, u, t_t, float(t_v), k_t, min(int(k_v), 2**62), p_t,
             float(p_v), s_t if u is not None else None, float(s_v) if u is not None else 1.0,
             rows // batch, out.view(-1, v),
         )  # fmt: skip

@@ -96,7 +96,7 @@ def _impl(
         sample_triton(p, seed_t, seed_i, rows_per_seed, off_t, off_i, uniforms, res)
     else:
         u = uniforms.reshape(rows, 1) if uniforms is not None else None
-        c.launch(be, "sample", probs.device, p, seed_t, seed_i, off_t, off_i, u, res.view(-1))
+        c.launch(be, "sample", p, seed_t, seed_i, off_t, off_i, u, res.view(-1))
     if res is not out:
         out.copy_(res)
 
