@@ -92,6 +92,8 @@ def main(argv=None) -> int:
     ceil = ceilings(args.device) if not args.quick else {}
     for k, v in ceil.items():
         all_rows.append(Row("ceiling", k, "torch", 0.0, 0.0, 0.0, v, note=f"{k}={v:.1f}"))
+    if args.csv and all_rows:
+        write_csv(args.csv, all_rows, env)
     failed = []
     names = [n.strip() for n in args.ops.split(",") if n.strip()]
     progress = Progress("bench", len(names), unit="ops")
@@ -108,12 +110,13 @@ def main(argv=None) -> int:
             failed.append(name)
             continue
         all_rows.extend(rows)
+        if args.csv:  # op by op, so a run cut short keeps what it measured
+            write_csv(args.csv, rows, env)
         progress.clear()
         print_table(rows)
         print()
     progress.close()
     if args.csv:
-        write_csv(args.csv, all_rows, env)
         print(f"[bench] appended {len(all_rows)} rows to {os.path.abspath(args.csv)}")
     if args.plot is not None:
         _plot(all_rows, args.plot)

@@ -42,6 +42,8 @@ build_rc=skipped test_rc=skipped bench_rc=skipped demo_rc=skipped san_rc=skipped
 PY="${PY:-python3}"
 export PYTHONUNBUFFERED=1
 export SPECOPS_CUDA_ARCHS="${SPECOPS_CUDA_ARCHS:-90}"
+# cuda_sim (the CUDA kernels on the CPU) is for machines without a GPU: not built here.
+export SPECOPS_CUDA_SIM="${SPECOPS_CUDA_SIM:-0}"
 
 if compgen -G ".whl/*.whl" > /dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -66,25 +68,72 @@ if want build; then
   cat "$OUT_DIR/build_info.json"
 fi
 
-if want tests; then
+run_tests() {
   echo "== tests"
-  t0=$(date +%s)
+  local t0=$(date +%s) rc
   if [ "$DRY" = "1" ]; then
     "$PY" -m pytest -q --collect-only -p no:cacheprovider tests > "$OUT_DIR/tests.log" 2>&1
   else
-    # (cuda_sim, the CUDA kernels emulated on the CPU, runs in CI: not on leased GPU minutes)
-    timeout 540 "$PY" -m pytest -q -ra -p no:cacheprovider -k "not cuda_sim" tests \
-      > "$OUT_DIR/tests.log" 2>&1
+    # (cuda_sim, the CUDA kernels emulated on the CPU, runs in CI: not on leased GPU minutes.)
+    # -v so that a run cut off by its timeout still shows which tests passed and failed.
+    local xdist=()
+    "$PY" -c "import xdist" 2>/dev/null && xdist=(-n "${TEST_WORKERS:-8}")
+    timeout "${TESTS_TIMEOUT:-540}" "$PY" -m pytest -v -ra --tb=short -p no:cacheprovider \
+      "${xdist[@]}" -k "not cuda_sim" tests > "$OUT_DIR/tests.log" 2>&1
   fi
-  test_rc=$?
-  echo "tests rc=$test_rc in $(( $(date +%s) - t0 )) s"
+  rc=$?
+  echo "$rc" > "$OUT_DIR/.tests_rc"
+  echo "tests rc=$rc in $(( $(date +%s) - t0 )) s" | tee -a "$OUT_DIR/tests.log"
+}
+
+run_sanitize() {
+  echo "== sanitize"
+  SAN_BIN="$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
+    /opt/nvidia/*/compute-sanitizer/compute-sanitizer 2>/dev/null | head -n 1)"
+  SAN=("${SAN_BIN:-compute-sanitizer}" --error-exitcode 1 --print-limit 20 --target-processes all)
+  CUDA_TESTS=(tests/test_verify_kernels.py tests/test_jacobi_kernels.py
+    tests/test_path_acceptance.py tests/test_sample_wor_kernels.py tests/test_sample.py
+    tests/test_kv.py)
+  local t0=$(date +%s) san_rc
+  if [ "$DRY" = "1" ]; then
+    echo "dry run: compute-sanitizer = ${SAN_BIN:-not found}" > "$OUT_DIR/sanitize.log"
+    "$PY" -m pytest -q --collect-only -p no:cacheprovider -m gpu "${CUDA_TESTS[@]}" \
+      >> "$OUT_DIR/sanitize.log" 2>&1
+    san_rc=$?
+  else
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "${SAN_TIMEOUT:-420}" "${SAN[@]}" --tool memcheck \
+      "$PY" -m pytest -q -p no:cacheprovider -m gpu "${CUDA_TESTS[@]}" > "$OUT_DIR/sanitize.log" 2>&1
+    san_rc=$?
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "${RACE_TIMEOUT:-150}" "${SAN[@]}" --tool racecheck \
+      "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_path_acceptance.py \
+      tests/test_jacobi_kernels.py -k "not fuzz" >> "$OUT_DIR/sanitize.log" 2>&1
+    san_rc="$san_rc/$?"
+  fi
+  echo "$san_rc" > "$OUT_DIR/.san_rc"
+  echo "sanitize rc(memcheck/racecheck)=$san_rc in $(( $(date +%s) - t0 )) s" | tee -a "$OUT_DIR/sanitize.log"
+}
+
+# tests and sanitize share the GPU; with PARALLEL=1 they run at once (a one-call lease).
+if want tests && want sanitize && [ "${PARALLEL:-0}" = "1" ]; then
+  run_tests &
+  run_sanitize &
+  wait
+else
+  want tests && run_tests
+  want sanitize && run_sanitize
 fi
+[ -f "$OUT_DIR/.tests_rc" ] && test_rc=$(cat "$OUT_DIR/.tests_rc") && rm -f "$OUT_DIR/.tests_rc"
+[ -f "$OUT_DIR/.san_rc" ] && san_rc=$(cat "$OUT_DIR/.san_rc") && rm -f "$OUT_DIR/.san_rc"
 
 if want bench; then
   echo "== bench"
   BENCH_DEV=(--device cuda)
   [ "$DRY" = "1" ] && BENCH_DEV=(--device cpu --quick)
-  "$PY" -m bench "${BENCH_DEV[@]}" \
+  bench_limit="${BENCH_TIMEOUT:-3000}"
+  # DEADLINE (epoch seconds): the bench gets what is left of a lease, so its rows come back.
+  [ -n "${DEADLINE:-}" ] && bench_limit=$(( DEADLINE - $(date +%s) )) && [ "$bench_limit" -lt 10 ] \
+    && bench_limit=10
+  timeout "$bench_limit" "$PY" -m bench "${BENCH_DEV[@]}" \
     --ops "${BENCH_OPS:-sample,verify,jacobi,probs,tree_attention,kv,features,e2e_step}" \
     --csv "$OUT_DIR/bench.csv" > "$OUT_DIR/bench.log" 2>&1
   bench_rc=$?
@@ -103,32 +152,6 @@ if want demo && "$PY" -c "import specops.demo" 2>/dev/null; then
     "$PY" -m specops.demo --out "$OUT_DIR/demo.png" > "$OUT_DIR/demo.log" 2>&1
   fi
   demo_rc=$?
-fi
-
-if want sanitize; then
-  echo "== sanitize"
-  SAN_BIN="$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
-    /opt/nvidia/*/compute-sanitizer/compute-sanitizer 2>/dev/null | head -n 1)"
-  SAN=("${SAN_BIN:-compute-sanitizer}" --error-exitcode 1 --print-limit 20 --target-processes all)
-  CUDA_TESTS=(tests/test_verify_kernels.py tests/test_jacobi_kernels.py
-    tests/test_path_acceptance.py tests/test_sample_wor_kernels.py tests/test_sample.py
-    tests/test_kv.py)
-  t0=$(date +%s)
-  if [ "$DRY" = "1" ]; then
-    echo "dry run: compute-sanitizer = ${SAN_BIN:-not found}" > "$OUT_DIR/sanitize.log"
-    "$PY" -m pytest -q --collect-only -p no:cacheprovider -m gpu "${CUDA_TESTS[@]}" \
-      >> "$OUT_DIR/sanitize.log" 2>&1
-    san_rc=$?
-  else
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 420 "${SAN[@]}" --tool memcheck \
-      "$PY" -m pytest -q -p no:cacheprovider -m gpu "${CUDA_TESTS[@]}" > "$OUT_DIR/sanitize.log" 2>&1
-    san_rc=$?
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 150 "${SAN[@]}" --tool racecheck \
-      "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_path_acceptance.py \
-      tests/test_jacobi_kernels.py -k "not fuzz" >> "$OUT_DIR/sanitize.log" 2>&1
-    san_rc="$san_rc/$?"
-  fi
-  echo "sanitize rc(memcheck/racecheck)=$san_rc in $(( $(date +%s) - t0 )) s"
 fi
 
 echo
