@@ -297,7 +297,9 @@ def write_csv(path: str, rows: list[Row], env: dict[str, str]) -> None:
 def check_csv(path: str) -> int:
     """Raise ValueError unless ``path`` is a benchmark CSV of this schema: the CSV_FIELDS header
     and, on every row, op / shape / backend / device / torch / commit / date set, median, p20
-    and p80 positive floats, gbps empty or a float, ratios empty or ``name=float;...``.
+    and p80 positive floats, gbps empty or a float, ratios empty or ``name=float;...``.  Rows that
+    carry no time are allowed where they say why: the measured ceilings (op "ceiling", the value
+    in gbps) and a peer that could not run (shape "-", the reason in note).
     Returns the number of rows (bench/gpu_run.sh's dry run checks its CSV with it)."""
     with open(path, newline="") as f:
         r = csv.reader(f)
@@ -312,8 +314,9 @@ def check_csv(path: str) -> int:
             for k in ("op", "shape", "backend", "device", "torch", "commit", "date"):
                 if not d[k]:
                     raise ValueError(f"{path}:{n + 1}: empty {k}")
+            untimed = d["op"] == "ceiling" or (d["shape"] == "-" and d["note"])
             for k in ("median_us", "p20_us", "p80_us"):
-                if not float(d[k]) > 0:
+                if not untimed and not float(d[k]) > 0:
                     raise ValueError(f"{path}:{n + 1}: {k} = {d[k]!r} is not a positive time")
             if d["gbps"]:
                 float(d["gbps"])

@@ -160,6 +160,10 @@ def _jump(p: torch.Tensor) -> torch.Tensor:
     return torch.where((p >= 0) & (p < ids), p, ids)
 
 
+# A Tree's tensors, each [B, N, ...]; everything else on it is the two static sizes below.
+_FIELDS = ("parents", "depth", "mask_bits", "first_child", "next_sibling", "is_leaf")
+
+
 class Tree:
     """A batch of draft trees over N slots.  Build with the classmethods.
 
@@ -168,6 +172,10 @@ class Tree:
     O(B * N * ceil(N/32)) memory and O(log N) vectorised steps; B = 0 is allowed."""
 
     MAX_NODES = MAX_NODES
+    # Static sizes the verify ops need: the longest root-to-leaf path (max depth + 1) and the
+    # most leaves of any row; None until known (specops.reference.verify reads and caches them).
+    _path_width: int | None = None
+    _num_leaves: int | None = None
 
     def __init__(self, parents: torch.Tensor, *, validate: bool = True):
         if not isinstance(validate, bool):
@@ -203,10 +211,27 @@ class Tree:
         """Derive a one-row tree, then give every one of ``batch`` rows its own copy."""
         tree = cls(parents[None], validate=False)
         if batch != 1:
-            for k, v in tree.__dict__.items():
-                if isinstance(v, torch.Tensor):
-                    tree.__dict__[k] = v.expand(batch, *v.shape[1:]).contiguous()
+            tree = tree._map(lambda v: v.expand(batch, *v.shape[1:]).contiguous())
         return tree._sizes(*sizes)
+
+    @classmethod
+    def _of(cls, tensors, path_width: int | None = None, num_leaves: int | None = None) -> Tree:
+        """A Tree from its tensors in ``_FIELDS`` order, taken as they are (no derivation, no
+        validation): for trees built on the device.  Plain attribute writes, which
+        torch.compile traces (it cannot trace ``__dict__`` methods on every torch version)."""
+        t = object.__new__(cls)
+        for k, v in zip(_FIELDS, tensors):
+            setattr(t, k, v)
+        t._path_width = path_width
+        t._num_leaves = num_leaves
+        return t
+
+    def _tensors(self) -> tuple:
+        return tuple(getattr(self, k) for k in _FIELDS)
+
+    def _map(self, f) -> Tree:
+        """The tree with ``f`` applied to each tensor; the static sizes carried over."""
+        return Tree._of(tuple(f(v) for v in self._tensors()), self._path_width, self._num_leaves)
 
     @classmethod
     def chain(cls, n: int, *, batch: int = 1, device=None) -> Tree:
@@ -402,10 +427,7 @@ class Tree:
         return torch.where(ok, cur.view(b, p, d), -1).to(torch.int32)
 
     def to(self, device) -> Tree:
-        t = object.__new__(Tree)
-        for k, v in self.__dict__.items():
-            t.__dict__[k] = v.to(device) if isinstance(v, torch.Tensor) else v
-        return t
+        return self._map(lambda v: v.to(device))
 
     def expand(self, batch: int) -> Tree:
         """The same tree for each of ``batch`` rows (from a batch-1 tree; stride-0 views)."""
@@ -417,10 +439,7 @@ class Tree:
                 f"specops.Tree.expand: batch must equal the tree's batch {self.batch_size} "
                 f"(only a batch-1 tree expands), got {batch}"
             )
-        t = object.__new__(Tree)
-        for k, v in self.__dict__.items():
-            t.__dict__[k] = v.expand(batch, *v.shape[1:]) if isinstance(v, torch.Tensor) else v
-        return t
+        return self._map(lambda v: v.expand(batch, *v.shape[1:]))
 
     def __repr__(self) -> str:
         return f"Tree(batch={self.batch_size}, nodes={self.num_nodes}, device={self.device})"

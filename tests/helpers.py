@@ -17,6 +17,14 @@ CUDA_SIM = pytest.param(
 )
 
 
+def triton_device() -> str | None:
+    """Where backend "triton" runs in this session: the CPU under the interpreter (CI), the GPU
+    when one is there (compiled kernels), else nowhere (None)."""
+    if _build.triton_interpret():
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() and _build.has_triton() else None
+
+
 def gen(seed: int) -> torch.Generator:
     """A CPU generator: test inputs are drawn on the CPU, then moved where the backend runs."""
     return torch.Generator().manual_seed(seed)

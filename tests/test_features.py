@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import aot_compile
+from helpers import aot_compile, to_device, triton_device
 from test_reference_features import brute_path_similarity
 
 import specops
@@ -256,18 +256,26 @@ def test_opcheck():
     store, stamps = torch.zeros(2, 6, 8), torch.full((2, 6), -1, dtype=torch.int32)
     pos = torch.tensor([[0, 3, -1], [5, 1, 2]])
     utils = ("test_schema", "test_faketensor")
+    rows = torch.randn(2, 3, 8, generator=g)
     for be in ("triton", "cpu", "reference"):
+        dev = triton_device() if be == "triton" else "cpu"
+        if dev is None:
+            continue
+
+        def on(*args, dev=dev):
+            return tuple(to_device(a, dev) for a in args)
+
         ops = torch.ops.specops
-        torch.library.opcheck(ops.gather_rows.default, (src, idx, be), test_utils=utils)
+        torch.library.opcheck(ops.gather_rows.default, on(src, idx, be), test_utils=utils)
         torch.library.opcheck(
-            ops.drafter_inputs.default, (emb, idx, feats, torch.randn(3), be), test_utils=utils
+            ops.drafter_inputs.default, on(emb, idx, feats, torch.randn(3), be), test_utils=utils
         )
         torch.library.opcheck(
-            ops.path_similarity.default, (paths, cb, 0.9, 2, be), test_utils=utils
+            ops.path_similarity.default, on(paths, cb, 0.9, 2, be), test_utils=utils
         )
         torch.library.opcheck(
             ops.feature_cache_write.default,
-            (store.clone(), stamps.clone(), pos, torch.randn(2, 3, 8), None, 4, be),
+            on(store.clone(), stamps.clone(), pos, rows, None, 4, be),
             test_utils=utils,
         )
 

@@ -78,3 +78,24 @@ def test_check_csv_rejects_a_broken_row(tmp_path):
         csv.writer(f).writerow(bad)
     with pytest.raises(ValueError, match="median_us"):
         check_csv(str(p))
+
+
+def test_check_csv_takes_ceilings_and_absent_peers_but_not_zero_times(tmp_path):
+    """A GPU run writes the ceilings and each missing peer as rows without a time (the H200 run of
+    940f467 failed its CSV check on them); any other row with a zero time is still an error."""
+    from specops.bench.harness import CSV_FIELDS, check_csv
+
+    env = ["NVIDIA H200", "2.11", "13.0", "3.6.0", "abc", "2026"]
+    ceiling = ["ceiling", "copy_gbps", "torch", "0.00", "0.00", "0.00", "4204.3", "", "copy"] + env
+    absent = ["verify_chain", "-", "flashinfer", "0.00", "0.00", "0.00", "", "", "n/a"] + env
+    zero = ["verify_chain", "B=1", "cuda", "0.00", "0.00", "0.00", "", "", ""] + env
+    p = tmp_path / "b.csv"
+    with open(p, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_FIELDS)
+        w.writerows([ceiling, absent])
+    assert check_csv(str(p)) == 2
+    with open(p, "a", newline="") as f:
+        csv.writer(f).writerow(zero)
+    with pytest.raises(ValueError, match="median_us"):
+        check_csv(str(p))

@@ -244,17 +244,18 @@ def test_auto_backend():
 
 
 def test_bad_inputs():
+    # every input on DEV: a CPU tensor among CUDA ones is a device error before the one tested
     q, k, v, L, tree, bt = _inputs(2, 5, 4, 2, 16, [3, 4], "random", torch.float32, page=4)
-    kc, vc, _ = make_cache(2, 12, 2, 16, torch.float32)
+    kc, vc, _ = make_cache(2, 12, 2, 16, torch.float32, device=DEV)
     ta = specops.tree_attention
     with pytest.raises(ValueError, match="mask_bits"):
-        ta(q, kc, vc, L, torch.zeros(2, 5, 0, dtype=torch.int32))
+        ta(q, kc, vc, L, torch.zeros(2, 5, 0, dtype=torch.int32, device=DEV))
     with pytest.raises(ValueError, match="mask_bits"):  # N = 40 needs 2 words
-        q40 = torch.randn(2, 40, 4, 16)
-        kc2, vc2, _ = make_cache(2, 60, 2, 16, torch.float32)
-        ta(q40, kc2, vc2, L, torch.zeros(2, 40, 1, dtype=torch.int32))
+        q40 = torch.randn(2, 40, 4, 16, device=DEV)
+        kc2, vc2, _ = make_cache(2, 60, 2, 16, torch.float32, device=DEV)
+        ta(q40, kc2, vc2, L, torch.zeros(2, 40, 1, dtype=torch.int32, device=DEV))
     with pytest.raises(ValueError, match="nodes"):
-        ta(q, kc, vc, L, Tree.chain(6))
+        ta(q, kc, vc, L, Tree.chain(6).to(DEV))
     with pytest.raises(TypeError, match="tree"):
         ta(q, kc, vc, L, [0, 1])
     with pytest.raises(TypeError, match="tree"):
@@ -262,7 +263,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="head dims"):
         ta(q, kc[..., :8], vc[..., :8], L, tree)
     with pytest.raises(ValueError, match="KV heads"):
-        ta(torch.randn(2, 5, 3, 16), kc, vc, L, tree)
+        ta(torch.randn(2, 5, 3, 16, device=DEV), kc, vc, L, tree)
     with pytest.raises(TypeError, match="k_cache"):
         ta(q, kc.half(), vc.half(), L, tree)
     with pytest.raises(TypeError, match="q"):
@@ -276,7 +277,7 @@ def test_bad_inputs():
     with pytest.raises(TypeError, match="cache_seqlens"):
         ta(q, kc, vc, L.float(), tree)
     with pytest.raises(ValueError, match="k_cache"):  # contiguous cache for 3 requests, B = 2
-        kc3, vc3, _ = make_cache(3, 12, 2, 16, torch.float32)
+        kc3, vc3, _ = make_cache(3, 12, 2, 16, torch.float32, device=DEV)
         ta(q, kc3, vc3, L, tree)
     with pytest.raises(ValueError, match="block_table"):
         ta(q, k, v, L, tree, block_table=bt[:1])
@@ -286,9 +287,9 @@ def test_bad_inputs():
         ta(q, k, v, L, tree, block_table=bt[0])
     # value checks (validation mode, on in the test suite)
     with pytest.raises(ValueError, match="cache_seqlens.*capacity"):
-        ta(q, kc, vc, torch.tensor([3, 8], dtype=torch.int32), tree)
+        ta(q, kc, vc, torch.tensor([3, 8], dtype=torch.int32, device=DEV), tree)
     with pytest.raises(ValueError, match="cache_seqlens"):
-        ta(q, kc, vc, torch.tensor([3, -1], dtype=torch.int32), tree)
+        ta(q, kc, vc, torch.tensor([3, -1], dtype=torch.int32, device=DEV), tree)
     bad = bt.clone()
     bad[1, 0] = 999
     with pytest.raises(ValueError, match=r"block_table\[1, 0\]"):

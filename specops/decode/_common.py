@@ -396,16 +396,11 @@ def select_tree(cond: torch.Tensor, a: Tree, b: Tree, width: int) -> Tree:
     b's.  Built on the device (no validation, no host read); ``width`` = max depth + 1."""
     n = cond.shape[0]
     a, b = a.expand(n), b.expand(n)
-    t = object.__new__(Tree)
-    for k, va in a.__dict__.items():
-        vb = b.__dict__[k]
-        if isinstance(va, torch.Tensor):
-            c = cond.reshape(-1, *([1] * (va.dim() - 1)))
-            t.__dict__[k] = torch.where(c, va, vb)
-        else:
-            t.__dict__[k] = va
-    t.__dict__["_path_width"] = width
-    return t
+    picked = []
+    for va, vb in zip(a._tensors(), b._tensors()):
+        picked.append(torch.where(cond.reshape(-1, *([1] * (va.dim() - 1))), va, vb))
+    la, lb = a._num_leaves, b._num_leaves  # rows take either tree's leaves
+    return Tree._of(picked, width, None if la is None or lb is None else max(la, lb))
 
 
 def init_rows(init, p0: torch.Tensor) -> torch.Tensor:

@@ -106,22 +106,16 @@ def tree_path_similarity(tree, tokens, codebook, depth: int, *, alpha=0.9, strid
     return torch.where(den > 0, (s_l * w).sum(-1) / den.clamp(min=1e-30), 1.0).float()
 
 
-_TREE_FIELDS = ("parents", "depth", "mask_bits", "first_child", "next_sibling", "is_leaf")
-
-
 def _tree_tensors(tree) -> tuple:
     """A Tree's tensors, to carry it between two compiled halves of a step (a graph returns
     tensors, not objects)."""
-    return tuple(tree.__dict__[k] for k in _TREE_FIELDS)
+    return tree._tensors()
 
 
 def _tree_from(tensors, width: int) -> Tree:
     """The Tree of ``_tree_tensors``, its path width known statically (no validation, no host
     read)."""
-    t = object.__new__(Tree)
-    t.__dict__.update(zip(_TREE_FIELDS, tensors))
-    t.__dict__["_path_width"] = width
-    return t
+    return Tree._of(tensors, width)
 
 
 def _combined_mask(tree, gamma, g: int):

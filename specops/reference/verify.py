@@ -134,19 +134,19 @@ def _draws(seed, offset, rows: int, draws: int, device, uniforms) -> torch.Tenso
 def _path_width(tree) -> int:
     """max depth + 1 of a Tree: one host read per Tree object, cached on it as ``_path_width``
     (tree builders that know the depth statically may set it to avoid the read)."""
-    w = tree.__dict__.get("_path_width")
+    w = getattr(tree, "_path_width", None)
     if w is None:
         w = int(tree.depth.max()) + 1 if tree.depth.numel() else 1
-        tree.__dict__["_path_width"] = w
+        tree._path_width = w
     return w
 
 
 def _num_leaves(tree) -> int:
     """Most leaves of any row of a Tree (host read, cached as ``_num_leaves``)."""
-    n = tree.__dict__.get("_num_leaves")
+    n = getattr(tree, "_num_leaves", None)
     if n is None:
         n = int(tree.is_leaf.sum(-1).max()) if tree.is_leaf.numel() else 0
-        tree.__dict__["_num_leaves"] = n
+        tree._num_leaves = n
     return n
 
 
