@@ -1,13 +1,15 @@
-"""specops.compat.sglang.verify_tree_greedy: sgl_kernel's own test vector (tests/speculative/
-test_eagle_utils.py, the 2-request, 6-node trees) and random trees against a plain Python walk
-of the same contract."""
+"""specops.compat.sglang: sgl_kernel's / SGLang's own test vectors (test_eagle_utils.py and
+test_speculative_sampling.py: the 2-request, 6-node trees, greedy and with thresholds, and the
+CDF-boundary cases of SGLang 0.5.23), random trees against a plain Python walk of each contract,
+the law of the emitted token (chi-square), and malformed trees."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from specops.compat.sglang import verify_tree_greedy
+import specops
+from specops.compat.sglang import tree_speculative_sampling_target_only, verify_tree_greedy
 
 
 def test_sgl_kernel_vector():
@@ -42,7 +44,7 @@ def _walk(predicts, accept_index, candidates, slot, nxt, sib, target):
         for _ in range(1, accept_index.shape[1]):
             cur, hit = nxt[b, last], -1
             while cur != -1:
-                if candidates[b, cur] == target[b, last]:
+                if candidates[b, cur] == target.view(-1)[slot[b, last]]:
                     hit = cur
                     break
                 cur = sib[b, cur]
@@ -52,7 +54,7 @@ def _walk(predicts, accept_index, candidates, slot, nxt, sib, target):
             num += 1
             accept_index[b, num] = slot[b, hit]
             last = hit
-        predicts[slot[b, last]] = target[b, last]
+        predicts[slot[b, last]] = target.view(-1)[slot[b, last]]
         nums.append(num)
     return nums
 
@@ -85,3 +87,214 @@ def test_random_trees_match_the_walk(seed):
     verify_tree_greedy(got_p, got_a, got_n, candidates, slot, nxt, sib, target)
     assert torch.equal(got_p, want_p) and torch.equal(got_a, want_a)
     assert got_n.tolist() == nums
+
+
+# tree_speculative_sampling_target_only ------------------------------------------------------
+def _sgl_vector_inputs():
+    candidates = torch.tensor([[0, 1, 2, 3, 4, 5], [7, 8, 9, 10, 11, 12]])
+    retrive_index = torch.tensor([[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11]])
+    retrive_next_token = torch.tensor([[1, 2, -1, 4, 5, -1], [4, 2, 3, -1, 5, -1]])
+    retrive_next_sibling = torch.tensor([[-1, 3, -1, -1, -1, -1], [-1, -1, -1, -1, 1, -1]])
+    logits = torch.full((2, 6, 20), 1.0)
+    logits[0, 0, 3] = logits[0, 3, 4] = logits[0, 4, 5] = 10
+    logits[1, 0, 11] = logits[1, 4, 12] = 10
+    for i in range(2):
+        for j in range(6):
+            if logits[i, j].max() < 10:
+                logits[i, j, 18] = 10
+    probs = torch.softmax(logits / 0.01, -1)  # one-hot in float32: the coins do not matter
+    return candidates, retrive_index, retrive_next_token, retrive_next_sibling, probs
+
+
+@pytest.mark.parametrize("thresholds", [(1.0, 1.0), (0.0, 0.0)])
+def test_target_only_sglang_vector(thresholds):
+    """SGLang 0.5.23's test_speculative_sampling.py (its JIT kernel's rule: a token without
+    target mass is never accepted, so thresholds 0 give the same result as 1)."""
+    cand, ri, nt, ns, probs = _sgl_vector_inputs()
+    g = torch.Generator().manual_seed(0)
+    predicts = torch.full((12,), -1, dtype=torch.int32)
+    accept_index = torch.full((2, 4), -1, dtype=torch.int32)
+    num = torch.zeros(2, dtype=torch.int32)
+    tree_speculative_sampling_target_only(
+        predicts, accept_index, num, cand, ri, nt, ns, torch.rand(2, 6, generator=g),
+        torch.rand(2, generator=g), probs, torch.zeros_like(probs), *thresholds,
+    )  # fmt: skip
+    assert predicts.tolist() == [3, -1, -1, 4, 5, 18, 11, -1, -1, -1, 12, 18]
+    assert accept_index.tolist() == [[0, 3, 4, 5], [6, 10, 11, -1]]
+    assert num.tolist() == [3, 2]
+
+
+@pytest.mark.parametrize(
+    "cands,target,coin,ts,want_token,want_num",
+    [
+        ([2], [0.0, 1.0, 0.0], 0.0, 0.0, 1, 0),  # zero mass is never accepted, even at ts = 0
+        ([2], [0.0, 1.0, 0.0], 0.0, 1.0, 1, 0),
+        ([1, 2, 3], [0.0, 0.25, 0.0, 0.75], 0.25, 1.0, 3, 1),  # coin on a boundary: strict <
+        ([1], [0.0, 0.25, 0.75], 0.0, 1.0, 1, 1),
+        ([1], [0.0, 1.0], 1.0 - 2**-24, 1.0, 1, 1),
+    ],
+)
+def test_target_only_cdf_boundaries(cands, target, coin, ts, want_token, want_num):
+    """SGLang 0.5.23's test_target_only_sampling_cdf_boundaries, verbatim."""
+    candidates = torch.tensor([[0, *cands]])
+    n = candidates.shape[1]
+    ri = torch.arange(n).unsqueeze(0)
+    nt = torch.full_like(ri, -1)
+    nt[0, 0] = 1
+    ns = torch.full_like(ri, -1)
+    if len(cands) > 1:
+        ns[0, 1 : len(cands)] = torch.arange(2, len(cands) + 1)
+    probs = torch.zeros(1, n, len(target))
+    probs[0, 0] = torch.tensor(target)
+    probs[0, 1:, 0] = 1.0
+    predicts = torch.full((n,), -1, dtype=torch.int32)
+    accept_index = torch.full((1, 2), -1, dtype=torch.int32)
+    num = torch.zeros(1, dtype=torch.int32)
+    coins = torch.zeros(1, n)
+    coins[0, 0] = coin
+    tree_speculative_sampling_target_only(
+        predicts, accept_index, num, candidates, ri, nt, ns, coins, torch.zeros(1), probs,
+        torch.zeros_like(probs), threshold_single=ts, threshold_acc=1.0,
+    )  # fmt: skip
+    assert predicts[0].item() == want_token
+    assert num.item() == want_num
+
+
+def _walk_target_only(predicts, accept_index, cand, slot, nxt, sib, coins, final, p, q, ts, ta):
+    """SGLang 0.5.23's kernel as a plain loop (float32 scalars), one request at a time."""
+    bs, n = cand.shape
+    steps, vocab = accept_index.shape[1], p.shape[2]
+    ta = max(ta, 1e-9)
+    nums = []
+    for b in range(bs):
+        row, num, cur = 0, 0, 0
+        coin = coins[b, 0]
+        last = int(slot[b, 0])
+        accept_index[b, 0] = last
+        for _ in range(1, steps):
+            cur = int(nxt[b, cur])
+            acc = torch.zeros((), dtype=torch.float32)
+            while cur != -1:
+                tok = int(cand[b, cur])
+                pt = p[b, row, tok]
+                acc = acc + pt
+                if pt > 0 and (coin < acc / torch.tensor(ta) or pt >= ts):
+                    row, coin = cur, coins[b, cur]
+                    predicts[last] = tok
+                    num += 1
+                    accept_index[b, num] = int(slot[b, cur])
+                    last = int(slot[b, cur])
+                    break
+                q[b, row, tok] = pt
+                cur = int(sib[b, cur])
+            if cur == -1:
+                break
+        r = torch.fmax(p[b, row] - (0 if num == steps - 1 else q[b, row]), torch.tensor(0.0))
+        u = final[b] * r.sum()
+        cdf = r.cumsum(0)
+        ids = [k for k in range(vocab) if r[k] > 0 and cdf[k] > u]
+        pos = [k for k in range(vocab) if r[k] > 0]
+        predicts[last] = ids[0] if ids else (pos[-1] if pos else vocab - 1)
+        nums.append(num)
+    return nums
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("thresholds", [(1.0, 1.0), (0.3, 0.7)])
+def test_target_only_random_trees_match_the_walk(seed, thresholds):
+    g = torch.Generator().manual_seed(seed)
+    bs, n, steps, v = 6, 9, 5, 4  # a small vocabulary: many acceptances, deep paths
+    trees = [_random_tree(g, n) for _ in range(bs)]
+    nxt = torch.tensor([t[0] for t in trees])
+    sib = torch.tensor([t[1] for t in trees])
+    cand = torch.randint(0, v, (bs, n), generator=g)
+    slot = torch.randperm(bs * n, generator=g).view(bs, n)
+    p = torch.softmax(torch.randn(bs, n, v, generator=g) * 2, -1)
+    p[0, :, 1] = 0.0  # tokens without mass
+    p = p / p.sum(-1, keepdim=True)
+    coins, final = torch.rand(bs, n, generator=g), torch.rand(bs, generator=g)
+    want_p = torch.full((bs * n,), -7, dtype=torch.int32)
+    want_a = torch.full((bs, steps), -1, dtype=torch.int32)
+    want_q = torch.zeros_like(p)
+    nums = _walk_target_only(want_p, want_a, cand, slot, nxt, sib, coins, final, p, want_q,
+                             *thresholds)  # fmt: skip
+    got_p = torch.full((bs * n,), -7, dtype=torch.int32)
+    got_a = torch.full((bs, steps), -1, dtype=torch.int32)
+    got_n = torch.zeros(bs, dtype=torch.int32)
+    got_q = torch.zeros_like(p)
+    tree_speculative_sampling_target_only(got_p, got_a, got_n, cand, slot, nxt, sib, coins, final,
+                                          p, got_q, *thresholds)  # fmt: skip
+    assert got_n.tolist() == nums
+    assert torch.equal(got_a, want_a)
+    assert torch.equal(got_p, want_p)
+    assert torch.equal(got_q, want_q)  # the rejected siblings' mass, copied as SGLang does
+
+
+def test_target_only_emits_the_target_law():
+    """With thresholds 1 the token after the root follows the target exactly (lossless): it is a
+    sibling accepted by inverse CDF over the siblings, or a draw from the target without them.
+    4000 requests share one tree and one target row; fresh coins each."""
+    from helpers import chi2_pvalue
+
+    g = torch.Generator().manual_seed(11)
+    bs, v = 4000, 6
+    # root with children 1, 2, 3 (tokens 0, 2, 5); node 1 has a child 4 (token 1)
+    cand = torch.tensor([[0, 0, 2, 5, 1]]).expand(bs, 5)
+    nxt = torch.tensor([[1, 4, -1, -1, -1]]).expand(bs, 5)
+    sib = torch.tensor([[-1, 2, 3, -1, -1]]).expand(bs, 5)
+    slot = torch.arange(bs * 5).view(bs, 5)
+    target = torch.tensor([0.30, 0.05, 0.10, 0.25, 0.15, 0.15])
+    p = target.expand(bs, 5, v).contiguous()
+    predicts = torch.full((bs * 5,), -1, dtype=torch.int32)
+    accept_index = torch.full((bs, 3), -1, dtype=torch.int32)
+    num = torch.zeros(bs, dtype=torch.int32)
+    tree_speculative_sampling_target_only(
+        predicts, accept_index, num, cand, slot, nxt, sib, torch.rand(bs, 5, generator=g),
+        torch.rand(bs, generator=g), p, torch.zeros_like(p),
+    )  # fmt: skip
+    first = predicts.view(bs, 5)[:, 0].long()
+    counts = torch.bincount(first, minlength=v)
+    assert chi2_pvalue(counts, target) > 1e-3
+    # and the acceptance rate of the root's children is their target mass: 0.3 + 0.1 + 0.15
+    rate = (num > 0).float().mean().item()
+    assert abs(rate - 0.55) < 0.03
+
+
+def _bad_tree_inputs():
+    cand, ri, nt, ns, probs = _sgl_vector_inputs()
+    return [cand, ri, nt.clone(), ns.clone(), probs]
+
+
+@pytest.mark.parametrize(
+    "what,edit,match",
+    [
+        ("child past N", lambda t: t[2].__setitem__((0, 1), 6), "retrive_next_token"),
+        ("sibling below -1", lambda t: t[3].__setitem__((1, 4), -3), "retrive_next_sibling"),
+        ("sibling cycle", lambda t: t[3].__setitem__((0, 3), 1), "reached twice"),
+        ("two parents", lambda t: t[2].__setitem__((0, 2), 4), "reached twice"),
+        ("slot past predicts", lambda t: t[1].__setitem__((1, 2), 12), "retrive_index"),
+    ],
+)
+def test_malformed_trees(what, edit, match):
+    """Validation mode names the problem; fast mode stays inside every tensor (clamped indices,
+    bounded walks) and finishes."""
+    t = _bad_tree_inputs()
+    edit(t)
+    cand, ri, nt, ns, probs = t
+
+    def run(fn):
+        predicts = torch.full((12,), -1, dtype=torch.int32)
+        accept_index = torch.full((2, 4), -1, dtype=torch.int32)
+        num = torch.zeros(2, dtype=torch.int32)
+        if fn is verify_tree_greedy:
+            fn(predicts, accept_index, num, cand, ri, nt, ns, probs.argmax(-1))
+        else:
+            fn(predicts, accept_index, num, cand, ri, nt, ns, torch.rand(2, 6), torch.rand(2),
+               probs, torch.zeros_like(probs))  # fmt: skip
+        return num
+
+    for fn in (verify_tree_greedy, tree_speculative_sampling_target_only):
+        with specops.validation(True), pytest.raises(ValueError, match=match):
+            run(fn)
+        with specops.validation(False):
+            assert int(run(fn).max()) <= 3
