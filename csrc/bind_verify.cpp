@@ -15,8 +15,8 @@ namespace specops {
 namespace {
 
 VerifyChainArgs chain_args(bool cuda, T target, T draft, T tokens, T num_draft, T neighbors,
-                           double delta, bool greedy, T seed, int64_t seed_value, T offset,
-                           int64_t offset_value, T uniforms, T out_tokens, T out_num) {
+                           double delta, bool greedy, bool block, T seed, int64_t seed_value,
+                           T offset, int64_t offset_value, T uniforms, T out_tokens, T out_num) {
   const ArgCheck c{"verify_chain", cuda};
   VerifyChainArgs a;
   const int64_t k = target.defined() ? target.size[1] - 1 : 0;
@@ -27,6 +27,9 @@ VerifyChainArgs chain_args(bool cuda, T target, T draft, T tokens, T num_draft, 
   a.num_draft = num_draft.as<const int64_t>();
   a.relax = relax_args(c, neighbors, delta, a.vocab);
   a.greedy = greedy;
+  if (block && (greedy || a.relax.neighbors != nullptr))
+    c.fail("block", "cannot be combined with greedy or relax");
+  a.block = block;
   a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, a.batch, k + 1);
   a.out_tokens =
       c.output(out_tokens, "out_tokens", DType::i32, {a.batch, k + 1}, target).as<int32_t>();

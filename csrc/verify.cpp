@@ -47,6 +47,47 @@ int32_t draw_residual(const float* p, const float* q, int64_t x, int64_t vocab, 
       [&](int64_t lo, int64_t hi) { return norm_resid_sum_host(p, q, x, s, lo, hi); });
 }
 
+struct BlockResidual {  // r(y) = max(float32(w p(y) - q(y)), 0)
+  const float* p;
+  const float* q;
+  int64_t x;
+  double w;
+  float operator()(int64_t i) const { return block_residual_at(p, q, x, w, i); }
+};
+
+struct NormBlockResidual {
+  BlockResidual r;
+  double s;
+  float operator()(int64_t i) const { return normalised(r(i), s); }
+};
+
+// Block verification of request b (specops/verify.h): the accepted prefix length in *tau and
+// the final token.
+int32_t chain_block_host(const VerifyChainArgs& a, int64_t b, int64_t n_valid, int64_t* tau) {
+  const auto residual = [&](int64_t i, double w) {  // r_i: target and draft rows i, token x_i
+    const float* q = a.draft ? a.draft + b * a.draft_sb + i * a.draft_sk : nullptr;
+    return BlockResidual{a.target + b * a.target_sb + i * a.target_sk, q,
+                         a.tokens[b * a.tokens_sb + i], w};
+  };
+  *tau = 0;
+  for (int64_t i = n_valid; i >= 1; --i) {
+    const double w = chain_block_weight(a, b, i);
+    const double h = i == n_valid ? w : block_stop(sum_range_host(residual(i, w), 0, a.vocab), w);
+    if (static_cast<double>(a.rng.uniform(b, i - 1)) < h) {
+      *tau = i;
+      break;
+    }
+  }
+  const float u = a.rng.uniform(b, a.k);
+  const float* pt = a.target + b * a.target_sb + *tau * a.target_sk;
+  if (*tau < n_valid) {  // t ~ norm(r_tau), or p_{tau+1} when r_tau has no mass
+    const BlockResidual r = residual(*tau, chain_block_weight(a, b, *tau));
+    const double s = sum_range_host(r, 0, a.vocab);
+    if (s > 0.0) return draw_host(NormBlockResidual{r, s}, a.vocab, u);
+  }
+  return draw_positive(pt, a.vocab, u);  // the bonus p_{n+1}, or the fallback
+}
+
 }  // namespace
 
 void verify_chain_host(const VerifyChainArgs& a) {
@@ -61,6 +102,8 @@ void verify_chain_host(const VerifyChainArgs& a) {
         if (acc >= n_valid || a.tokens[b * a.tokens_sb + acc] != t) break;
         ++acc;
       }
+    } else if (a.block) {
+      t = chain_block_host(a, b, n_valid, &acc);
     } else {
       acc = chain_accepted(a, b, n_valid);
       const float* pa = a.target + b * a.target_sb + acc * a.target_sk;

@@ -98,7 +98,8 @@ def _chain_args(b=2, k=3, v=8):
     tokens = torch.zeros(b, k, dtype=torch.int32)
     out_t = torch.empty(b, k + 1, dtype=torch.int32)
     out_n = torch.empty(b, dtype=torch.int32)
-    return [target, None, tokens, None, None, 0.0, False, None, 0, None, 0, None, out_t, out_n]
+    return [target, None, tokens, None, None, 0.0, False, False, None, 0, None, 0, None, out_t,
+            out_n]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -108,11 +109,11 @@ def _chain_args(b=2, k=3, v=8):
         (0, lambda a: a[0].double(), "target_probs must be float32"),
         (2, lambda a: a[2][:, :2], "draft_tokens has shape"),
         (2, lambda a: a[2].t().contiguous().t(), "draft_tokens must have a contiguous last"),
-        (7, lambda a: torch.zeros(3, dtype=torch.int64), "seed must have 1 entry or one per"),
-        (9, lambda a: torch.zeros(2, dtype=torch.int64), "offset must have exactly one"),
-        (11, lambda a: torch.rand(2, 3), "uniforms has shape"),
-        (12, lambda a: torch.empty(4, 2, dtype=torch.int32).t(), "out_tokens must be contiguous"),
-        (13, lambda a: torch.empty(2, dtype=torch.int64), "out_num_accepted must be int32"),
+        (8, lambda a: torch.zeros(3, dtype=torch.int64), "seed must have 1 entry or one per"),
+        (10, lambda a: torch.zeros(2, dtype=torch.int64), "offset must have exactly one"),
+        (12, lambda a: torch.rand(2, 3), "uniforms has shape"),
+        (13, lambda a: torch.empty(4, 2, dtype=torch.int32).t(), "out_tokens must be contiguous"),
+        (14, lambda a: torch.empty(2, dtype=torch.int64), "out_num_accepted must be int32"),
     ],
 )
 def test_bindings_reject_layouts_their_kernels_cannot_read(index, value, words):
@@ -159,7 +160,7 @@ def test_eager_calls_skip_the_dispatcher_and_traced_calls_do_not():
     g = gen(4)
     target = random_probs(2, 4, 8, generator=g)
     tokens = torch.zeros(2, 3, dtype=torch.int64)
-    args = (target, tokens, None, None, None, 0, None, 0, None, 0.0, False, None, "cpu")
+    args = (target, tokens, None, None, None, 0, None, 0, None, 0.0, False, None, False, "cpu")
     assert _dispatched(lambda: torch.ops.specops.verify_chain(*args))  # the probe works
     assert not _dispatched(lambda: specops.verify_chain(target, tokens, backend="cpu"))
     with specops.validation(False), FakeTensorMode() as mode:

@@ -179,7 +179,7 @@ def test_out_ops_pass_opcheck():
     (t, tok, d), _ = _chain()
     b, k1 = t.shape[:2]
     outs = (torch.empty(b, k1, dtype=torch.int32), torch.empty(b, dtype=torch.int32))
-    args = (t, tok, d, None, None, 5, None, 0, None, 0.0, False, None, "cpu", *outs)
+    args = (t, tok, d, None, None, 5, None, 0, None, 0.0, False, None, False, "cpu", *outs)
     torch.library.opcheck(torch.ops.specops.verify_chain_out.default, args)
     (t, tree, tok, d), _ = _tree()
     i32 = torch.int32

@@ -248,7 +248,7 @@ def test_opcheck():
     nb = torch.randint(-1, 10, (10, 2), generator=_gen(6), dtype=torch.int64).int()
     torch.library.opcheck(
         torch.ops.specops.verify_chain.default,
-        (p, x, q, None, None, 1, None, 0, nb, 0.1, False, None, "reference"),
+        (p, x, q, None, None, 1, None, 0, nb, 0.1, False, None, False, "reference"),
         test_utils=tu,
     )
     pt, t, tok, qt = tree_case()

@@ -248,7 +248,7 @@ def test_opcheck_triton_backend():
     p, x, q, nb = p.to(DEV), x.to(DEV), q.to(DEV), nb.to(DEV)
     torch.library.opcheck(
         torch.ops.specops.verify_chain.default,
-        (p, x, q, None, None, 1, None, 0, nb, 0.1, False, None, "triton"),
+        (p, x, q, None, None, 1, None, 0, nb, 0.1, False, None, False, "triton"),
         test_utils=("test_schema", "test_faketensor"),
     )
 

@@ -457,7 +457,7 @@ def test_opcheck_compiled_backends(be):
     p, x, q, nb = p.to(dev), x.to(dev), q.to(dev), nb.to(dev)
     torch.library.opcheck(
         torch.ops.specops.verify_chain.default,
-        (p, x, q, None, None, 1, None, 0, nb, 0.1, False, None, be),
+        (p, x, q, None, None, 1, None, 0, nb, 0.1, False, None, False, be),
         test_utils=tu,
     )
     pt, t, tok, qt = make_tree(3, 13, 111, gen, kind="iid", shape="kary:3:3")

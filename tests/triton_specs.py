@@ -202,6 +202,7 @@ def _served_launches(specops, Tree) -> None:
             x = torch.zeros(4, k, dtype=torch.long)
             specops.verify_chain(tp, x, None, seed=0, backend="triton")
             specops.verify_chain(tp, x, tp[:, :k], seed=0, backend="triton")
+            specops.verify_chain(tp, x, tp[:, :k], seed=0, block=True, backend="triton")
     for d in (64, 128):
         for dt in (torch.float16, torch.bfloat16):
             for n in (16, 64):

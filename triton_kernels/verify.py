@@ -40,11 +40,13 @@ def _mass(p):
 
 
 @triton.jit
-def _weights(p_row, q_row, x, s, idx, vocab, MODE: tl.constexpr, HAS_Q: tl.constexpr):
+def _weights(p_row, q_row, x, s, wt, idx, vocab, MODE: tl.constexpr, HAS_Q: tl.constexpr):
     """One tile of a weight row (float32, 0 past the vocabulary), p and q read through _mass.
     MODE 0: w_i = p_i; MODE 1: the residual w_i = r_i = max(p_i - q_i, 0); MODE 2: the
-    normalised residual w_i = float32(float64(r_i) / s).  q = one-hot of x without draft
-    probabilities (x may be out of range: then q = 0)."""
+    normalised residual w_i = float32(float64(r_i) / s); MODE 3: block verification's residual
+    r_i = max(float32(wt * p_i - q_i), 0) (float64 wt, product and difference in float64);
+    MODE 4: its normalised form.  q = one-hot of x without draft probabilities (x may be out of
+    range: then q = 0)."""
     m = idx < vocab
     p = _mass(tl.load(p_row + idx, mask=m, other=0.0).to(tl.float32))
     if MODE == 0:
@@ -54,37 +56,42 @@ def _weights(p_row, q_row, x, s, idx, vocab, MODE: tl.constexpr, HAS_Q: tl.const
             q = _mass(tl.load(q_row + idx, mask=m, other=0.0).to(tl.float32))
         else:
             q = tl.where(idx == x, 1.0, 0.0)
-        w = tl.maximum(p - q, 0.0)  # float32 residual, as the reference's clamp_min(p - q, 0)
-        if MODE == 2:
+        if MODE >= 3:
+            w = tl.maximum((wt * p.to(tl.float64) - q.to(tl.float64)).to(tl.float32), 0.0)
+        else:
+            w = tl.maximum(p - q, 0.0)  # float32 residual, as the reference's clamp_min(p - q, 0)
+        if MODE == 2 or MODE == 4:
             w = (w.to(tl.float64) / s).to(tl.float32)  # division in float64, rounded per entry
     return tl.where(m, w, 0.0)
 
 
 @triton.jit
-def _total(p_row, q_row, x, s, vocab, MODE: tl.constexpr, HAS_Q: tl.constexpr, BLOCK: tl.constexpr):
+def _total(
+    p_row, q_row, x, s, wt, vocab, MODE: tl.constexpr, HAS_Q: tl.constexpr, BLOCK: tl.constexpr
+):
     """sum_i float64(w_i) over the vocabulary."""
     cols = tl.arange(0, BLOCK)
     acc = tl.zeros([BLOCK], dtype=tl.float64)
     for base in range(0, vocab, BLOCK):
-        acc += _weights(p_row, q_row, x, s, base + cols, vocab, MODE, HAS_Q).to(tl.float64)
+        acc += _weights(p_row, q_row, x, s, wt, base + cols, vocab, MODE, HAS_Q).to(tl.float64)
     return tl.sum(acc, axis=0)
 
 
 @triton.jit
 def _inverse_cdf(
-    p_row, q_row, x, s, u, vocab, MODE: tl.constexpr, HAS_Q: tl.constexpr, BLOCK: tl.constexpr
+    p_row, q_row, x, s, wt, u, vocab, MODE: tl.constexpr, HAS_Q: tl.constexpr, BLOCK: tl.constexpr
 ):
     """min{i : w_0 + ... + w_i > u * sum(w), w_i > 0} (float64 sums), else the last id with
     w_i > 0, else 0: reference.inverse_cdf of the weight row."""
     cols = tl.arange(0, BLOCK)
-    total = _total(p_row, q_row, x, s, vocab, MODE, HAS_Q, BLOCK)
+    total = _total(p_row, q_row, x, s, wt, vocab, MODE, HAS_Q, BLOCK)
     target = u.to(tl.float64) * total
     running = total * 0.0  # the carry: sum of the tiles before this one
     found = vocab + 0 * x
     last = 0 * x
     for base in range(0, vocab, BLOCK):
         idx = base + cols
-        w = _weights(p_row, q_row, x, s, idx, vocab, MODE, HAS_Q).to(tl.float64)
+        w = _weights(p_row, q_row, x, s, wt, idx, vocab, MODE, HAS_Q).to(tl.float64)
         inclusive = tl.cumsum(w, axis=0) + running
         hit = (inclusive > target) & (w > 0.0)
         found = tl.minimum(found, tl.min(tl.where(hit, idx, vocab), axis=0).to(found.dtype))
@@ -110,6 +117,69 @@ def _argmax(p_row, vocab, BLOCK: tl.constexpr):
         best_i = tl.where(better, i, best_i)
         best = tl.where(better, m, best)
     return best_i
+
+
+@triton.jit
+def _pick(v, ks, i):
+    """v[i] of a vector over the draft slots (0 where i is past it)."""
+    return tl.sum(tl.where(ks == i, v, 0), axis=0)
+
+
+@triton.jit
+def _block_verify(
+    p_b, q_b, target_sk, draft_sk, x, ks, in_k, u, u_final, n_valid, vocab, HAS_Q: tl.constexpr,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Block verification (Sun et al. 2024; reference/block.py) -> (tau, t).
+    w_0 = 1, w_i = min(w_{i-1} p_i(x_i) / q_i(x_i), 1) (float64, sequential over the drafts);
+    the scan tests positions n, n-1, ... (h_n = w_n, h_i = Z_i / (Z_i + 1 - w_i) with one pass
+    over the vocabulary for Z_i) and stops at the first u_{i-1} < h_i: tau, the maximum."""
+    ok = in_k & (x >= 0) & (x < vocab)
+    xc = tl.where(ok, x, 0)
+    px = _mass(tl.load(p_b + ks * target_sk + xc, mask=ok, other=0.0).to(tl.float32))
+    if HAS_Q:
+        qx = _mass(tl.load(q_b + ks * draft_sk + xc, mask=ok, other=0.0).to(tl.float32))
+    else:
+        qx = tl.full(px.shape, 1.0, tl.float32)
+    px64, qx64 = px.to(tl.float64), qx.to(tl.float64)
+    wv = tl.where(ks == 0, 1.0, 0.0).to(tl.float64)  # w_0 .. w_K over the slots
+    w = _pick(wv, ks, 0)
+    for i in range(0, n_valid):
+        pi, qi = _pick(px64, ks, i), _pick(qx64, ks, i)
+        ratio = tl.where(qi > 0.0, w * pi / tl.where(qi > 0.0, qi, 1.0), 1.0)
+        w = tl.minimum(tl.where((w > 0.0) & (pi > 0.0), ratio, 0.0), 1.0)
+        wv = tl.where(ks == i + 1, w, wv)
+    tau = 0 * n_valid
+    i = n_valid
+    zero = u_final.to(tl.float64) * 0.0
+    go = i >= 1
+    while go:
+        wi = _pick(wv, ks, i)
+        h = wi
+        if i < n_valid:  # Z_i: rows i (p_{i+1}, q_{i+1}), token x_i
+            xi = _pick(x, ks, i)
+            z = _total(p_b + i * target_sk, q_b + i * draft_sk, xi, zero, wi, vocab, 3, HAS_Q,
+                       BLOCK)  # fmt: skip
+            den = z + (1.0 - wi)
+            h = tl.where(den > 0.0, z / tl.where(den > 0.0, den, 1.0), 1.0)
+        if _pick(u, ks, i - 1).to(tl.float64) < h:
+            tau = i
+            go = False
+        else:
+            i -= 1
+            go = i >= 1
+    p_t = p_b + tau * target_sk
+    q_t = q_b + tau * draft_sk
+    x_t = _pick(x, ks, tau)
+    w_t = _pick(wv, ks, tau)
+    s = zero
+    if tau < n_valid:
+        s = _total(p_t, q_t, x_t, zero, w_t, vocab, 3, HAS_Q, BLOCK)
+    if s > 0.0:  # t ~ norm(r_tau)
+        t = _inverse_cdf(p_t, q_t, x_t, s, w_t, u_final, vocab, 4, HAS_Q, BLOCK)
+    else:  # the bonus p_{n+1} (tau = n), or a residual without mass: t ~ p_{tau+1}
+        t = _inverse_cdf(p_t, q_t, x_t, s, w_t, u_final, vocab, 0, HAS_Q, BLOCK)
+    return tau.to(tl.int64), t.to(tl.int64)
 
 
 @triton.jit
@@ -145,6 +215,7 @@ def _verify_chain_kernel(
     HAS_SEED_PTR: tl.constexpr,
     HAS_OFFSET_PTR: tl.constexpr,
     HAS_UNIFORMS: tl.constexpr,
+    BLOCK_VERIFY: tl.constexpr,
     BLOCK_K: tl.constexpr,
     BLOCK_NB: tl.constexpr,
     BLOCK: tl.constexpr,
@@ -192,53 +263,59 @@ def _verify_chain_kernel(
             u = philox_uniform(seed, offset, b + 0 * ks, ks)
         u_final = tl.sum(tl.where(ks == K, u, 0.0), axis=0)
 
-        # acceptance tests of all drafts at once: u_i * q_i(x_i) < p_i(x_i) + pool_i(x_i)
-        ok = in_k & (x >= 0) & (x < vocab)  # only in-range ids are ever used as an index
-        xc = tl.where(ok, x, 0)
-        px = _mass(tl.load(p_b + ks * target_sk + xc, mask=ok, other=0.0).to(tl.float32))
-        if HAS_Q:
-            q_b = draft + b * draft_sb
-            qx = _mass(tl.load(q_b + ks * draft_sk + xc, mask=ok, other=0.0).to(tl.float32))
+        if BLOCK_VERIFY:
+            acc, t = _block_verify(p_b, draft + b * draft_sb, target_sk, draft_sk, x, ks, in_k, u,
+                                   u_final, n_valid, vocab, HAS_Q, BLOCK)  # fmt: skip
         else:
-            qx = tl.full([BLOCK_K], 1.0, tl.float32)
-        if HAS_RELAX:
-            # LANTERN: pool(x) = sum of p(n_j) over the leading neighbours n_1..n_j of x whose
-            # cumulative mass c_j (float64) stays <= delta; -1, out-of-range ids and x itself
-            # contribute 0.  Rounded to float32, then added in float32.
-            js = tl.arange(0, BLOCK_NB)
-            nmask = ok[:, None] & (js[None, :] < neighbors_k)
-            nb = tl.load(neighbors + xc[:, None] * neighbors_k + js[None, :], mask=nmask, other=-1)
-            nb = nb.to(tl.int64)
-            nvalid = nmask & (nb >= 0) & (nb < vocab) & (nb != x[:, None])
-            pn_ptr = p_b + ks[:, None] * target_sk + tl.where(nvalid, nb, 0)
-            pn = _mass(tl.load(pn_ptr, mask=nvalid, other=0.0).to(tl.float32)).to(tl.float64)
-            cum = tl.cumsum(pn, axis=1)
-            delta = (delta_bits + 0 * b).to(tl.float64, bitcast=True)
-            pool = tl.sum(tl.where(cum <= delta, pn, 0.0), axis=1).to(tl.float32)
-            accept = u * qx < px + pool
-        else:
-            accept = u * qx < px
-        # a = the first rejected valid draft, or n_b when all are accepted
-        first_rej = tl.min(tl.where(in_k & ~accept, ks, K), axis=0).to(tl.int64)
-        acc = tl.minimum(first_rej, n_valid)
+            # acceptance tests of all drafts at once: u_i * q_i(x_i) < p_i(x_i) + pool_i(x_i)
+            ok = in_k & (x >= 0) & (x < vocab)  # only in-range ids are ever used as an index
+            xc = tl.where(ok, x, 0)
+            px = _mass(tl.load(p_b + ks * target_sk + xc, mask=ok, other=0.0).to(tl.float32))
+            if HAS_Q:
+                q_b = draft + b * draft_sb
+                qx = _mass(tl.load(q_b + ks * draft_sk + xc, mask=ok, other=0.0).to(tl.float32))
+            else:
+                qx = tl.full([BLOCK_K], 1.0, tl.float32)
+            if HAS_RELAX:
+                # LANTERN: pool(x) = sum of p(n_j) over the leading neighbours n_1..n_j of x whose
+                # cumulative mass c_j (float64) stays <= delta; -1, out-of-range ids and x itself
+                # contribute 0.  Rounded to float32, then added in float32.
+                js = tl.arange(0, BLOCK_NB)
+                nmask = ok[:, None] & (js[None, :] < neighbors_k)
+                nb = tl.load(
+                    neighbors + xc[:, None] * neighbors_k + js[None, :], mask=nmask, other=-1
+                )
+                nb = nb.to(tl.int64)
+                nvalid = nmask & (nb >= 0) & (nb < vocab) & (nb != x[:, None])
+                pn_ptr = p_b + ks[:, None] * target_sk + tl.where(nvalid, nb, 0)
+                pn = _mass(tl.load(pn_ptr, mask=nvalid, other=0.0).to(tl.float32)).to(tl.float64)
+                cum = tl.cumsum(pn, axis=1)
+                delta = (delta_bits + 0 * b).to(tl.float64, bitcast=True)
+                pool = tl.sum(tl.where(cum <= delta, pn, 0.0), axis=1).to(tl.float32)
+                accept = u * qx < px + pool
+            else:
+                accept = u * qx < px
+            # a = the first rejected valid draft, or n_b when all are accepted
+            first_rej = tl.min(tl.where(in_k & ~accept, ks, K), axis=0).to(tl.int64)
+            acc = tl.minimum(first_rej, n_valid)
 
-        # the final token from row a
-        pa = p_b + acc * target_sk
-        rejected = acc < n_valid
-        xa = tl.load(tokens + b * tokens_sb + acc * tokens_sk, mask=rejected, other=-1)
-        xa = xa.to(tl.int64)
-        if HAS_Q:
-            qa = draft + b * draft_sb + acc * draft_sk  # only read when draft a was rejected
-        else:
-            qa = pa  # unused
-        s = u_final.to(tl.float64) * 0.0
-        if rejected:
-            s = _total(pa, qa, xa, s, vocab, 1, HAS_Q, BLOCK)  # mass of r = max(p_a - q_a, 0)
-        if s > 0.0:  # t ~ norm(r)
-            t = _inverse_cdf(pa, qa, xa, s, u_final, vocab, 2, HAS_Q, BLOCK)
-        else:  # the bonus, or a residual without mass: t ~ mass(p_a)
-            t = _inverse_cdf(pa, qa, xa, s, u_final, vocab, 0, HAS_Q, BLOCK)
-        t = t.to(tl.int64)
+            # the final token from row a
+            pa = p_b + acc * target_sk
+            rejected = acc < n_valid
+            xa = tl.load(tokens + b * tokens_sb + acc * tokens_sk, mask=rejected, other=-1)
+            xa = xa.to(tl.int64)
+            if HAS_Q:
+                qa = draft + b * draft_sb + acc * draft_sk  # only read when draft a was rejected
+            else:
+                qa = pa  # unused
+            s = u_final.to(tl.float64) * 0.0
+            if rejected:
+                s = _total(pa, qa, xa, s, s, vocab, 1, HAS_Q, BLOCK)  # mass of max(p_a - q_a, 0)
+            if s > 0.0:  # t ~ norm(r)
+                t = _inverse_cdf(pa, qa, xa, s, s, u_final, vocab, 2, HAS_Q, BLOCK)
+            else:  # the bonus, or a residual without mass: t ~ mass(p_a)
+                t = _inverse_cdf(pa, qa, xa, s, s, u_final, vocab, 0, HAS_Q, BLOCK)
+            t = t.to(tl.int64)
 
     # tokens: x_0 .. x_{a-1}, t, then -1
     row = tl.where(ks < acc, x, tl.where(ks == acc, t, -1))
@@ -253,7 +330,19 @@ def _i64(v: int) -> int:
 
 
 def verify_chain_triton(
-    target, tokens, draft, num_draft, seed_t, seed_i, off_t, off_i, nb, delta, greedy, uniforms
+    target,
+    tokens,
+    draft,
+    num_draft,
+    seed_t,
+    seed_i,
+    off_t,
+    off_i,
+    nb,
+    delta,
+    greedy,
+    uniforms,
+    block_verify=False,
 ):
     """Launch ``_verify_chain_kernel`` on validated arguments (specops/ops/verify.py) ->
     (tokens [B, K+1] int32, num_accepted [B] int32)."""
@@ -309,6 +398,7 @@ def verify_chain_triton(
         HAS_SEED_PTR=seed_t is not None,
         HAS_OFFSET_PTR=off_t is not None,
         HAS_UNIFORMS=uniforms is not None,
+        BLOCK_VERIFY=bool(block_verify),
         BLOCK_K=triton.next_power_of_2(k1),
         BLOCK_NB=triton.next_power_of_2(max(nbk, 1)),
         BLOCK=block,

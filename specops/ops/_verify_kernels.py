@@ -30,13 +30,14 @@ def _tree(t: torch.Tensor) -> torch.Tensor:
 
 def verify_chain(
     be, target, tokens, draft, num_draft, seed_t, seed_i, off_t, off_i, nb, delta, greedy, uniforms,
-    out=None,
+    out=None, block=False,
 ):  # fmt: skip
     return c.launch(
         be, "verify_chain", _f32_rows(target),
         _f32_rows(draft) if draft is not None else None, _ids(tokens),
         num_draft.to(torch.int64).contiguous() if num_draft is not None else None,
-        c.int32_ids(nb), float(delta), bool(greedy), seed_t, seed_i, off_t, off_i, uniforms,
+        c.int32_ids(nb), float(delta), bool(greedy), bool(block), seed_t, seed_i, off_t, off_i,
+        uniforms,
         *(out or (None, None)),
     )  # fmt: skip
 

@@ -144,6 +144,7 @@ def verify_chain(
     relax: Relaxation | None = None,
     greedy: bool = False,
     uniforms: torch.Tensor | None = None,
+    block: bool = False,
     backend: str = "auto",
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> ChainResult:
@@ -154,7 +155,10 @@ def verify_chain(
     or None (deterministic drafts), ``num_draft`` [B] int drafts per request (ragged batches).
     ``relax``: LANTERN ``Relaxation`` (makes verification lossy).  ``greedy``: argmax
     verification, bit-exact with greedy decoding.  ``uniforms`` [B, K+1] float32 replaces the
-    Philox draws (draw i = test of draft i, draw K = the final sample).
+    Philox draws (draw i = test of draft i, draw K = the final sample).  ``block``: block
+    verification (Sun et al. 2024, ``specops.reference.block``): the accepted prefix decided
+    jointly, as lossless, never fewer accepted tokens on average (more where drafts are
+    sampled and K >= 2); the same draws; not with ``greedy`` or ``relax``.
 
     Returns ``ChainResult(tokens [B, K+1] int32, num_accepted [B] int32)``: accepted drafts, then
     one corrected/bonus token, -1 after; written into ``out`` = (tokens, num_accepted) when given
@@ -165,12 +169,18 @@ def verify_chain(
     except on exact rounding ties of the float64 sums."""
     op = "verify_chain"
     fast = c.fast_kernel(op, target_probs, backend, _CHAIN_BACKENDS)
-    if fast is not None and target_probs.dim() == 3 and relax is None and type(greedy) is bool:
+    if (
+        fast is not None
+        and target_probs.dim() == 3
+        and relax is None
+        and type(greedy) is bool
+        and type(block) is bool
+    ):
         rng, o = c.fast_rng(seed, offset, target_probs.shape[0]), _fast_outs(out, 2)
         if rng is not None and o is not None:
             try:
                 return ChainResult(*fast(target_probs, draft_probs, draft_tokens, num_draft, None,
-                                         0.0, greedy, *rng, uniforms, *o))  # fmt: skip
+                                         0.0, greedy, block, *rng, uniforms, *o))  # fmt: skip
             except (TypeError, ValueError):
                 pass  # the checks below name what is wrong, or normalise what the kernel reads
     b, k1, v = _check_target(op, target_probs)
@@ -182,9 +192,12 @@ def verify_chain(
     if num_draft is not None:
         c.check_ids(op, "num_draft", num_draft, device=dev, shape=(b,))
     greedy = _bool(op, "greedy", greedy)
+    block = _bool(op, "block", block)
     nb, delta = _check_relax(op, relax, v, dev)
     if greedy and nb is not None:
         raise ValueError(f"specops.{op}: relax cannot be combined with greedy=True")
+    if block and (greedy or nb is not None):
+        raise ValueError(f"specops.{op}: block=True cannot be combined with greedy or relax")
     seed_t, seed_i, off_t, off_i = c.rng_args(op, seed, offset, dev, b)
     _check_uniforms(op, uniforms, b, k + 1, dev)
     if c.validating():
@@ -199,7 +212,7 @@ def verify_chain(
         ):
             raise ValueError(f"specops.{op}: num_draft values must be in [0, {k}]")
     args = (target_probs, draft_tokens, draft_probs, num_draft, seed_t, seed_i, off_t, off_i,
-            nb, delta, greedy, uniforms, backend)  # fmt: skip
+            nb, delta, greedy, uniforms, block, backend)  # fmt: skip
     i32 = torch.int32
     specs = lambda: (("tokens", (b, k1), i32, dev), ("num_accepted", (b,), i32, dev))
     return ChainResult(*c.call(op, args, out, specs))
@@ -218,6 +231,7 @@ def _chain_impl(
     delta: float,
     greedy: bool,
     uniforms: Tensor | None,
+    block: bool,
     backend: str,
     out=None,
 ) -> tuple[Tensor, Tensor]:
@@ -230,12 +244,12 @@ def _chain_impl(
 
         return c.write_outs(out, verify_chain_triton(
             target, tokens, draft, num_draft, seed_t, seed_i, off_t, off_i, nb, delta, greedy,
-            uniforms,
+            uniforms, block,
         ))  # fmt: skip
     if be != "reference":
         return _kernels.verify_chain(
             be, target, tokens, draft, num_draft, seed_t, seed_i, off_t, off_i, nb, delta,
-            greedy, uniforms, out,
+            greedy, uniforms, out, block,
         )  # fmt: skip
     seed, offset = _ref_rng(seed_t, seed_i, off_t, off_i, target.device)
     r = rv.verify_chain(
@@ -248,6 +262,7 @@ def _chain_impl(
         relax=_relax_of(nb, delta),
         greedy=greedy,
         uniforms=uniforms,
+        block=block,
     )
     return c.write_outs(out, (r.tokens, r.num_accepted))
 

@@ -46,6 +46,7 @@ from typing import NamedTuple
 
 import torch
 
+from specops.reference.block import block_accept
 from specops.reference.philox import row_uniforms
 from specops.reference.results import ChainResult, JacobiResult, Relaxation, TreeResult
 from specops.reference.sampling import (
@@ -162,6 +163,7 @@ def verify_chain(
     relax: Relaxation | None = None,
     greedy: bool = False,
     uniforms: torch.Tensor | None = None,
+    block: bool = False,
 ) -> ChainResult:
     """Chain speculative sampling (Leviathan et al. / Chen et al.), lossless for any draft.
 
@@ -178,6 +180,9 @@ def verify_chain(
 
     ``greedy``: accept x_i iff x_i == argmax p_i (first maximal id), t = argmax p_a; bit-exact
     with greedy decoding of the target; no random draws.  Cannot be combined with ``relax``.
+
+    ``block``: block verification (Sun et al. 2024; ``specops.reference.block``): the accepted
+    prefix decided jointly, lossless, never fewer tokens on average.  Not with greedy or relax.
 
     Random draws, all on stream row b (request b): draw i (0 <= i < K) = u_i, the acceptance
     test of draft i; draw K = the uniform of t's inverse-CDF sample.  ``uniforms`` [B, K+1].
@@ -196,6 +201,13 @@ def verify_chain(
     n_eff = valid.sum(-1)
     rows = torch.arange(b, device=dev)
 
+    if block and not greedy:
+        u = _draws(seed, offset, b, k + 1, dev, uniforms)
+        q = mass(draft_probs.to(dev)) if draft_probs is not None else None
+        q = q if q is not None else _one_hot(x.reshape(-1), v).reshape(b, k, v)
+        a, dist = block_accept(p, q, x, n_eff, u)
+        final = inverse_cdf(dist, u[:, k]).long()
+        return _chain_result(x, a, final)
     if greedy:
         acc = x == p[:, :k].argmax(-1)
     else:
@@ -222,7 +234,13 @@ def verify_chain(
         else:
             dist = pa
         final = inverse_cdf(dist, u[:, k]).long()
-    col = torch.arange(k + 1, device=dev)[None, :]
+    return _chain_result(x, a, final)
+
+
+def _chain_result(x, a, final) -> ChainResult:
+    """tokens = x_0 .. x_{a-1}, final, -1 ...; num_accepted = a."""
+    b, k = x.shape
+    col = torch.arange(k + 1, device=x.device)[None, :]
     xpad = torch.cat([x, x.new_full((b, 1), -1)], 1)
     tokens = torch.where(col < a[:, None], xpad, -1)
     tokens = torch.where(col == a[:, None], final[:, None], tokens)

@@ -34,6 +34,20 @@ struct NormResidualDev {  // norm(r)_i = float32(float64(r_i) / s)
   __device__ float operator()(int64_t i) const { return normalised(r(i), s); }
 };
 
+struct BlockResidualDev {  // r(y) = max(float32(w p(y) - q(y)), 0); q == nullptr: one-hot(x)
+  const float* p;
+  const float* q;
+  int64_t x;
+  double w;
+  __device__ float operator()(int64_t i) const { return block_residual_at(p, q, x, w, i); }
+};
+
+struct NormBlockResidualDev {
+  BlockResidualDev r;
+  double s;
+  __device__ float operator()(int64_t i) const { return normalised(r(i), s); }
+};
+
 // Both block sums (valid on every thread) of two per-thread partials.
 template <int BLOCK>
 __device__ double2 block_sum2(typename BlockSampler<BLOCK>::TempStorage& tmp, double x, double y) {
@@ -69,6 +83,32 @@ __global__ void verify_chain_kernel(VerifyChainArgs a) {
       if (acc >= n_valid || a.tokens[b * a.tokens_sb + acc] != t) break;
       ++acc;
     }
+  } else if (a.block) {
+    // every thread computes the same weights (K loads each) and takes the same branches; the
+    // residual sums and the draw are block-parallel
+    const auto residual = [&](int64_t i, double w) {
+      const float* q = a.draft ? a.draft + b * a.draft_sb + i * a.draft_sk : nullptr;
+      return BlockResidualDev{a.target + b * a.target_sb + i * a.target_sk, q,
+                              a.tokens[b * a.tokens_sb + i], w};
+    };
+    acc = 0;
+    for (int64_t i = n_valid; i >= 1; --i) {
+      const double w = chain_block_weight(a, b, i);
+      const double h = i == n_valid ? w : block_stop(sampler.sum(residual(i, w), a.vocab), w);
+      if (static_cast<double>(a.rng.uniform(b, i - 1)) < h) {
+        acc = i;
+        break;
+      }
+    }
+    const float u = a.rng.uniform(b, a.k);
+    t = -1;
+    if (acc < n_valid) {  // t ~ norm(r_tau), or p_{tau+1} when r_tau has no mass
+      const BlockResidualDev r = residual(acc, chain_block_weight(a, b, acc));
+      const double s = sampler.sum(r, a.vocab);
+      if (s > 0.0) t = sampler.draw(NormBlockResidualDev{r, s}, a.vocab, u);
+    }
+    if (t < 0)
+      t = sampler.draw(PositiveDev{a.target + b * a.target_sb + acc * a.target_sk}, a.vocab, u);
   } else {
     const float* pa = a.target + b * a.target_sb + acc * a.target_sk;
     const float u = a.rng.uniform(b, a.k);

@@ -99,6 +99,7 @@ struct VerifyChainArgs {
   int64_t batch, k, vocab;
   RelaxArgs relax;
   bool greedy;
+  bool block = false;         // block verification (below); not with greedy or relax
   RngArgs rng;                // row b = request b; draw i = test of draft i, draw K = final token
   int32_t* out_tokens;        // [B, K+1]
   int32_t* out_num_accepted;  // [B]
@@ -135,6 +136,45 @@ SPECOPS_HD void chain_write_prefix(const VerifyChainArgs& a, int64_t b, int64_t 
     out[i] = i < acc ? static_cast<int32_t>(a.tokens[b * a.tokens_sb + i]) : (i == acc ? t : -1);
   }
   a.out_num_accepted[b] = static_cast<int32_t>(acc);
+}
+
+// ---- block verification ---------------------------------------------------------------------
+// Sun et al. 2024, Algorithm 2 (specops/reference/block.py), for n valid drafts x_1..x_n:
+//   w_0 = 1, w_i = min(w_{i-1} p_i(x_i) / q_i(x_i), 1)   (float64; 0 when w_{i-1} or p_i(x_i)
+//        is 0, 1 when q_i(x_i) = 0 < p_i(x_i))
+//   r_i(y) = max(float32(w_i p_{i+1}(y) - q_{i+1}(y)), 0),  Z_i = sum float64(r_i)
+//   h_i = Z_i / (Z_i + 1 - w_i) for i < n (1 when the denominator is 0), h_n = w_n
+//   tau = max{i : u_{i-1} < h_i} (0 if none); t ~ p_{n+1} if tau = n, else t ~ norm(r_tau)
+// The scan runs from n down and stops at the first acceptance (the maximum): one pass over the
+// vocabulary per position it tests below n.
+SPECOPS_HD double block_step(double w, float px, float qx) {
+  if (!(w > 0.0) || !(px > 0.f)) return 0.0;
+  if (!(qx > 0.f)) return 1.0;
+  const double r = w * static_cast<double>(px) / static_cast<double>(qx);
+  return r < 1.0 ? r : 1.0;
+}
+
+// w_j of request b: the recurrence over its drafts 0..j-1 (j <= its valid drafts).
+SPECOPS_HD double chain_block_weight(const VerifyChainArgs& a, int64_t b, int64_t j) {
+  double w = 1.0;
+  for (int64_t i = 0; i < j; ++i) {
+    const float* p = a.target + b * a.target_sb + i * a.target_sk;
+    const float* q = a.draft ? a.draft + b * a.draft_sb + i * a.draft_sk : nullptr;
+    const int64_t x = a.tokens[b * a.tokens_sb + i];
+    w = block_step(w, prob_at(p, a.vocab, x), q ? prob_at(q, a.vocab, x) : 1.f);
+  }
+  return w;
+}
+
+// r(y) = max(float32(w p(y) - q(y)), 0); q == nullptr: q = one-hot(x).
+SPECOPS_HD float block_residual_at(const float* p, const float* q, int64_t x, double w, int64_t i) {
+  const double qi = q ? static_cast<double>(mass(q[i])) : (i == x ? 1.0 : 0.0);
+  return clamp0(static_cast<float>(w * static_cast<double>(mass(p[i])) - qi));
+}
+
+SPECOPS_HD double block_stop(double z, double w) {
+  const double den = z + (1.0 - w);
+  return den > 0.0 ? z / den : 1.0;
 }
 
 // ---- tree -----------------------------------------------------------------------------------
