@@ -14,6 +14,9 @@ tree-building wrapper read at call time; the kernels' own modules are bound by n
 patching them would change nothing):
 
 - ``tree_speculative_sampling_target_only``: ``specops.compat.sglang``'s, same signature;
+- ``chain_speculative_sampling_triton``: the chain rejection sampler of
+  ``--speculative-use-rejection-sampling`` (token-wise, or block verification with
+  ``block_verification=True``), on ``specops.verify_chain``;
 - ``verify_tree_greedy_func``: SGLang's wrapper signature (``retrieve_*`` names, ``topk``),
   returning ``(predicts, accept_index, accept_token_num)``;
 - ``build_tree_kernel_efficient_func``: SGLang's wrapper signature, over
@@ -28,7 +31,11 @@ from __future__ import annotations
 import importlib
 import os
 
-from specops.compat.sglang import tree_speculative_sampling_target_only, verify_tree_greedy
+from specops.compat.sglang import (
+    chain_speculative_sampling_triton,
+    tree_speculative_sampling_target_only,
+    verify_tree_greedy,
+)
 from specops.compat.sglang_tree import build_tree_kernel_efficient
 
 __all__ = ["install", "installed", "uninstall", "TARGET_MODULE"]
@@ -76,6 +83,7 @@ def build_tree_kernel_efficient_func(
 
 
 REPLACEMENTS = {
+    "chain_speculative_sampling_triton": chain_speculative_sampling_triton,
     "tree_speculative_sampling_target_only": tree_speculative_sampling_target_only,
     "verify_tree_greedy_func": verify_tree_greedy_func,
     "build_tree_kernel_efficient_func": build_tree_kernel_efficient_func,

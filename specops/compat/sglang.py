@@ -36,9 +36,14 @@ from __future__ import annotations
 
 import torch
 
+import specops
 from specops.ops import _common as c
 
-__all__ = ["tree_speculative_sampling_target_only", "verify_tree_greedy"]
+__all__ = [
+    "chain_speculative_sampling_triton",
+    "tree_speculative_sampling_target_only",
+    "verify_tree_greedy",
+]
 
 
 def _check_tree(op, candidates, retrive_index, nxt, sib, predicts, accept_index, extra=()):
@@ -242,3 +247,76 @@ def tree_speculative_sampling_target_only(
     token = torch.where(has_first, first, torch.where(pos.any(-1), last_pos, vocab - 1))
     _write(w.flat, w.slot[rows, w.last], token, torch.ones_like(w.alive))
     accept_token_num.copy_(w.num.to(accept_token_num.dtype))
+
+
+def chain_speculative_sampling_triton(
+    predicts: torch.Tensor,
+    accept_index: torch.Tensor,
+    accept_token_num: torch.Tensor,
+    candidates: torch.Tensor,
+    retrive_index: torch.Tensor,
+    retrive_next_token: torch.Tensor,
+    retrive_next_sibling: torch.Tensor,
+    uniform_samples: torch.Tensor,
+    uniform_samples_for_final_sampling: torch.Tensor,
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    threshold_single: float = 1.0,
+    threshold_acc: float = 1.0,
+    deterministic: bool = True,
+    *,
+    block_verification: bool = False,
+) -> None:
+    """SGLang 0.5.23's chain rejection sampler (``reject_sampling.py``; EAGLE with
+    ``--speculative-use-rejection-sampling``, topk 1), on ``specops.verify_chain``.
+
+    ``candidates`` [bs, K+1] (slot 0 the root, slots 1..K the drafts x_1..x_K),
+    ``target_probs`` [bs, K+1, V], ``draft_probs`` [bs, >= K, V] (rows 0..K-1 read),
+    ``uniform_samples`` [bs, >= K] (column i-1 tests draft i),
+    ``uniform_samples_for_final_sampling`` [bs].  Token-wise: accept x_i while
+    u * q(x_i) < p(x_i), the correction drawn from max(p - q, 0).  ``block_verification``:
+    Sun et al.'s block verification (``verify_chain(block=True)``).
+
+    Written as SGLang writes them: ``accept_token_num[b]`` = tau, ``accept_index[b, j]`` =
+    ``retrive_index[b, j]`` for j <= tau, ``predicts`` at ``retrive_index[b, j - 1]`` = x_j and
+    at ``retrive_index[b, tau]`` the final token; the rest left as given.  The thresholds,
+    ``deterministic`` and the sibling lists are ignored, as in SGLang.  Same law as SGLang's
+    kernel and the same decisions on the same coins; the final token can differ where
+    u * sum lies within rounding of a cumulative-sum boundary, and where the residual has no
+    mass (SGLang emits V - 1, specops draws from the target row)."""
+    op = "specops.compat.sglang.chain_speculative_sampling_triton"
+    bs, k1 = candidates.shape
+    k = k1 - 1
+    if target_probs.dim() != 3 or tuple(target_probs.shape[:2]) != (bs, k1):
+        raise ValueError(
+            f"{op}: target_probs must be [{bs}, {k1}, V], got {list(target_probs.shape)}"
+        )
+    if draft_probs.dim() != 3 or draft_probs.shape[0] != bs or draft_probs.shape[1] < k:
+        raise ValueError(
+            f"{op}: draft_probs must be [{bs}, >= {k}, V], got {list(draft_probs.shape)}"
+        )
+    if uniform_samples.dim() != 2 or uniform_samples.shape[0] != bs or uniform_samples.shape[1] < k:
+        raise ValueError(
+            f"{op}: uniform_samples must be [{bs}, >= {k}], got {list(uniform_samples.shape)}"
+        )
+    if bs == 0:
+        return
+    u = torch.cat(
+        [uniform_samples[:, :k].float(), uniform_samples_for_final_sampling.reshape(bs, 1).float()],
+        1,
+    )
+    r = specops.verify_chain(target_probs, candidates[:, 1:], draft_probs[:, :k], uniforms=u,
+                             block=bool(block_verification))  # fmt: skip
+    tau = r.num_accepted.long()
+    slot = retrive_index.long()
+    j = torch.arange(k1, device=candidates.device)[None, :]
+    upto = j <= tau[:, None]
+    accept_index.copy_(torch.where(upto, slot, accept_index.long()).to(accept_index.dtype))
+    # predicts[slot_j] = the token after node j: x_{j+1} for j < tau, the final token at tau
+    after = torch.where(j < tau[:, None], candidates.long().roll(-1, 1), r.tokens.long().gather(
+        1, tau[:, None]).expand(bs, k1))  # fmt: skip
+    flat = predicts.view(-1)
+    at = slot.clamp(0, max(flat.numel() - 1, 0)).reshape(-1)
+    keep = flat.gather(0, at).view(bs, k1).long()
+    flat.scatter_(0, at, torch.where(upto, after, keep).reshape(-1).to(flat.dtype))
+    accept_token_num.copy_(tau.to(accept_token_num.dtype))
