@@ -298,3 +298,80 @@ def test_malformed_trees(what, edit, match):
             run(fn)
         with specops.validation(False):
             assert int(run(fn).max()) <= 3
+
+
+# tree_speculative_sampling (lossless with the draft distribution) ----------------------------
+def _kary(bs, v, wor, seed, spread=2.0, err=0.5):
+    from specops.bench.sglang_acceptance import synthetic
+
+    g = torch.Generator().manual_seed(seed)
+    return synthetic(bs, v, 2, 2, spread, err, wor, g), g  # 1 + 2 + 4 = 7 nodes
+
+
+def _run_tree(fn, data, g, steps=3, **kw):
+    cand, nt, ns, target, draft = data
+    bs, n = cand.shape
+    predicts = torch.full((bs * n,), -7, dtype=torch.int32)
+    accept_index = torch.full((bs, steps), -1, dtype=torch.int32)
+    num = torch.zeros(bs, dtype=torch.int32)
+    slot = torch.arange(bs * n).view(bs, n)
+    coins, final = torch.rand(bs, n, generator=g), torch.rand(bs, generator=g)
+    fn(predicts, accept_index, num, cand, slot, nt, ns, coins, final, target, draft, **kw)
+    return predicts.view(bs, n), accept_index, num, coins, final
+
+
+@pytest.mark.parametrize("wor", [False, True])
+def test_tree_with_draft_probs_is_verify_tree(wor):
+    """Outputs are specops.verify_tree's on the same tree, drafts and draws, laid out as SGLang's
+    (accept_index = slots of the path, predicts at each path node = the token after it)."""
+    from specops.compat.sglang import tree_speculative_sampling
+
+    data, g = _kary(64, 12, wor, 3)
+    predicts, accept_index, num, coins, final = _run_tree(tree_speculative_sampling, data, g,
+                                                          without_replacement=wor)  # fmt: skip
+    cand, nt, ns, target, draft = data
+    tree = specops.Tree.from_parents([-1, 0, 0, 1, 1, 2, 2])
+    u = torch.cat([coins[:, 1:], final[:, None]], 1)
+    r = specops.verify_tree(target, tree, cand, draft, uniforms=u, without_replacement=wor)
+    assert torch.equal(num, r.num_accepted)
+    for b in range(64):
+        a = int(num[b])
+        path = r.path[b, : a + 1].tolist()
+        assert accept_index[b, : a + 1].tolist() == [b * 7 + i for i in path]
+        assert predicts[b, path].tolist() == r.tokens[b, : a + 1].tolist()
+
+
+@pytest.mark.parametrize("wor", [False, True])
+def test_tree_with_draft_probs_is_lossless_and_accepts_more(wor):
+    """The token after the root follows the target (chi-square over 6000 requests sharing one
+    target row), and on the same trees it accepts more than target-only verification."""
+    from helpers import chi2_pvalue
+
+    from specops.compat.sglang import (
+        tree_speculative_sampling,
+        tree_speculative_sampling_target_only,
+    )
+
+    data, g = _kary(6000, 6, wor, 4, spread=1.0, err=0.7)
+    cand, nt, ns, target, draft = data
+    target[:, 0] = target[0, 0]  # one root row for all: its law is checkable
+    draft[:, 0] = draft[0, 0]
+    cand[:, 1:3] = torch.multinomial(draft[0, 0], 2 * 6000, replacement=True, generator=g).view(
+        6000, 2) if not wor else torch.stack([torch.multinomial(draft[0, 0], 2, generator=g)
+                                              for _ in range(6000)])  # fmt: skip
+    predicts, _, num, _, _ = _run_tree(tree_speculative_sampling, data, g, without_replacement=wor)
+    counts = torch.bincount(predicts[:, 0].long(), minlength=6)
+    assert chi2_pvalue(counts, target[0, 0]) > 1e-3
+    _, _, num_t, _, _ = _run_tree(tree_speculative_sampling_target_only, (cand, nt, ns, target,
+                                  draft.clone()), g)  # fmt: skip
+    assert num.double().mean() > num_t.double().mean() + 0.2
+
+
+def test_linked_lists_to_parents():
+    from specops.compat.sglang import linked_tree_parents
+
+    cand, ri, nt, ns, _ = _sgl_vector_inputs()
+    parents, reached = linked_tree_parents(nt, ns)
+    # request 0: 0 -> 1 -> 2, 0 -> 3 -> 4 -> 5; request 1: 0 -> 4 -> 5, 4's sibling 1 -> 2 -> 3
+    assert parents.tolist() == [[-1, 0, 1, 0, 3, 4], [-1, 0, 1, 2, 0, 4]]
+    assert reached.all()

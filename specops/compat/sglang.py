@@ -41,6 +41,8 @@ from specops.ops import _common as c
 
 __all__ = [
     "chain_speculative_sampling_triton",
+    "linked_tree_parents",
+    "tree_speculative_sampling",
     "tree_speculative_sampling_target_only",
     "verify_tree_greedy",
 ]
@@ -320,3 +322,88 @@ def chain_speculative_sampling_triton(
     keep = flat.gather(0, at).view(bs, k1).long()
     flat.scatter_(0, at, torch.where(upto, after, keep).reshape(-1).to(flat.dtype))
     accept_token_num.copy_(tau.to(accept_token_num.dtype))
+
+
+def linked_tree_parents(retrive_next_token: torch.Tensor, retrive_next_sibling: torch.Tensor):
+    """(parents [bs, N] long, reached [bs, N] bool): each node's parent in SGLang's linked-list
+    tree (-1 for the root and for nodes no link reaches), by N hops of tensor operations."""
+    bs, n = retrive_next_token.shape
+    nxt, sib = retrive_next_token.long(), retrive_next_sibling.long()
+    parents = torch.full((bs, n + 1), -1, dtype=torch.long, device=nxt.device)  # + a spare
+    owner = torch.arange(n, device=nxt.device).expand(bs, n)
+    cur = nxt.clone()  # for every node p: the child of p the hop is at
+    for _ in range(n):
+        ok = (cur >= 0) & (cur < n)
+        parents.scatter_(1, torch.where(ok, cur, n), owner)  # misses land in the spare column
+        cur = torch.where(ok, sib.gather(1, cur.clamp(0, n - 1)), -1)
+    parents = parents[:, :n]
+    reached = parents >= 0
+    reached[:, 0] = True
+    return parents, reached
+
+
+def tree_speculative_sampling(
+    predicts: torch.Tensor,
+    accept_index: torch.Tensor,
+    accept_token_num: torch.Tensor,
+    candidates: torch.Tensor,
+    retrive_index: torch.Tensor,
+    retrive_next_token: torch.Tensor,
+    retrive_next_sibling: torch.Tensor,
+    uniform_samples: torch.Tensor,
+    uniform_samples_for_final_sampling: torch.Tensor,
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    *,
+    without_replacement: bool = False,
+) -> None:
+    """What SGLang lacks: lossless verification of a tree whose drafts were sampled from a real
+    draft distribution, using it (``specops.verify_tree``: recursive rejection sampling, with or
+    without replacement), in the target-only function's signature and output layout.
+
+    ``draft_probs`` [bs, N, V] row n = the distribution node n's children were drawn from
+    (independently, or ``without_replacement``); ``target_probs`` row n = the target after node
+    n.  Node n's test uses ``uniform_samples[b, n]``, the final token
+    ``uniform_samples_for_final_sampling[b]``.  Siblings are tested in node-index order (SGLang's
+    tree builder links them so); nodes deeper than S - 1 levels and nodes no link reaches are
+    left out.  Outputs as ``tree_speculative_sampling_target_only`` writes them; ``draft_probs``
+    is only read."""
+    op = "specops.compat.sglang.tree_speculative_sampling"
+    _check_tree(op, candidates, retrive_index, retrive_next_token, retrive_next_sibling, predicts,
+                accept_index, (("uniform_samples", uniform_samples), ("target_probs", target_probs),
+                               ("draft_probs", draft_probs)))  # fmt: skip
+    bs, n = candidates.shape
+    steps = accept_index.shape[1]
+    if bs == 0 or steps == 0:
+        return
+    parents, reached = linked_tree_parents(retrive_next_token, retrive_next_sibling)
+    node = torch.arange(n, device=parents.device)
+    # specops trees list parents before children: a node breaking that order is left out too
+    keep = reached & ((parents < node) | (node == 0))
+    tree = specops.Tree.from_parents(torch.where(keep, parents, 0).int(), validate=False)
+    keep &= tree.depth <= steps - 1
+    tokens = torch.where(keep, candidates.long(), -1)
+    tree._path_width = min(steps, n)  # known statically: no host read
+    u = torch.cat([uniform_samples[:, 1:].float(),
+                   uniform_samples_for_final_sampling.reshape(bs, 1).float()], 1)  # fmt: skip
+    r = specops.verify_tree(target_probs, tree, tokens, draft_probs, uniforms=u,
+                            without_replacement=without_replacement)  # fmt: skip
+    a = r.num_accepted.long()
+    w = r.path.shape[1]
+    rows = torch.arange(bs, device=a.device)[:, None]
+    on_path = torch.arange(w, device=a.device)[None, :] <= a[:, None]
+    slot = retrive_index.long()
+    cols = accept_index[:, :w]
+    path_slot = slot[rows, r.path.long().clamp(min=0)]
+    cols.copy_(torch.where(on_path, path_slot, cols.long()).to(cols.dtype))
+    # per node: the token after it when it is on the path (off-path entries: a spare column)
+    node = torch.where(on_path, r.path.long(), n)
+    after = torch.zeros(bs, n + 1, dtype=torch.long, device=a.device).scatter_(
+        1, node, r.tokens.long()
+    )[:, :n]
+    hit = torch.zeros(bs, n + 1, dtype=torch.bool, device=a.device).scatter_(1, node, on_path)
+    flat = predicts.view(-1)
+    at = slot.clamp(0, max(flat.numel() - 1, 0)).reshape(-1)
+    old = flat.gather(0, at).view(bs, n).long()
+    flat.scatter_(0, at, torch.where(hit[:, :n], after, old).reshape(-1).to(flat.dtype))
+    accept_token_num.copy_(a.to(accept_token_num.dtype))
