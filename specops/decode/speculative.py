@@ -219,6 +219,7 @@ def speculative(
     threshold: float = 1.0,
     without_replacement: bool = True,
     relax=None,
+    block: bool = False,
     length: int | None = None,
     temperature: float = 1.0,
     top_k=None,
@@ -240,7 +241,9 @@ def speculative(
     (children sampled; ``without_replacement`` picks the sibling scheme).
     ``temperature=0``: greedy drafts and greedy verification.  ``relax``: LANTERN relaxed
     acceptance (``specops.decode.lantern(codebook, k, delta)``; LOSSY, the LANTERN baseline of
-    the VVS paper).  ``drafter_prefill`` (default): a feature drafter first reads the prompt,
+    the VVS paper).  ``block``: block verification of the chain (``tree=None``; Sun et al. 2024,
+    ``verify_chain(block=True)``: lossless, never fewer accepted drafts on average).
+    ``drafter_prefill`` (default): a feature drafter first reads the prompt,
     entry i = [e(x_{i+1}) || f_i] with the target's last hidden states (HiViS Eq. 3), in one
     call; False: it starts from the last prompt position alone.  ``hide`` [B, P] bool (HiViS):
     prompt positions (visual tokens) left out of the drafter's sequence, seen only through the
@@ -260,6 +263,8 @@ def speculative(
     b = prompt.shape[0]
     length = length or model.cfg.grid**2
     greedy = temperature == 0
+    if block and (tree is not None or greedy or relax is not None):
+        raise ValueError("speculative: block=True verifies a sampled chain (tree=None, no relax)")
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     if tree is None:
         mode, width, nodes = "chain", num_draft + 1, num_draft + 1
@@ -333,6 +338,7 @@ def speculative(
                     offset=rng(),
                     relax=relax,
                     greedy=greedy,
+                    block=block,
                 )
                 path = torch.where(cols <= r.num_accepted[:, None], cols, -1)
             else:
