@@ -49,7 +49,8 @@ def _sample_kernel(
     # positive entry, else 0 (the inverse CDF verify_chain draws its final token with, weight
     # mode 0; NaN, negative and +inf entries count as 0)
     none = -1 + 0 * row  # no draft token: mode 0 reads neither q nor x
-    tok = _inverse_cdf(p_row, p_row, none, u.to(tl.float64) * 0.0, u, vocab, 0, False, BLOCK)
+    zero = u.to(tl.float64) * 0.0
+    tok = _inverse_cdf(p_row, p_row, none, zero, zero, u, vocab, 0, False, BLOCK)
     tl.store(out + row, tok.to(tl.int32))
 
 
