@@ -23,9 +23,19 @@ Replaced: ``vllm.v1.sample.rejection_sampler.rejection_sample`` (the V1 model ru
   every emitted token is vLLM's; its draws are not reproduced (vLLM races exponentials for the
   recovered token).
 
-vLLM modes specops does not implement (synthetic acceptance rates, FLy) call vLLM's own
-function.  Model Runner V2's sampler (vLLM 0.33.0's default runner) is not replaced yet: it
-keeps running vLLM's code (issue 25).  Importing this module imports nothing of vLLM."""
+Model Runner V2 (0.33.0's default runner): ``vllm.v1.worker.gpu.spec_decode.rejection_sampler.
+rejection_sample`` (bound there by name) is replaced by ``rejection_sample_v2``, vLLM's V2
+contract: per request n drafts + 1 bonus row of tempered target logits, draft logits before
+temperature (or one-hot drafts), greedy rows by argmax, ``(sampled [R, steps + 1] int64,
+num_sampled [R] int32)``, block verification (``use_block_verification``: ``verify_chain(
+block=True)``).  Its acceptance draws are vLLM's own, token for token: u = Triton's
+``tl.rand(seed, pos)`` (Philox4x32-10 keyed by the request's seed, counter = the row's position;
+``seed ^ (step << 32)`` per step in block mode), computed with specops's Philox in plain
+PyTorch; the final token is drawn from the same law as vLLM's with a uniform of the same stream
+(key ``seed ^ ((steps + 1) << 32)``), not vLLM's Gumbel noise.
+
+vLLM modes specops does not implement (synthetic acceptance rates, FLy, watermarking) call vLLM's
+own function.  Importing this module imports nothing of vLLM."""
 
 from __future__ import annotations
 
@@ -36,17 +46,43 @@ import torch
 
 import specops
 
-__all__ = ["install", "installed", "uninstall", "rejection_sample", "V1_MODULE"]
+__all__ = [
+    "install",
+    "installed",
+    "uninstall",
+    "rejection_sample",
+    "rejection_sample_v2",
+    "tl_rand",
+    "V1_MODULE",
+    "V2_MODULE",
+]
 
 V1_MODULE = "vllm.v1.sample.rejection_sampler"
-_saved: dict[str, object] = {}
+V2_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler"
+_saved: dict[tuple[str, str], object] = {}
 
 
-def _original():
-    fn = _saved.get("rejection_sample")
+def _original(module: str = V1_MODULE):
+    fn = _saved.get((module, "rejection_sample"))
     if fn is None:
-        fn = importlib.import_module(V1_MODULE).rejection_sample
+        fn = importlib.import_module(module).rejection_sample
     return fn
+
+
+def tl_rand(seed: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+    """Triton's ``tl.rand(seed, offset)`` for int64 tensors, as vLLM's ``tl_rand32(...,
+    includes_zero=False)``: Philox4x32-10 with key (seed lo, seed hi) and counter (offset lo,
+    offset hi, 0, 0); word 0 as a signed int32 x, ~x if negative, times 4.6566127342e-10 in
+    float32, at least that constant."""
+    from specops.reference.philox import philox4x32_10
+
+    m = 0xFFFFFFFF
+    x0, _, _, _ = philox4x32_10(offset & m, (offset >> 32) & m, 0, 0, seed & m, (seed >> 32) & m)
+    x = torch.where(x0 >= 2**31, x0 - 2**32, x0)  # the int32 bit pattern
+    x = torch.where(x < 0, ~x, x)
+    c = torch.tensor(4.6566127342e-10, dtype=torch.float32)
+    u = x.to(torch.float32) * c.to(x.device)
+    return torch.maximum(u, c.to(x.device))
 
 
 def rejection_sample(
@@ -131,26 +167,106 @@ def _sampled(x, rows, n, k, draft_probs, target_logits, bonus, md, num_draft_tok
     return torch.where(all_in & (cols == n[:, None]), bonus, r.tokens.long()).to(torch.int32)
 
 
+def rejection_sample_v2(
+    target_logits: torch.Tensor,
+    draft_logits: torch.Tensor | None,
+    draft_sampled: torch.Tensor,
+    cu_num_logits: torch.Tensor,
+    pos: torch.Tensor,
+    idx_mapping: torch.Tensor,
+    expanded_idx_mapping: torch.Tensor,
+    expanded_local_pos: torch.Tensor,
+    temperature: torch.Tensor,
+    seed: torch.Tensor,
+    num_speculative_steps: int,
+    synthetic_conditional_rates: torch.Tensor | None = None,
+    use_fp64: bool = False,
+    use_block_verification: bool = False,
+    contexts=None,
+    watermarking=None,
+    watermarking_skip_mask=None,
+    watermark_key=None,
+    fly_window_size: int = 0,
+    fly_entropy_threshold: float = 0.3,
+    fly_entropy_top_k: int = 3,
+):
+    """vLLM 0.33.0's Model Runner V2 ``rejection_sample`` contract (module docstring)."""
+    if synthetic_conditional_rates is not None or fly_window_size or watermarking is not None:
+        return _original(V2_MODULE)(
+            target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
+            expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps,
+            synthetic_conditional_rates, use_fp64, use_block_verification, contexts,
+            watermarking, watermarking_skip_mask, watermark_key, fly_window_size,
+            fly_entropy_threshold, fly_entropy_top_k,
+        )  # fmt: skip
+    k = int(num_speculative_steps)
+    dev = target_logits.device
+    cu = cu_num_logits.long()
+    start = cu[:-1]
+    r = start.numel()
+    total = target_logits.shape[0]
+    n = (cu[1:] - start - 1).clamp(0, k)  # drafts per request (the last row is the bonus row)
+    j = torch.arange(k + 1, device=dev)[None, :]
+    rows = (start[:, None] + j).clamp(0, max(total - 1, 0))  # [R, K + 1]
+    later = (start[:, None] + j[:, :k] + 1).clamp(0, max(total - 1, 0))
+    x = torch.where(j[:, :k] < n[:, None], draft_sampled.long()[later], -1)  # draft j at row j
+    state = idx_mapping.long()
+    temp = temperature.float()[state]
+    sd = seed.long()[state]
+    greedy = temp == 0
+    logits = target_logits.float()[rows]  # [R, K + 1, V]
+    am = logits.argmax(-1)  # greedy: accept while draft == argmax; argmax where it stops
+    a_g = (x == am[:, :k]).long().cumprod(-1).sum(-1).clamp(max=n)
+    tok_g = torch.where(j <= a_g[:, None], am, -1)
+    p = logits.softmax(-1)
+    q = None
+    if draft_logits is not None:
+        t = torch.where(temp > 0, temp, 1.0)[:, None, None]
+        q = (draft_logits.float()[state, :k] / t).softmax(-1)
+    # acceptance draws: vLLM's own, tl.rand(seed (^ step << 32 in block mode), pos of the row)
+    steps = j[:, :k].expand(r, k)
+    key = (sd[:, None] ^ (steps << 32)) if use_block_verification else sd[:, None].expand(r, k)
+    u = tl_rand(key, pos.long()[rows[:, :k]])
+    final_key = sd ^ ((k + 1) << 32)
+    last_row = rows.gather(1, n[:, None])[:, 0]
+    u_final = tl_rand(final_key, pos.long()[last_row])
+    res = specops.verify_chain(p, x, q, uniforms=torch.cat([u, u_final[:, None]], 1),
+                               block=bool(use_block_verification))  # fmt: skip
+    tokens = torch.where(greedy[:, None], tok_g, res.tokens.long())
+    num = torch.where(greedy, a_g, res.num_accepted.long()) + 1
+    return tokens, num.to(torch.int32)
+
+
 def install() -> list[str]:
-    """Put specops's ``rejection_sample`` in vLLM's V1 sampler; returns the names replaced (none
-    when ``SPECOPS_VLLM=0``).  Idempotent.  Raises ImportError when vLLM's module does not
-    import, AttributeError when it has no ``rejection_sample`` (another vLLM version)."""
+    """Put specops's functions in vLLM's V1 sampler and Model Runner V2's; returns the modules
+    patched (none when ``SPECOPS_VLLM=0``).  Idempotent.  Raises ImportError when vLLM's V1
+    module does not import, AttributeError when a module has no ``rejection_sample`` (another
+    vLLM version); a V2 module that does not import is skipped."""
     if os.environ.get("SPECOPS_VLLM", "1") == "0":
         return []
-    mod = importlib.import_module(V1_MODULE)
-    current = getattr(mod, "rejection_sample", None)
-    if current is None:
-        raise AttributeError(
-            f"specops.vllm.install: {V1_MODULE} has no rejection_sample "
-            "(specops follows vLLM 0.33.0)"
-        )
-    if current is not rejection_sample:
-        _saved["rejection_sample"] = current
-        mod.rejection_sample = rejection_sample
-    return ["rejection_sample"]
+    done = []
+    for module, fn in ((V1_MODULE, rejection_sample), (V2_MODULE, rejection_sample_v2)):
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            if module == V1_MODULE:
+                raise
+            continue
+        current = getattr(mod, "rejection_sample", None)
+        if current is None:
+            raise AttributeError(
+                f"specops.vllm.install: {module} has no rejection_sample "
+                "(specops follows vLLM 0.33.0)"
+            )
+        if current is not fn:
+            _saved[(module, "rejection_sample")] = current
+            mod.rejection_sample = fn
+        done.append(module)
+    return done
 
 
 def installed() -> bool:
+    """Whether vLLM's V1 sampler (if imported) runs specops's function."""
     import sys
 
     mod = sys.modules.get(V1_MODULE)
@@ -158,9 +274,11 @@ def installed() -> bool:
 
 
 def uninstall() -> None:
+    """Put vLLM's own functions back."""
     import sys
 
-    mod = sys.modules.get(V1_MODULE)
-    if mod is not None and "rejection_sample" in _saved:
-        mod.rejection_sample = _saved["rejection_sample"]
+    for (module, name), fn in _saved.items():
+        mod = sys.modules.get(module)
+        if mod is not None:
+            setattr(mod, name, fn)
     _saved.clear()
