@@ -80,9 +80,8 @@ def tl_rand(seed: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
     x0, _, _, _ = philox4x32_10(offset & m, (offset >> 32) & m, 0, 0, seed & m, (seed >> 32) & m)
     x = torch.where(x0 >= 2**31, x0 - 2**32, x0)  # the int32 bit pattern
     x = torch.where(x < 0, ~x, x)
-    c = torch.tensor(4.6566127342e-10, dtype=torch.float32)
-    u = x.to(torch.float32) * c.to(x.device)
-    return torch.maximum(u, c.to(x.device))
+    c = torch.full((), 4.6566127342e-10, dtype=torch.float32, device=x.device)
+    return torch.maximum(x.to(torch.float32) * c, c)
 
 
 def rejection_sample(
@@ -154,9 +153,9 @@ def _sampled(x, rows, n, k, draft_probs, target_logits, bonus, md, num_draft_tok
     """verify_chain on softmax(target logits); vLLM's bonus token after all n drafts."""
     b = x.shape[0]
     dev = x.device
-    probs = target_logits.float().softmax(-1)[rows]  # [B, K, V]
+    probs = target_logits[rows].float().softmax(-1)  # [B, K, V]
     target = torch.cat([probs, probs[:, :1]], 1)  # row K: a placeholder (the bonus is vLLM's)
-    q = draft_probs.float()[rows] if draft_probs is not None else None
+    q = draft_probs[rows].float() if draft_probs is not None else None
     u = torch.rand(b, k + 1, device=dev)
     for i, g in (md.generators or {}).items():
         if num_draft_tokens[i] > 0:
@@ -214,7 +213,10 @@ def rejection_sample_v2(
     temp = temperature.float()[state]
     sd = seed.long()[state]
     greedy = temp == 0
-    logits = target_logits.float()[rows]  # [R, K + 1, V]
+    v = target_logits.shape[-1]
+    if draft_logits is not None:  # a draft vocabulary may be smaller (padding): vLLM cuts both
+        v = min(v, draft_logits.shape[-1])
+    logits = target_logits[rows, :v].float()  # [R, K + 1, V]
     am = logits.argmax(-1)  # greedy: accept while draft == argmax; argmax where it stops
     a_g = (x == am[:, :k]).long().cumprod(-1).sum(-1).clamp(max=n)
     tok_g = torch.where(j <= a_g[:, None], am, -1)
@@ -222,7 +224,7 @@ def rejection_sample_v2(
     q = None
     if draft_logits is not None:
         t = torch.where(temp > 0, temp, 1.0)[:, None, None]
-        q = (draft_logits.float()[state, :k] / t).softmax(-1)
+        q = (draft_logits[state, :k, :v].float() / t).softmax(-1)
     # acceptance draws: vLLM's own, tl.rand(seed (^ step << 32 in block mode), pos of the row)
     steps = j[:, :k].expand(r, k)
     key = (sd[:, None] ^ (steps << 32)) if use_block_verification else sd[:, None].expand(r, k)

@@ -273,3 +273,11 @@ def test_malformed_input():
         big = top.clone()
         big[1, 3] = 10**6  # g far past parent_list
         assert run(sel=big).shape == (16,)
+        # a negative length and a short mask: the writes that do not fit are dropped, the ones
+        # that fit land, whatever order the scatter runs in
+        mask, positions, ri, nt, ns = _buffers(2, 8, seq_lens, FULL_MASK)
+        short = mask[:110].clone()
+        build_tree_kernel_efficient(parent_list, top, torch.tensor([5, -3]), short, positions, ri,
+                                    nt, ns, 4, 4, 8, FULL_MASK)  # fmt: skip
+        want = torch.tensor(_QLEN, dtype=torch.bool)
+        assert torch.equal(short[: 8 * 13].view(8, 13)[:, 5:], want[0])

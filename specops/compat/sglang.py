@@ -74,6 +74,9 @@ def _check_tree(op, candidates, retrive_index, nxt, sib, predicts, accept_index,
         raise ValueError(
             f"{op}: retrive_index holds a slot outside predicts [0, {predicts.numel()})"
         )
+    srt = retrive_index.sort(-1).values
+    if n > 1 and bool((srt[:, 1:] == srt[:, :-1]).any()):
+        raise ValueError(f"{op}: retrive_index repeats a slot within a request")
     # every node is reached at most once from the root through first-child / next-sibling links
     nx, sb = nxt.tolist(), sib.tolist()
     for b in range(bs):
@@ -213,8 +216,9 @@ def tree_speculative_sampling_target_only(
     if w.bs == 0 or vocab == 0:
         return
     dev = target_probs.device
-    ts = torch.tensor(float(threshold_single), dtype=torch.float32, device=dev)
-    ta = torch.tensor(max(float(threshold_acc), 1e-9), dtype=torch.float32, device=dev)
+    # (torch.full: no host-to-device copy; the kernel clamps threshold_acc to 1e-9 as here)
+    ts = torch.full((), float(threshold_single), dtype=torch.float32, device=dev)
+    ta = torch.full((), max(float(threshold_acc), 1e-9), dtype=torch.float32, device=dev)
     coins = uniform_samples.float()
     rows = w.rows
     for step in range(1, accept_index.shape[1]):
@@ -285,7 +289,9 @@ def chain_speculative_sampling_triton(
     ``deterministic`` and the sibling lists are ignored, as in SGLang.  Same law as SGLang's
     kernel and the same decisions on the same coins; the final token can differ where
     u * sum lies within rounding of a cumulative-sum boundary, and where the residual has no
-    mass (SGLang emits V - 1, specops draws from the target row)."""
+    mass (SGLang emits V - 1, specops draws from the target row), and for a draft whose draft
+    probability is 0 (impossible for a sampled draft: SGLang rejects it, specops accepts it when
+    its target probability is positive, as min(1, p/q) = 1)."""
     op = "specops.compat.sglang.chain_speculative_sampling_triton"
     bs, k1 = candidates.shape
     k = k1 - 1
@@ -380,7 +386,8 @@ def tree_speculative_sampling(
     node = torch.arange(n, device=parents.device)
     # specops trees list parents before children: a node breaking that order is left out too
     keep = reached & ((parents < node) | (node == 0))
-    tree = specops.Tree.from_parents(torch.where(keep, parents, 0).int(), validate=False)
+    par = torch.where(node == 0, -1, torch.where(keep, parents, 0))  # the root has none
+    tree = specops.Tree.from_parents(par.int(), validate=False)
     keep &= tree.depth <= steps - 1
     tokens = torch.where(keep, candidates.long(), -1)
     tree._path_width = min(steps, n)  # known statically: no host read

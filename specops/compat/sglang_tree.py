@@ -181,10 +181,17 @@ def build_tree_kernel_efficient(
     row0 = n * n * torch.arange(bs, device=dev) + n * before
     s3 = seq[:, None, None]
     at = row0[:, None, None] + (s3 + n) * nodes[None, :, None] + s3 + nodes[None, None, :]
-    inside = at < flat.numel()  # a mask too short (fast mode): writes past its end dropped
-    at = at.clamp(max=flat.numel() - 1).reshape(-1)
-    keep = flat.gather(0, at).view_as(mask)
-    flat.scatter_(0, at, torch.where(inside, mask, keep).reshape(-1))
+    if flat.numel() == 0:
+        return
+    # a mask too short or a negative length (fast mode): those writes are dropped.  Two
+    # order-independent passes (min, then max) write exactly the inside cells, whatever the
+    # dropped writes' indices collide with: min(old, m) then max(., m) = m; neutral elsewhere.
+    inside = ((at >= 0) & (at < flat.numel())).reshape(-1)
+    at = torch.where(inside, at.reshape(-1), 0)
+    m = mask.reshape(-1).to(torch.uint8)
+    u8 = flat.view(torch.uint8)
+    u8.scatter_reduce_(0, at, torch.where(inside, m, 1), "amin")
+    u8.scatter_reduce_(0, at, torch.where(inside, m, 0), "amax")
 
 
 def _write_packed(tree_mask: torch.Tensor, mask: torch.Tensor, bs: int, n: int) -> None:

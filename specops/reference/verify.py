@@ -201,7 +201,9 @@ def verify_chain(
     n_eff = valid.sum(-1)
     rows = torch.arange(b, device=dev)
 
-    if block and not greedy:
+    if block and (greedy or relax is not None):
+        raise ValueError("verify_chain: block=True cannot be combined with greedy or relax")
+    if block:
         u = _draws(seed, offset, b, k + 1, dev, uniforms)
         q = mass(draft_probs.to(dev)) if draft_probs is not None else None
         q = q if q is not None else _one_hot(x.reshape(-1), v).reshape(b, k, v)

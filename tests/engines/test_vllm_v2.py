@@ -114,3 +114,13 @@ def test_first_token_law(with_draft_logits):
     counts = torch.bincount(tok[:, 0], minlength=v).double()
     target = torch.softmax(t.double(), -1)
     assert stats.chisquare(counts, target * reqs).pvalue > 1e-3
+
+
+def test_smaller_draft_vocabulary():
+    """A draft vocabulary padded smaller than the target's: both cut to the smaller, as vLLM."""
+    g = torch.Generator().manual_seed(4)
+    args = list(_batch(g, 6, 2, 10))
+    args[1] = torch.randn(6, 2, 8, generator=g)
+    args[2] = args[2] % 8  # drafts come from the draft vocabulary
+    tok, num = sv.rejection_sample_v2(*args)
+    assert int(tok.max()) < 8 and (num >= 1).all()
