@@ -13,22 +13,14 @@ from specops.compat.sglang import tree_speculative_sampling_target_only, verify_
 
 
 def test_sgl_kernel_vector():
-    candidates = torch.tensor([[0, 1, 2, 3, 4, 5], [7, 8, 9, 10, 11, 12]])
-    retrieve_index = torch.tensor([[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11]])
-    retrieve_next_token = torch.tensor([[1, 2, -1, 4, 5, -1], [4, 2, 3, -1, 5, -1]])
-    retrieve_next_sibling = torch.tensor([[-1, 3, -1, -1, -1, -1], [-1, -1, -1, -1, 1, -1]])
-    logits = torch.full((2, 6, 20), 1.0)
-    logits[0, 0, 3] = logits[0, 3, 4] = logits[0, 4, 5] = 10
-    logits[1, 0, 11] = logits[1, 4, 12] = 10
-    for i in range(2):
-        for j in range(6):
-            if logits[i, j].max() < 10:
-                logits[i, j, 18] = 10
+    candidates, retrieve_index, retrieve_next_token, retrieve_next_sibling, probs = (
+        _sgl_vector_inputs()
+    )
     predicts = torch.full((12,), -1, dtype=torch.int32)
     accept_index = torch.full((2, 4), -1, dtype=torch.int32)
     accept_token_num = torch.zeros(2, dtype=torch.int32)
     verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, retrieve_index,
-                       retrieve_next_token, retrieve_next_sibling, logits.argmax(-1))  # fmt: skip
+                       retrieve_next_token, retrieve_next_sibling, probs.argmax(-1))  # fmt: skip
     assert predicts.tolist() == [3, -1, -1, 4, 5, 18, 11, -1, -1, -1, 12, 18]
     assert accept_index.tolist() == [[0, 3, 4, 5], [6, 10, 11, -1]]
     assert accept_token_num.tolist() == [3, 2]
@@ -375,3 +367,72 @@ def test_linked_lists_to_parents():
     # request 0: 0 -> 1 -> 2, 0 -> 3 -> 4 -> 5; request 1: 0 -> 4 -> 5, 4's sibling 1 -> 2 -> 3
     assert parents.tolist() == [[-1, 0, 1, 0, 3, 4], [-1, 0, 1, 2, 0, 4]]
     assert reached.all()
+
+
+# chain_speculative_sampling_triton (SGLang's rejection-sampling chain, token-wise and block) -
+from test_verify_block import _P1, _P2, _Q1, _Q2  # noqa: E402  (the context example)
+
+
+@pytest.mark.parametrize(
+    "xs,coins,final,want_predicts,want_accept",
+    [  # SGLang 0.5.23's kernel (Triton interpreter) on these coins, block_verification=True
+        ((0, 1), (0.5, 0.5), 0.5, [0, 1, 1], [0, 1, 2]),
+        ((0, 1), (0.1, 0.9), 0.0, [0, 1, 0], [0, 1, 2]),
+        ((1, 2), (0.3, 0.2), 0.7, [1, 2, 2], [0, 1, 2]),
+        ((2, 2), (0.0, 0.99), 0.99, [2, 1, -7], [0, 1, -1]),
+    ],
+)
+def test_chain_block_verification_sglang_vectors(xs, coins, final, want_predicts, want_accept):
+    from specops.compat.sglang import chain_speculative_sampling_triton
+
+    x1, x2 = xs
+    p3 = torch.full((3,), 0.25).scatter(0, torch.tensor([x2]), 0.5)
+    target = torch.stack([torch.tensor(_P1), torch.tensor(_P2[x1]), p3])[None]
+    draft = torch.stack([torch.tensor(_Q1), torch.tensor(_Q2[x1])])[None]
+    predicts = torch.full((3,), -7, dtype=torch.int32)
+    accept_index = torch.full((1, 3), -1, dtype=torch.int32)
+    num = torch.zeros(1, dtype=torch.int32)
+    chain_speculative_sampling_triton(
+        predicts, accept_index, num, torch.tensor([[5, x1, x2]]), torch.arange(3)[None],
+        torch.full((1, 3), -1), torch.full((1, 3), -1), torch.tensor([[*coins, 0.3]]),
+        torch.tensor([final]), target, draft, block_verification=True,
+    )  # fmt: skip
+    assert predicts.tolist() == want_predicts
+    assert accept_index.tolist() == [want_accept]
+    assert num.tolist() == [sum(a >= 0 for a in want_accept) - 1]
+
+
+def test_chain_token_wise_and_block_lengths():
+    """The paper's toy through SGLang's signature: 10/9 token-wise, 11/9 with block
+    verification (K = 2), outputs laid out by retrive_index (a shuffled slot map)."""
+    from specops.compat.sglang import chain_speculative_sampling_triton
+
+    g = torch.Generator().manual_seed(2)
+    bs, k = 30000, 2
+    target = torch.tensor([1 / 3, 2 / 3]).expand(bs, k + 1, 2).contiguous()
+    draft = torch.tensor([2 / 3, 1 / 3]).expand(bs, k, 2).contiguous()
+    x = torch.multinomial(draft.reshape(-1, 2), 1, generator=g).reshape(bs, k)
+    cand = torch.cat([torch.zeros(bs, 1, dtype=torch.long), x], 1)
+    slot = torch.randperm(bs * 3, generator=g).view(bs, 3)
+    coins, final = torch.rand(bs, 3, generator=g), torch.rand(bs, generator=g)
+    means = []
+    for blk in (False, True):
+        predicts = torch.full((bs * 3,), -7, dtype=torch.int32)
+        accept_index = torch.full((bs, 3), -1, dtype=torch.int32)
+        num = torch.zeros(bs, dtype=torch.int32)
+        none = torch.full((bs, 3), -1)
+        chain_speculative_sampling_triton(
+            predicts, accept_index, num, cand, slot, none, none, coins, final, target, draft,
+            block_verification=blk,
+        )  # fmt: skip
+        means.append(num.double().mean().item())
+        # accepted drafts sit at the slots of the nodes before them
+        b = torch.nonzero(num == 2)[0, 0]
+        assert predicts[slot[b, 0]] == x[b, 0] and predicts[slot[b, 1]] == x[b, 1]
+        assert accept_index[b].tolist() == slot[b].tolist()
+        # a row that stops at 0: only the root's slot written, with the drawn token
+        r0 = torch.nonzero(num == 0)[0, 0]
+        assert accept_index[r0].tolist() == [int(slot[r0, 0]), -1, -1]
+        assert predicts[slot[r0, 0]] in (0, 1)
+        assert predicts[slot[r0, 1]] == -7 and predicts[slot[r0, 2]] == -7
+    assert abs(means[0] - 10 / 9) < 0.025 and abs(means[1] - 11 / 9) < 0.025
