@@ -103,6 +103,34 @@ def _write(flat: torch.Tensor, at: torch.Tensor, value: torch.Tensor, where: tor
     flat.scatter_(0, at, torch.where(where, value, flat.gather(0, at).long()).to(flat.dtype))
 
 
+def _write_path(predicts, accept_index, accept_token_num, retrive_index, path, tokens, num):
+    """SGLang's outputs from a specops result: ``path`` [bs, W] tree-local node ids root first
+    (-1 padded), ``tokens`` [bs, W] the token after each path node, ``num`` [bs] accepted
+    drafts.  accept_index[b, j] = slot of path[b, j] and predicts[that slot] = tokens[b, j] for
+    j <= num[b]; everything else left as given."""
+    bs, n = retrive_index.shape
+    w = path.shape[1]
+    a = num.long()
+    on_path = torch.arange(w, device=a.device)[None, :] <= a[:, None]
+    slot = retrive_index.long()
+    rows = torch.arange(bs, device=a.device)[:, None]
+    cols = accept_index[:, :w]
+    cols.copy_(
+        torch.where(on_path, slot[rows, path.long().clamp(min=0)], cols.long()).to(cols.dtype)
+    )
+    # per node: the token after it when it is on the path (off-path entries: a spare column)
+    node = torch.where(on_path, path.long(), n)
+    after = torch.zeros(bs, n + 1, dtype=torch.long, device=a.device).scatter_(
+        1, node, tokens.long()
+    )[:, :n]
+    hit = torch.zeros(bs, n + 1, dtype=torch.bool, device=a.device).scatter_(1, node, on_path)
+    flat = predicts.view(-1)
+    at = slot.clamp(0, max(flat.numel() - 1, 0)).reshape(-1)
+    old = flat.gather(0, at).view(bs, n).long()
+    flat.scatter_(0, at, torch.where(hit[:, :n], after, old).reshape(-1).to(flat.dtype))
+    accept_token_num.copy_(a.to(accept_token_num.dtype))
+
+
 class _Walk:
     """The state of the per-request walk, as tensors [bs]."""
 
@@ -315,19 +343,9 @@ def chain_speculative_sampling_triton(
     )
     r = specops.verify_chain(target_probs, candidates[:, 1:], draft_probs[:, :k], uniforms=u,
                              block=bool(block_verification))  # fmt: skip
-    tau = r.num_accepted.long()
-    slot = retrive_index.long()
-    j = torch.arange(k1, device=candidates.device)[None, :]
-    upto = j <= tau[:, None]
-    accept_index.copy_(torch.where(upto, slot, accept_index.long()).to(accept_index.dtype))
-    # predicts[slot_j] = the token after node j: x_{j+1} for j < tau, the final token at tau
-    after = torch.where(j < tau[:, None], candidates.long().roll(-1, 1), r.tokens.long().gather(
-        1, tau[:, None]).expand(bs, k1))  # fmt: skip
-    flat = predicts.view(-1)
-    at = slot.clamp(0, max(flat.numel() - 1, 0)).reshape(-1)
-    keep = flat.gather(0, at).view(bs, k1).long()
-    flat.scatter_(0, at, torch.where(upto, after, keep).reshape(-1).to(flat.dtype))
-    accept_token_num.copy_(tau.to(accept_token_num.dtype))
+    path = torch.arange(k1, device=candidates.device).expand(bs, k1)  # a chain: node j = slot j
+    _write_path(predicts, accept_index, accept_token_num, retrive_index, path, r.tokens,
+                r.num_accepted)  # fmt: skip
 
 
 def linked_tree_parents(retrive_next_token: torch.Tensor, retrive_next_sibling: torch.Tensor):
@@ -395,22 +413,5 @@ def tree_speculative_sampling(
                    uniform_samples_for_final_sampling.reshape(bs, 1).float()], 1)  # fmt: skip
     r = specops.verify_tree(target_probs, tree, tokens, draft_probs, uniforms=u,
                             without_replacement=without_replacement)  # fmt: skip
-    a = r.num_accepted.long()
-    w = r.path.shape[1]
-    rows = torch.arange(bs, device=a.device)[:, None]
-    on_path = torch.arange(w, device=a.device)[None, :] <= a[:, None]
-    slot = retrive_index.long()
-    cols = accept_index[:, :w]
-    path_slot = slot[rows, r.path.long().clamp(min=0)]
-    cols.copy_(torch.where(on_path, path_slot, cols.long()).to(cols.dtype))
-    # per node: the token after it when it is on the path (off-path entries: a spare column)
-    node = torch.where(on_path, r.path.long(), n)
-    after = torch.zeros(bs, n + 1, dtype=torch.long, device=a.device).scatter_(
-        1, node, r.tokens.long()
-    )[:, :n]
-    hit = torch.zeros(bs, n + 1, dtype=torch.bool, device=a.device).scatter_(1, node, on_path)
-    flat = predicts.view(-1)
-    at = slot.clamp(0, max(flat.numel() - 1, 0)).reshape(-1)
-    old = flat.gather(0, at).view(bs, n).long()
-    flat.scatter_(0, at, torch.where(hit[:, :n], after, old).reshape(-1).to(flat.dtype))
-    accept_token_num.copy_(a.to(accept_token_num.dtype))
+    _write_path(predicts, accept_index, accept_token_num, retrive_index, r.path, r.tokens,
+                r.num_accepted)  # fmt: skip
