@@ -128,7 +128,9 @@ def rejection_sample(
     if not all_greedy:
         tokens = _sampled(x, rows, n, k, draft_probs, target_logits, bonus, md, num_draft_tokens)
     if not all_random:
-        greedy = _greedy(x, rows, n, k, target_logits, bonus)
+        am = target_logits.argmax(-1)[rows]  # [B, K]; vLLM's bonus token after n drafts
+        am = torch.cat([am, bonus], 1).scatter(1, n[:, None], bonus)
+        greedy = _greedy(x, am, n)[0].to(torch.int32)
         if all_greedy:
             return greedy
         is_greedy = (md.temperature.reshape(b) == 0)[:, None]
@@ -136,17 +138,14 @@ def rejection_sample(
     return tokens
 
 
-def _greedy(x, rows, n, k, target_logits, bonus):
-    """vLLM's greedy rule: accept while draft == argmax(target logits); the argmax at the first
-    mismatch, else the bonus after all n drafts."""
-    dev = x.device
-    am = target_logits.argmax(-1)[rows]  # [B, K]
-    a = (x == am).long().cumprod(-1).sum(-1).clamp(max=n)  # accepted prefix
-    cols = torch.arange(k + 1, device=dev)[None, :]
-    am_pad = torch.cat([am, am[:, :1]], 1)
-    last = torch.where(a < n, am_pad.gather(1, a[:, None])[:, 0], bonus[:, 0])
-    tok = torch.where(cols < a[:, None], am_pad, -1)
-    return torch.where(cols == a[:, None], last[:, None], tok).to(torch.int32)
+def _greedy(x, am, n):
+    """vLLM's greedy rule -> (tokens [B, K + 1] long, accepted [B]): accept while draft j equals
+    ``am[:, j]`` (the argmax of its target row); emit the argmax where it stops, which is
+    ``am[:, n]`` (the row after the last draft: the bonus) when all n drafts match."""
+    k = x.shape[1]
+    a = (x == am[:, :k]).long().cumprod(-1).sum(-1).clamp(max=n)
+    cols = torch.arange(k + 1, device=x.device)[None, :]
+    return torch.where(cols <= a[:, None], am, -1), a
 
 
 def _sampled(x, rows, n, k, draft_probs, target_logits, bonus, md, num_draft_tokens):
@@ -217,9 +216,7 @@ def rejection_sample_v2(
     if draft_logits is not None:  # a draft vocabulary may be smaller (padding): vLLM cuts both
         v = min(v, draft_logits.shape[-1])
     logits = target_logits[rows, :v].float()  # [R, K + 1, V]
-    am = logits.argmax(-1)  # greedy: accept while draft == argmax; argmax where it stops
-    a_g = (x == am[:, :k]).long().cumprod(-1).sum(-1).clamp(max=n)
-    tok_g = torch.where(j <= a_g[:, None], am, -1)
+    tok_g, a_g = _greedy(x, logits.argmax(-1), n)  # row n: the bonus row
     p = logits.softmax(-1)
     q = None
     if draft_logits is not None:
