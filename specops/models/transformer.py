@@ -58,6 +58,9 @@ class ARConfig:
     grid: int = 16  # image = grid x grid tokens in raster order
     prefix: int = 1  # class tokens before the image
     rope_2d: bool = True  # LlamaGen's 2D RoPE over the token grid
+    # LlamaGen's released models rotate the class tokens by cos = sin = 0 (their q and k are
+    # zero vectors: they act through their values only); False leaves them unrotated
+    zero_prefix_rope: bool = False
 
     @property
     def num_embeddings(self) -> int:
@@ -117,10 +120,13 @@ def rope_table(max_seq: int, head_dim: int, base: float) -> torch.Tensor:
     return torch.stack([ang.cos(), ang.sin()], -1).float()
 
 
-def rope_table_2d(max_seq: int, head_dim: int, base: float, grid: int, prefix: int):
+def rope_table_2d(
+    max_seq: int, head_dim: int, base: float, grid: int, prefix: int, zero_prefix: bool = False
+):
     """2D RoPE (LlamaGen): sequence position p >= prefix is image token i = p - prefix at
     (row, col) = divmod(i, grid); rotation pair j < D/4 turns by row * w_j, pair D/4 + j by
-    col * w_j, w_j = base^(-4j / D).  Prefix (class) tokens are not rotated; positions past the
+    col * w_j, w_j = base^(-4j / D).  Prefix (class) tokens are not rotated, or with
+    ``zero_prefix`` multiplied by cos = sin = 0 (LlamaGen's checkpoints); positions past the
     image (draft slack) continue the raster order."""
     quarter = head_dim // 4
     w = base ** (-torch.arange(quarter, dtype=torch.float64) * 4 / head_dim)
@@ -128,12 +134,17 @@ def rope_table_2d(max_seq: int, head_dim: int, base: float, grid: int, prefix: i
     row, col = torch.div(i, grid, rounding_mode="floor"), torch.remainder(i, grid)
     ang = torch.cat([row[:, None] * w[None, :], col[:, None] * w[None, :]], 1)
     ang[:prefix] = 0
-    return torch.stack([ang.cos(), ang.sin()], -1).float()
+    table = torch.stack([ang.cos(), ang.sin()], -1).float()
+    if zero_prefix:
+        table[:prefix] = 0
+    return table
 
 
 def make_rope(cfg: ARConfig) -> torch.Tensor:
     if cfg.rope_2d:
-        return rope_table_2d(cfg.max_seq, cfg.head_dim, cfg.rope_base, cfg.grid, cfg.prefix)
+        return rope_table_2d(
+            cfg.max_seq, cfg.head_dim, cfg.rope_base, cfg.grid, cfg.prefix, cfg.zero_prefix_rope
+        )
     return rope_table(cfg.max_seq, cfg.head_dim, cfg.rope_base)
 
 
