@@ -1,6 +1,7 @@
 """The ``specops`` command (also ``python -m specops``): demo, bench, info.
 
     specops demo [--classes 0 1 ...] [--methods ...]   # every decoding method, images + table
+    specops generate --model DIR --class-id 207        # a picture from a real checkpoint
     specops bench [--ops sample,verify] [--plot DIR]   # the benchmark suite shipped in the package
     specops info [--json]                              # the build, the backends, the machine
 
@@ -15,6 +16,7 @@ from specops._optional import run_main
 
 COMMANDS = {
     "demo": "every decoding method on the embedded visual AR model: images, histograms, table",
+    "generate": "a picture from a local checkpoint (LlamaGen, Janus, Emu3, Chameleon)",
     "bench": "benchmark the ops against their peers (CSV, --plot for PNG charts)",
     "info": "what was compiled, what runs here, and each op's backends",
 }
@@ -43,8 +45,8 @@ def info(argv=None) -> int:
 
 
 def _usage() -> str:
-    lines = ["usage: specops {demo,bench,info} ...", "", __doc__.split("\n")[0], ""]
-    lines += [f"  {name:<6} {text}" for name, text in COMMANDS.items()]
+    lines = ["usage: specops {demo,generate,bench,info} ...", "", __doc__.split("\n")[0], ""]
+    lines += [f"  {name:<8} {text}" for name, text in COMMANDS.items()]
     lines += ["", "specops <command> --help shows each command's options."]
     return "\n".join(lines)
 
@@ -59,6 +61,10 @@ def main(argv=None) -> int:
         from specops.demo import main as demo_main
 
         return run_main(demo_main, rest)
+    if cmd == "generate":
+        from specops.imagegen.cli import main as generate_main
+
+        return run_main(generate_main, rest)
     if cmd == "bench":
         from specops.bench.__main__ import main as bench_main
 

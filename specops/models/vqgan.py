@@ -172,6 +172,27 @@ def to_uint8(images: torch.Tensor) -> torch.Tensor:
 _ENCODER = re.compile(r"^(encoder\.|quant_conv\.)")
 
 
+def _infer_config(sd: dict) -> VQGANConfig:
+    """The decoder's shape from its weights (VQ-16: 16384 x 8 codes, channels 128 x (1,1,2,2,4),
+    attention on the lowest level; smaller models of the same layout load too)."""
+    n, d = sd["quantize.embedding.weight"].shape
+    levels = sorted(
+        {int(m.group(1)) for k in sd if (m := re.match(r"decoder\.conv_blocks\.(\d+)\.", k))}
+    )
+    couts = [sd[f"decoder.conv_blocks.{j}.res.0.conv1.weight"].shape[0] for j in levels]
+    ch = couts[-1]  # the top level's multiplier is 1
+    blocks = len({k.split(".")[4] for k in sd if k.startswith("decoder.conv_blocks.0.res.")})
+    return VQGANConfig(
+        n_embed=n,
+        embed_dim=d,
+        z_channels=sd["post_quant_conv.weight"].shape[0],
+        ch=ch,
+        ch_mult=tuple(c // ch for c in couts[::-1]),
+        num_res_blocks=blocks - 1,
+        attn_levels=tuple(j for j in levels if f"decoder.conv_blocks.{j}.attn.0.q.weight" in sd),
+    )
+
+
 def load_vq16(path, *, device="cpu", dtype=torch.float32) -> VQGANDecoder:
     """LlamaGen's VQ-16 tokenizer (``vq_ds16_c2i.pt``) as a decoder; the encoder's keys and the
     codebook usage counter are read past.  The codebook size and width come from the file."""
@@ -179,10 +200,10 @@ def load_vq16(path, *, device="cpu", dtype=torch.float32) -> VQGANDecoder:
 
     sd = read_state_dict(path, "VQ-16 checkpoint")
     sd = {k: v for k, v in sd.items() if not _ENCODER.match(k) and k != "quantize.codebook_used"}
-    if "quantize.embedding.weight" not in sd:
-        raise ValueError(f"VQ-16 checkpoint {path}: no quantize.embedding.weight (not a VQ model)")
-    n, d = sd["quantize.embedding.weight"].shape
-    vq = VQGANDecoder(VQGANConfig(n_embed=n, embed_dim=d))
+    need = ("quantize.embedding.weight", "post_quant_conv.weight", "decoder.conv_out.weight")
+    if any(k not in sd for k in need):
+        raise ValueError(f"VQ-16 checkpoint {path}: expected the keys {need} (not a VQ model?)")
+    vq = VQGANDecoder(_infer_config(sd))
     missing, extra = vq.load_state_dict(sd, strict=False)
     if missing or extra:
         raise ValueError(

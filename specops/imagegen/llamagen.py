@@ -1,0 +1,112 @@
+"""LlamaGen (class-conditional GPT-B/L/XL/XXL/3B + VQ-16) from a directory of its released files.
+
+    ckpts/llamagen-b/c2i_B_256.pt        # the GPT; the image size in the name (or image_size=)
+    ckpts/llamagen-b/vq_ds16_c2i.pt      # the VQ-16 tokenizer
+    ckpts/llamagen-b/drafter.pt          # optional: a specops.models.Drafter for speculative/vvs
+
+Layout: one class token, then grid x grid codes in raster order, no separators.  Guidance:
+the unconditional class 1000 (``ARConfig.null_class``), ``uncond + s (cond - uncond)`` before
+the temperature.  Defaults: LlamaGen's sample_c2i.py (CFG 4.0, top-k 2000, top-p 1, temperature
+1).  VVS: LANTERN relaxation over the VQ-16 codebook (``delta`` 0.2, ``lantern_k`` 16 latent
+neighbours), as VVS runs every experiment.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+
+from specops.imagegen.base import Pipeline
+from specops.models.llamagen import load_llamagen
+from specops.models.vqgan import load_vq16, to_uint8
+
+__all__ = ["LlamaGenPipeline"]
+
+
+def _find(path: Path, drafter):
+    """(gpt, vq, drafter) files of the directory; the VQ and drafter files by name."""
+    pts = sorted(path.glob("*.pt"))
+    vqs = [p for p in pts if p.name.startswith("vq")]
+    drafters = [p for p in pts if p.name.startswith("drafter")]
+    gpts = [p for p in pts if p not in vqs and p not in drafters]
+    if len(vqs) != 1 or len(gpts) != 1:
+        raise ValueError(
+            f"LlamaGen directory {path}: expected one GPT .pt and one vq*.pt, found GPT "
+            f"{[p.name for p in gpts]} and VQ {[p.name for p in vqs]}"
+        )
+    if drafter is None and len(drafters) == 1:
+        drafter = drafters[0]
+    return gpts[0], vqs[0], drafter
+
+
+class LlamaGenPipeline(Pipeline):
+    name = "llamagen"
+    defaults = dict(cfg_scale=4.0, top_k=2000, top_p=None, temperature=1.0)
+    extra_options = {"vvs": ("delta", "lantern_k")}
+
+    def __init__(self, path, *, device="cpu", dtype=torch.float32, image_size=None, drafter=None):
+        gpt, vq, drafter = _find(Path(path), drafter)
+        grid = None
+        if image_size is not None:
+            if image_size <= 0 or image_size % 16:
+                raise ValueError(f"LlamaGen: image_size must be a multiple of 16, got {image_size}")
+            grid = image_size // 16
+        elif re.search(r"_(\d+)\.pt$", gpt.name) is None:
+            raise ValueError(f"LlamaGen: cannot tell the image size of {gpt.name}; pass image_size")
+        self.model = load_llamagen(gpt, grid=grid, device=device, dtype=dtype)
+        self.vq = load_vq16(vq, device=device)
+        if self.vq.cfg.n_embed != self.model.cfg.vocab:
+            raise ValueError(
+                f"LlamaGen: the GPT has {self.model.cfg.vocab} image codes but the VQ codebook "
+                f"{self.vq.cfg.n_embed}"
+            )
+        g = self.model.cfg.grid
+        self.grid = (g, g)
+        self.drafter = None if drafter is None else self._drafter(Path(drafter), device, dtype)
+
+    def _drafter(self, file: Path, device, dtype):
+        from specops.models.drafter import Drafter
+
+        if not file.is_file():
+            raise FileNotFoundError(f"LlamaGen: no drafter file {file}")
+        ck = torch.load(file, map_location="cpu", weights_only=True)
+        if not isinstance(ck, dict) or "state" not in ck:
+            raise ValueError(
+                f"drafter {file}: expected a specops.models.Drafter checkpoint "
+                "({'state', 'step_dim', 'max_step'})"
+            )
+        drafter = Drafter(self.model.cfg, step_dim=ck["step_dim"], max_step=ck["max_step"])
+        drafter.load_state_dict({k: t.float() for k, t in ck["state"].items()})
+        drafter = drafter.to(device=device, dtype=dtype).eval().requires_grad_(False)
+        return drafter.bind(self.model)
+
+    def conditions(self, prompt, class_id):
+        if prompt is not None:
+            raise ValueError("LlamaGen c2i models take class ids (class_id=), not a text prompt")
+        if class_id is None:
+            raise ValueError("LlamaGen: class_id is required (ImageNet class ids, e.g. 207)")
+        ids = torch.as_tensor(class_id).reshape(-1)
+        n = self.model.cfg.num_classes
+        if ids.numel() == 0 or ids.dtype.is_floating_point or bool(((ids < 0) | (ids >= n)).any()):
+            raise ValueError(f"LlamaGen: class_id must be integers in [0, {n}), got {class_id}")
+        return ids.long().to(self.model.embed.weight.device)
+
+    def run(self, method, cond, *, fn, seed, sampling, options):
+        length = self.grid[0] * self.grid[1]
+        opts = dict(options)
+        args = [self.model]
+        if method in ("speculative", "vvs"):
+            args.append(self.drafter)
+        args.append(cond)
+        if method == "vvs":
+            from specops.decode import lantern
+
+            args.append(self.vq.codebook)
+            k, delta = opts.pop("lantern_k", 16), opts.pop("delta", 0.2)
+            opts.setdefault("relax", lantern(self.vq.codebook, k, delta))
+        return fn(*args, length=length, seed=seed, **sampling, **opts)
+
+    def decode(self, codes):
+        return to_uint8(self.vq.decode(codes, self.grid))

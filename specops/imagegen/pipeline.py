@@ -1,0 +1,105 @@
+"""``generate_image``: a checkpoint directory, a prompt or class, a method -> pictures and stats.
+
+    result = generate_image("ckpts/llamagen-b", class_id=[207], method="sjd_pac")
+    result.images[0].save("fox.png"); print(result.table())
+
+``load_pipeline(dir)`` tells the architecture from the directory (``ARCHITECTURES``): a
+transformers ``config.json`` names its model type; LlamaGen's released ``.pt`` files (a GPT and a
+VQ tokenizer) are recognised by their keys.  Each pipeline knows its model's image-token layout,
+its conditioning (class ids or a text prompt, the unconditional input of classifier-free
+guidance), its paper's sampling defaults (``Pipeline.defaults``, each overridable) and its VQ
+decoder.  Every check (directory, architecture, conditioning, grid against the context, method
+and its options) runs before any model work.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from specops import decode
+from specops.imagegen.base import METHODS, ImageResult, Pipeline
+
+__all__ = ["generate_image", "load_pipeline", "ImageResult", "Pipeline", "ARCHITECTURES", "METHODS"]
+
+
+def _detect(path: Path) -> str:
+    if (path / "config.json").is_file():
+        import json
+
+        mt = json.loads((path / "config.json").read_text()).get("model_type", "?")
+        return {"janus": "janus", "emu3": "emu3", "chameleon": "chameleon"}.get(mt, f"hf:{mt}")
+    if any(path.glob("*.pt")):
+        return "llamagen"
+    return "?"
+
+
+def _llamagen(path, **kw):
+    from specops.imagegen.llamagen import LlamaGenPipeline
+
+    return LlamaGenPipeline(path, **kw)
+
+
+ARCHITECTURES = {"llamagen": _llamagen}
+
+
+def load_pipeline(model_dir, *, device="cpu", dtype=torch.float32, **options) -> Pipeline:
+    """The pipeline of the checkpoint in ``model_dir`` (``ARCHITECTURES``); ``options`` go to it
+    (LlamaGen: ``image_size``, ``drafter``)."""
+    path = Path(model_dir)
+    if not path.is_dir():
+        raise FileNotFoundError(f"generate_image: model directory {path} does not exist")
+    arch = _detect(path)
+    if arch not in ARCHITECTURES:
+        raise ValueError(
+            f"generate_image: {path} holds no supported checkpoint (found {arch!r}); supported: "
+            f"{sorted(ARCHITECTURES)} (a transformers directory with config.json, or LlamaGen's "
+            ".pt files)"
+        )
+    return ARCHITECTURES[arch](path, device=device, dtype=dtype, **options)
+
+
+def generate_image(
+    model,
+    *,
+    prompt=None,
+    class_id=None,
+    method: str = "sjd_pac",
+    temperature=None,
+    top_k=None,
+    top_p=None,
+    cfg_scale=None,
+    seed: int = 0,
+    compare_ar: bool = False,
+    progress=None,
+    device="cpu",
+    dtype=torch.float32,
+    **method_options,
+) -> ImageResult:
+    """Generate one image per prompt (text models) or class id (LlamaGen c2i) with ``method``.
+    ``model``: a checkpoint directory or a ``Pipeline``.  Sampling settings left None take the
+    pipeline's defaults (its paper's); ``cfg_scale`` 1.0 turns guidance off.  ``compare_ar``:
+    also run plain AR on the same requests (``ImageResult.ar_stats``, ``table()``).
+    ``progress(counts, length)``: ``specops.decode.progress``'s hook."""
+    pipe = (
+        model if isinstance(model, Pipeline) else load_pipeline(model, device=device, dtype=dtype)
+    )
+    fn = pipe.method_fn(method, method_options)
+    cond = pipe.conditions(prompt, class_id)
+    given = dict(temperature=temperature, top_k=top_k, top_p=top_p, cfg_scale=cfg_scale)
+    sampling = {k: pipe.defaults.get(k) if v is None else v for k, v in given.items()}
+    if sampling["cfg_scale"] is not None and float(sampling["cfg_scale"]) == 1.0:
+        sampling["cfg_scale"] = None  # uncond + 1 (cond - uncond) = cond: no second half
+    with decode.progress(progress):
+        codes, stats = pipe.run(method, cond, fn=fn, seed=seed, sampling=sampling,
+                                options=method_options)  # fmt: skip
+        ar_stats = None
+        if compare_ar and method != "ar":
+            _, ar_stats = pipe.run("ar", cond, fn=decode.ar, seed=seed, sampling=sampling,
+                                   options={})  # fmt: skip
+    from PIL import Image
+
+    pixels = pipe.decode(codes)
+    images = [Image.fromarray(p.numpy()) for p in pixels]
+    return ImageResult(images, codes, stats, ar_stats, sampling)
