@@ -135,6 +135,8 @@ class TargetRunner:
                 null = model.cfg.null_class
                 uncond_prompt = torch.full_like(prompt, null)
             self.uncond_prompt = uncond_prompt
+            # an uncond prompt longer than the prompt (Emu3's negative prompt) needs that room too
+            capacity += max(0, uncond_prompt.shape[1] - prompt.shape[1])
         rows = 2 * self.batch if self.cfg else self.batch
         self.cache = model.new_cache(rows, capacity)
         self.device = prompt.device

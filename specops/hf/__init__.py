@@ -24,11 +24,13 @@ from specops.hf.cache import SpecopsCache  # noqa: E402
 from specops.hf.custom import custom_generate  # noqa: E402
 from specops.hf.drafter import HFDrafter  # noqa: E402
 from specops.hf.generate import METHODS, generate  # noqa: E402
+from specops.hf.layout import GridLayout  # noqa: E402
 from specops.hf.model import HFModel  # noqa: E402
 
 __all__ = [
     "HFModel",
     "HFDrafter",
+    "GridLayout",
     "SpecopsCache",
     "generate",
     "custom_generate",

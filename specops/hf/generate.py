@@ -37,16 +37,17 @@ METHODS = {
 _NEEDS_DRAFTER = ("speculative",)
 
 
-def _adapter(model, allowed_tokens, prefill_inputs, image_head) -> HFModel:
+def _adapter(model, allowed_tokens, prefill_inputs, image_head, layout) -> HFModel:
     """A fresh adapter per call (it is cheap: no weights are copied)."""
     if isinstance(model, HFModel):
         if allowed_tokens is None:
             allowed_tokens = model.allowed_tokens
         image_head = image_head or model.image_head
+        layout = layout or model.layout
         model = model.hf
     return HFModel(
         model, allowed_tokens=allowed_tokens, prefill_inputs=prefill_inputs,
-        image_head=image_head,
+        image_head=image_head, layout=layout,
     )  # fmt: skip
 
 
@@ -208,6 +209,7 @@ def generate(
     allowed_tokens=None,
     prefill_inputs: dict | None = None,
     image_head: bool = False,
+    layout=None,
     progress=None,
     streamer=None,
     seed: int = 0,
@@ -230,16 +232,17 @@ def generate(
     EOS (one [1, T] copy to the host per step).
     ``prefill_inputs``: extra inputs of the prompt's forward, e.g. ``{"pixel_values": ...}``
     for a VLM (LLaVA).  ``image_head=True``: Janus image generation (the new tokens are VQ codes
-    from its image-generation head; ``HFModel``).  ``attention_mask`` [B, P]: 0 marks padding
-    (left padding as transformers pads prompts of different lengths; the output keeps
-    ``input_ids`` as given, as transformers returns it).
+    from its image-generation head; ``HFModel``).  ``layout``: a ``GridLayout`` the new tokens
+    follow (image tokens only, forced row ends: Emu3, Lumina-mGPT).  ``attention_mask`` [B, P]:
+    0 marks padding (left padding as transformers pads prompts of different lengths; the output
+    keeps ``input_ids`` as given, as transformers returns it).
     -> (sequences [B, P + T] int64, ``specops.decode.Stats``)."""
     if cfg_scale is not None and prefill_inputs:
         raise ValueError(
             "specops.hf.generate: cfg_scale with prefill_inputs is not supported (the uncond "
             "rows would need their own image inputs)"
         )
-    ad = _adapter(model, allowed_tokens, prefill_inputs, image_head)
+    ad = _adapter(model, allowed_tokens, prefill_inputs, image_head, layout)
     ids = _check_ids(input_ids, ad.prompt_vocab, ad.device)
     prompts = _prompts(ids, attention_mask)
     ad.negative_prompt = _negative(

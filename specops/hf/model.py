@@ -90,13 +90,17 @@ class HFModel:
     ``image_head=True`` (Janus): the prompt is read as text, every later token is an image token
     fed through the model's image-generation embedding
     (``prepare_embeddings_for_image_generation``) and every distribution comes from its
-    ``generation_head`` over the VQ codebook (vocabulary = the codebook's size)."""
+    ``generation_head`` over the VQ codebook (vocabulary = the codebook's size).
+
+    ``layout`` (a ``specops.hf.GridLayout``): the tokens after each prompt are an image of that
+    layout (Emu3, Lumina-mGPT: image tokens only, a forced row end after each row); each row's
+    image starts after its own prompt (CFG's uncond rows after theirs)."""
 
     cfg = None
 
     def __init__(
         self, hf_model, *, allowed_tokens=None, prefill_inputs=None, negative_prompt=None,
-        image_head: bool = False,
+        image_head: bool = False, layout=None,
     ):  # fmt: skip
         _check_model(hf_model)
         self.hf = hf_model.eval()
@@ -113,7 +117,10 @@ class HFModel:
         if image_head:
             self.embed, self.head = _image_head(hf_model)
             self.vocab = hf_model.config.vq_config.num_embeddings
-        self.direct = image_head or allowed_tokens is not None  # decoder + head, not hf_model()
+        self.layout = layout
+        self.start = None  # [R] the position of each row's first generated token (the prefill's)
+        # decoder + head, not hf_model(): the model's own logit processing is replaced
+        self.direct = image_head or allowed_tokens is not None or layout is not None
         self.allowed_tokens = allowed_tokens
         self.blocked = None if allowed_tokens is None else ~self._mask(allowed_tokens)
         self.negative_prompt = negative_prompt
@@ -121,8 +128,8 @@ class HFModel:
         self.pending = dict(prefill_inputs or {})
         if self.pending and self.direct:
             raise ValueError(
-                "specops.hf.HFModel: prefill_inputs with allowed_tokens or image_head is not "
-                "supported (they run the decoder alone, which takes no image inputs)"
+                "specops.hf.HFModel: prefill_inputs with allowed_tokens, layout or image_head is "
+                "not supported (they run the decoder alone, which takes no image inputs)"
             )
         self._prefilled = False
 
@@ -193,6 +200,8 @@ class HFModel:
         self.pending = {}
         if self.embed is not None and self._prefilled:  # image tokens after the text prompt
             args["inputs_embeds"] = self.embed(args.pop("input_ids"))
+        if not self._prefilled:  # the prompt (-1 padded on the right): the image starts after it
+            self.start = (tokens >= 0).sum(1)
         self._prefilled = True
         cache.offset = n_old
         try:
@@ -207,6 +216,8 @@ class HFModel:
                 logits = self.head(hidden)
                 if self.blocked is not None:
                     logits = logits.masked_fill(self.blocked, float("-inf"))
+                if self.layout is not None:
+                    logits = self.layout.mask(logits, args["position_ids"], self.start)
                 return logits, hidden
             kept = []  # the decoder's last hidden state, by a hook for this call only
             hook = self.decoder.register_forward_hook(lambda m, a, out: kept.append(out[0]))

@@ -41,12 +41,31 @@ def _llamagen(path, **kw):
     return LlamaGenPipeline(path, **kw)
 
 
-ARCHITECTURES = {"llamagen": _llamagen}
+def _hf(kind):
+    def make(path, **kw):
+        from specops._optional import require
+
+        require("specops generate", "transformers", extra="hf")
+        from specops.imagegen import hf_models
+
+        cls = {"janus": hf_models.JanusPipeline, "emu3": hf_models.Emu3Pipeline,
+               "chameleon": hf_models.ChameleonPipeline}[kind]  # fmt: skip
+        return cls(path, **kw)
+
+    return make
+
+
+ARCHITECTURES = {
+    "llamagen": _llamagen,
+    "janus": _hf("janus"),
+    "emu3": _hf("emu3"),
+    "chameleon": _hf("chameleon"),
+}
 
 
 def load_pipeline(model_dir, *, device="cpu", dtype=torch.float32, **options) -> Pipeline:
     """The pipeline of the checkpoint in ``model_dir`` (``ARCHITECTURES``); ``options`` go to it
-    (LlamaGen: ``image_size``, ``drafter``)."""
+    (``image_size``; LlamaGen: ``drafter``; Chameleon: ``vqgan``)."""
     path = Path(model_dir)
     if not path.is_dir():
         raise FileNotFoundError(f"generate_image: model directory {path} does not exist")

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["VQGANConfig", "VQGANDecoder", "load_vq16", "to_uint8"]
+__all__ = ["VQGANConfig", "VQGANDecoder", "load_vq16", "load_chameleon_vqgan", "to_uint8"]
 
 
 @dataclass
@@ -208,5 +208,52 @@ def load_vq16(path, *, device="cpu", dtype=torch.float32) -> VQGANDecoder:
     if missing or extra:
         raise ValueError(
             f"VQ-16 checkpoint {path}: missing keys {missing[:5]}, unexpected keys {extra[:5]}"
+        )
+    return vq.to(device=device, dtype=dtype).eval().requires_grad_(False)
+
+
+_TAMING = [  # taming-transformers' decoder names -> this module's (level j = levels - 1 - i)
+    (re.compile(r"^decoder\.mid\.block_1\."), lambda m, n: "decoder.mid.0."),
+    (re.compile(r"^decoder\.mid\.attn_1\."), lambda m, n: "decoder.mid.1."),
+    (re.compile(r"^decoder\.mid\.block_2\."), lambda m, n: "decoder.mid.2."),
+    (
+        re.compile(r"^decoder\.up\.(\d+)\.block\."),
+        lambda m, n: f"decoder.conv_blocks.{n - 1 - int(m.group(1))}.res.",
+    ),
+    (
+        re.compile(r"^decoder\.up\.(\d+)\.(attn|upsample)\."),
+        lambda m, n: f"decoder.conv_blocks.{n - 1 - int(m.group(1))}.{m.group(2)}.",
+    ),
+]
+
+
+def load_chameleon_vqgan(path, *, device="cpu", dtype=torch.float32) -> VQGANDecoder:
+    """The Chameleon tokenizer's VQGAN (``vqgan.ckpt``, Lightning's "state_dict", taming names:
+    decoder.up.{i}.block.{j}, mid.block_1 ...; 8192 x 256 codes looked up as stored, no
+    attention above the middle), used by Lumina-mGPT; docs/notes/chameleon_lumina.md."""
+    from specops.models.llamagen import read_state_dict
+
+    sd = read_state_dict(path, "Chameleon VQGAN checkpoint")
+    levels = len({m.group(1) for k in sd if (m := re.match(r"decoder\.up\.(\d+)\.", k))})
+    out = {}
+    for k, v in sd.items():
+        if not k.startswith(("decoder.", "post_quant_conv.", "quantize.embedding.")):
+            continue  # encoder, quant_conv, the GAN loss
+        for pat, new in _TAMING:
+            if m := pat.match(k):
+                k = new(m, levels) + k[m.end() :]
+                break
+        out[k] = v
+    need = ("quantize.embedding.weight", "post_quant_conv.weight", "decoder.conv_out.weight")
+    if any(k not in out for k in need) or not levels:
+        raise ValueError(f"Chameleon VQGAN checkpoint {path}: expected taming decoder keys {need}")
+    cfg = _infer_config(out)
+    cfg.l2_codebook = False
+    vq = VQGANDecoder(cfg)
+    missing, extra = vq.load_state_dict(out, strict=False)
+    if missing or extra:
+        raise ValueError(
+            f"Chameleon VQGAN checkpoint {path}: missing keys {missing[:5]}, unexpected keys "
+            f"{extra[:5]}"
         )
     return vq.to(device=device, dtype=dtype).eval().requires_grad_(False)

@@ -1,0 +1,176 @@
+"""Tiny random text-to-image checkpoints written as the released ones are read (save_pretrained
+with a processor or tokenizer built offline, character-level), for ``specops generate``: Janus,
+Emu3 and Chameleon / Lumina-mGPT (plus a taming-layout ``vqgan.ckpt``).  docs/notes/emu3_janus.md
+and docs/notes/chameleon_lumina.md give the layouts these follow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+CHARS = list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,*:\n")
+
+
+def _char_tokenizer(specials: dict, extra: list[str] = (), post_bos: str | None = None, **kw):
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {c: i for i, c in enumerate(CHARS)}
+    for name in specials.values():
+        vocab.setdefault(name, len(vocab))
+    tk = Tokenizer(models.WordLevel(vocab, unk_token=None))
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    if post_bos is not None:
+        tk.post_processor = processors.TemplateProcessing(
+            single=f"{post_bos} $A", special_tokens=[(post_bos, vocab[post_bos])]
+        )
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, **specials, **kw)
+    if extra:
+        tok.add_tokens(list(extra), special_tokens=True)
+    return tok
+
+
+def _widen(model) -> None:
+    """Default init (std 0.02) gives near-constant logits; std 0.2 outside the VQ discriminates."""
+    with torch.no_grad():
+        for n, w in model.named_parameters():
+            if w.dim() == 2 and "vqmodel" not in n:
+                w.normal_(0.0, 0.2, generator=torch.Generator().manual_seed(len(n)))
+
+
+def janus_dir(path: Path, grid: int = 4) -> Path:
+    from transformers import (
+        JanusConfig,
+        JanusForConditionalGeneration,
+        JanusImageProcessorPil,
+        JanusProcessor,
+    )
+
+    bos, eos, pad = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>"
+    tok = _char_tokenizer(
+        dict(bos_token=bos, eos_token=eos, pad_token=pad), post_bos=bos,
+        extra_special_tokens={"image_token": "<image_placeholder>", "boi_token": "<begin_of_image>",
+                              "eoi_token": "<end_of_image>"},
+    )  # fmt: skip
+    torch.manual_seed(0)
+    cfg = JanusConfig(
+        text_config=dict(model_type="llama", vocab_size=len(tok), hidden_size=32,
+                         intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=4, max_position_embeddings=256,
+                         pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                         eos_token_id=tok.eos_token_id),
+        vision_config=dict(image_size=grid * 4, patch_size=4, num_image_tokens=grid * grid,
+                           hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           mlp_ratio=2, projection_dim=32),
+        vq_config=dict(embed_dim=8, num_embeddings=24, latent_channels=8, base_channels=32,
+                       channel_multiplier=[1, 2], num_res_blocks=1, projection_dim=32,
+                       image_token_embed_dim=32),
+        image_token_id=tok.image_token_id,
+    )  # fmt: skip
+    model = JanusForConditionalGeneration(cfg).eval()
+    _widen(model)
+    gc = model.generation_config
+    gc._from_model_config = False
+    gc.pad_token_id, gc.bos_token_id = tok.pad_token_id, tok.bos_token_id
+    gc.generation_kwargs = {"boi_token_id": tok.boi_token_id}
+    gc.guidance_scale, gc.temperature = 5, 1.0
+    proc = JanusProcessor(
+        JanusImageProcessorPil(image_mean=[0.5] * 3, image_std=[0.5] * 3), tok,
+        num_image_tokens=grid * grid,
+    )  # fmt: skip
+    model.save_pretrained(path)
+    proc.save_pretrained(path)
+    return path
+
+
+def emu3_dir(path: Path, codebook: int = 32) -> Path:
+    from transformers import (
+        Emu3Config,
+        Emu3ForConditionalGeneration,
+        Emu3ImageProcessor,
+        Emu3Processor,
+        Emu3TextConfig,
+    )
+
+    tok = _char_tokenizer(
+        dict(bos_token="<|extra_203|>", eos_token="<|extra_204|>", pad_token="<|endoftext|>"),
+        extra_special_tokens={"image_token": "<image>", "boi_token": "<|image start|>",
+                              "eoi_token": "<|image end|>",
+                              "image_wrapper_token": "<|image token|>",
+                              "eof_token": "<|extra_201|>"},
+    )  # fmt: skip
+    tok.add_tokens(["<|extra_200|>"], special_tokens=True)  # EOL
+    tok.add_tokens([f"<|visual token{i:06d}|>" for i in range(codebook)], special_tokens=True)
+    tok.padding_side = "left"
+    torch.manual_seed(0)
+    text = Emu3TextConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
+        pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )  # fmt: skip
+    vq = dict(codebook_size=codebook, embed_dim=4, latent_channels=4, base_channels=32,
+              channel_multiplier=[1, 2], num_res_blocks=1, attn_resolutions=[], hidden_size=64,
+              temporal_downsample_factor=4)  # fmt: skip
+    cfg = Emu3Config(text_config=text, vq_config=vq, vocabulary_map=tok.get_vocab())
+    model = Emu3ForConditionalGeneration(cfg).eval()
+    _widen(model)
+    proc = Emu3Processor(Emu3ImageProcessor(image_mean=[0.5] * 3, image_std=[0.5] * 3), tok)
+    model.save_pretrained(path)
+    proc.save_pretrained(path)
+    return path
+
+
+def _img_name(code: int) -> str:
+    # Chameleon's BPE names of VQ codes: IMGIMG + the code's digits as letters A-J + Z
+    return "IMGIMG" + "".join(chr(ord("A") + int(d)) for d in str(code)) + "Z"
+
+
+def taming_vqgan(n_embed: int, seed: int = 0) -> dict:
+    """A Lightning-style ``vqgan.ckpt`` dict in taming's decoder names (two levels, z 64,
+    codebook n_embed x 8, no attention above the middle) with encoder and loss keys beside."""
+    from specops.models.vqgan import VQGANConfig, VQGANDecoder
+
+    torch.manual_seed(seed)
+    cfg = VQGANConfig(n_embed=n_embed, embed_dim=8, z_channels=64, ch=32, ch_mult=(1, 2),
+                      attn_levels=(), l2_codebook=False)  # fmt: skip
+    ours = VQGANDecoder(cfg).state_dict()
+    out = {}
+    for k, v in ours.items():  # conv_blocks.{j} is taming's up.{1 - j}; res -> block
+        k = k.replace("decoder.mid.0.", "decoder.mid.block_1.")
+        k = k.replace("decoder.mid.1.", "decoder.mid.attn_1.")
+        k = k.replace("decoder.mid.2.", "decoder.mid.block_2.")
+        for j in (0, 1):
+            k = k.replace(f"decoder.conv_blocks.{j}.res.", f"decoder.up.{1 - j}.block.")
+            k = k.replace(f"decoder.conv_blocks.{j}.upsample.", f"decoder.up.{1 - j}.upsample.")
+        out[k] = v
+    out["encoder.conv_in.weight"] = torch.zeros(32, 3, 3, 3)
+    out["loss.discriminator.main.0.weight"] = torch.zeros(4, 3, 4, 4)
+    return {"state_dict": out}, ours
+
+
+def chameleon_dir(path: Path, codebook: int = 16, size_tokens=(1, 2)) -> Path:
+    from transformers import ChameleonConfig, ChameleonForConditionalGeneration
+
+    extra = ["<racm3:break>", "<eoss>", "<reserved08706>", "<reserved08799>"]
+    extra += [f"<reserved0{8800 + n}>" for n in size_tokens]
+    extra += [_img_name(i) for i in range(codebook)]
+    tok = _char_tokenizer(dict(bos_token="<s>", eos_token="</s>", pad_token="<pad>"), extra)
+    torch.manual_seed(0)
+    cfg = ChameleonConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
+        vocabulary_map=tok.get_vocab(), bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        vq_config=dict(embed_dim=8, num_embeddings=codebook, latent_channels=8, base_channels=32,
+                       channel_multiplier=[1, 2], num_res_blocks=1, resolution=16),
+    )  # fmt: skip
+    model = ChameleonForConditionalGeneration(cfg).eval()
+    _widen(model)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    ckpt, _ = taming_vqgan(codebook)
+    (path / "tokenizer").mkdir(exist_ok=True)
+    torch.save(ckpt, path / "tokenizer" / "vqgan.ckpt")
+    return path

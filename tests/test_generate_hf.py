@@ -1,0 +1,196 @@
+"""``specops generate`` on tiny random Janus, Emu3 and Chameleon / Lumina-mGPT checkpoints
+(tests/hf_image_files.py): greedy codes equal transformers' own image generation (Janus, Emu3)
+or a plain recompute-everything loop written from Lumina-mGPT's layout (Chameleon, which
+transformers cannot generate images with), a PNG per prompt, the first code's law under sampling,
+and clear errors before any work."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from hf_image_files import chameleon_dir, emu3_dir, janus_dir, taming_vqgan  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from specops import cli  # noqa: E402
+from specops.imagegen import generate_image, load_pipeline  # noqa: E402
+from specops.imagegen.hf_models import EMU3_NEGATIVE  # noqa: E402
+
+PROMPTS = ["a dog running in the rain", "a cat"]
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hfimg")
+    return {
+        "janus": janus_dir(root / "janus"),
+        "emu3": emu3_dir(root / "emu3"),
+        "chameleon": chameleon_dir(root / "chameleon"),
+    }
+
+
+SIZE = {"janus": None, "emu3": 32, "chameleon": 64}  # 4 x 4 codes each
+
+
+def _pipe(dirs, name):
+    kw = {} if SIZE[name] is None else {"image_size": SIZE[name]}
+    return load_pipeline(dirs[name], **kw)
+
+
+@pytest.mark.parametrize("method", ["ar", "sjd", "sjd_pac"])
+def test_janus_greedy_equals_transformers(dirs, method):
+    pipe = _pipe(dirs, "janus")
+    inputs = pipe.processor(text=PROMPTS, generation_mode="image", padding=True,
+                            return_tensors="pt")  # fmt: skip
+    want = pipe.hf.generate(**inputs, generation_mode="image", do_sample=False)  # CFG 5
+    got = generate_image(pipe, prompt=PROMPTS, method=method, temperature=0.0)
+    assert torch.equal(got.codes.long(), want.long())
+    assert got.settings["cfg_scale"] == 5.0
+
+
+@pytest.mark.parametrize("method", ["ar", "sjd_pac"])
+def test_emu3_greedy_equals_transformers(dirs, method):
+    pipe = _pipe(dirs, "emu3")
+    proc, tok, vm = pipe.processor, pipe.processor.tokenizer, pipe.hf.model.vocabulary_mapping
+    tok.padding_side = "left"
+    inputs = proc(text=PROMPTS, return_for_image_generation=True, image_area=32 * 32,
+                  padding=True, return_tensors="pt")  # fmt: skip
+    h, w = (int(v) for v in inputs.pop("image_sizes")[0])
+    neg = proc(text=[EMU3_NEGATIVE] * 2, padding=True, return_tensors="pt")
+    wrap = tok.image_wrapper_token_id
+
+    def allowed(batch_id, ids):  # transformers' documented Emu3 layout
+        offset = ids.shape[0] - torch.nonzero(ids == wrap)[0, 0]
+        if offset % (w + 1) == 0:
+            return (vm.eol_token_id,)
+        if offset > (w + 1) * h:
+            return (tok.eof_token_id,)
+        return vm.image_tokens
+
+    out = pipe.hf.generate(
+        **inputs, max_new_tokens=h * (w + 1), do_sample=False, prefix_allowed_tokens_fn=allowed,
+        guidance_scale=3.0, negative_prompt_ids=neg.input_ids,
+        negative_prompt_attention_mask=neg.attention_mask,
+    )  # fmt: skip
+    body = out[:, inputs.input_ids.shape[1] :].reshape(2, h, w + 1)
+    want = vm.convert_bpe2img(body).reshape(2, -1)
+    got = generate_image(pipe, prompt=PROMPTS, method=method, temperature=0.0)
+    assert torch.equal(got.codes.long(), want.long())
+
+
+@torch.no_grad()
+def chameleon_reference(pipe, prompt: str, steps: int, cfg: float) -> torch.Tensor:
+    """Lumina-mGPT's loop by hand: prompt ids, then <racm3:break> and the size tokens fed; at
+    each body index k the row end is forced when k mod (W + 1) = W, else only image tokens; CFG
+    uncond + s (cond - uncond) with the uncond sequence [<racm3:break>, size, size] + body; the
+    whole prefix recomputed every step; codes through the BPE -> code names."""
+    hf, tok = pipe.hf, pipe.tokenizer
+    w = pipe.grid[1]
+    text = f"Generate an image of {pipe.size}x{pipe.size} according to the following prompt:\n"
+    size = tok.convert_tokens_to_ids(f"<reserved0{8800 + pipe.size // 32}>")
+    head = [tok.convert_tokens_to_ids("<racm3:break>"), size, size]
+    cond = [tok.bos_token_id, *tok(text + prompt, add_special_tokens=False)["input_ids"],
+            tok.convert_tokens_to_ids("<reserved08706>"), *head]  # fmt: skip
+    image = torch.tensor(hf.model.vocabulary_mapping.image_tokens)
+    row_end = tok.convert_tokens_to_ids("<reserved08799>")
+    body = []
+
+    def last_logits(ids):
+        h = hf.model(input_ids=torch.tensor([ids])).last_hidden_state[:, -1]
+        return hf.lm_head(h)[0].float()
+
+    for k in range(steps):
+        c, u = last_logits(cond + body), last_logits(head + body)
+        logits = u + cfg * (c - u)
+        if k % (w + 1) == w:
+            nxt = row_end
+        else:
+            nxt = int(image[logits[image].argmax()])
+        body.append(nxt)
+    names = hf.model.vocabulary_mapping.bpe2img
+    return torch.tensor([names[t] for t in body if t != row_end])
+
+
+def test_chameleon_greedy_equals_the_lumina_loop(dirs):
+    pipe = _pipe(dirs, "chameleon")
+    got = generate_image(pipe, prompt=PROMPTS, method="sjd_pac", temperature=0.0)
+    for i, p in enumerate(PROMPTS):
+        want = chameleon_reference(pipe, p, pipe.layout.length, 3.0)
+        assert torch.equal(got.codes[i].long(), want)
+
+
+def test_chameleon_vqgan_loads_taming_names(tmp_path):
+    from specops.models.vqgan import VQGANConfig, VQGANDecoder, load_chameleon_vqgan
+
+    ckpt, ours = taming_vqgan(16, seed=3)
+    torch.save(ckpt, tmp_path / "vqgan.ckpt")
+    vq = load_chameleon_vqgan(tmp_path / "vqgan.ckpt")
+    ref = VQGANDecoder(VQGANConfig(n_embed=16, embed_dim=8, z_channels=64, ch=32,
+                                   ch_mult=(1, 2), attn_levels=(), l2_codebook=False))  # fmt: skip
+    ref.load_state_dict(ours)
+    codes = torch.randint(0, 16, (2, 12), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(vq.decode(codes, (3, 4)), ref.decode(codes, (3, 4)))
+    assert not vq.cfg.l2_codebook and vq.cfg.attn_levels == ()
+
+
+@pytest.mark.parametrize("name", ["janus", "emu3", "chameleon"])
+def test_cli_writes_a_png_per_prompt(dirs, tmp_path, capsys, name):
+    out = tmp_path / f"{name}.png"
+    argv = ["generate", "--model", str(dirs[name]), "--prompt", "a red fox in snow",
+            "--method", "sjd", "--out", str(out), "--compare-ar"]  # fmt: skip
+    if SIZE[name] is not None:
+        argv += ["--image-size", str(SIZE[name])]
+    assert cli.main(argv) == 0
+    assert Image.open(out).size == (8, 8)  # 4 x 4 codes, tiny VQs upsample 2x
+    text = capsys.readouterr().out
+    assert f"{name}: 1 image(s) of 8x8 from 4x4 tokens" in text and "\nar " in text
+
+
+def test_errors_before_any_work(dirs, tmp_path):
+    with pytest.raises(ValueError, match="text-to-image: pass prompt="):
+        generate_image(_pipe(dirs, "emu3"), class_id=[3])
+    with pytest.raises(ValueError, match="a text prompt is required"):
+        generate_image(_pipe(dirs, "janus"))
+    with pytest.raises(ValueError, match="do not fit the context of 512"):
+        generate_image(load_pipeline(dirs["chameleon"], image_size=512), prompt="x")
+    with pytest.raises(ValueError, match="drafter files are for LlamaGen"):
+        load_pipeline(dirs["janus"], drafter="d.pt")
+    with pytest.raises(ValueError, match="needs a drafter"):
+        generate_image(_pipe(dirs, "janus"), prompt="x", method="vvs")
+    import shutil
+
+    bare = shutil.copytree(dirs["chameleon"], tmp_path / "bare")
+    shutil.rmtree(bare / "tokenizer")
+    with pytest.raises(FileNotFoundError, match="no vqgan.ckpt"):
+        load_pipeline(bare)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "config.json").write_text('{"model_type": "bert"}')
+    with pytest.raises(ValueError, match="found 'hf:bert'"):
+        load_pipeline(tmp_path / "other")
+
+
+def test_chameleon_first_code_law(dirs):
+    """The first code of 600 images (sjd_pac, CFG 3, top-k 6 of 16 codes) against the exact
+    law of the layout-restricted, guided distribution: chi-square; temperature 1.5 is rejected."""
+    from helpers import chi2_pvalue
+
+    pipe = _pipe(dirs, "chameleon")
+    res = generate_image(pipe, prompt=["a cat"] * 600, method="sjd_pac", top_k=6, seed=5)
+    counts = torch.bincount(res.codes[:, 0], minlength=16).numpy()
+
+    def law(temperature):
+        (ids, mask), (neg, neg_mask) = pipe.conditions("a cat", None)
+        with torch.no_grad():
+            c = pipe.hf.lm_head(pipe.hf.model(input_ids=ids).last_hidden_state[:, -1])[0]
+            u = pipe.hf.lm_head(pipe.hf.model(input_ids=neg).last_hidden_state[:, -1])[0]
+        image = torch.tensor(pipe.hf.model.vocabulary_mapping.image_tokens)
+        lg = (u + 3.0 * (c - u))[image].float() / temperature
+        lg = lg.masked_fill(lg < lg.topk(6).values[-1], float("-inf"))
+        p = torch.softmax(lg, 0).double()
+        codes = torch.tensor([pipe.hf.model.vocabulary_mapping.bpe2img[int(t)] for t in image])
+        return torch.zeros(16, dtype=torch.float64).index_put_((codes,), p).numpy()
+
+    assert chi2_pvalue(counts, law(1.0)) > 1e-3
+    assert chi2_pvalue(counts, law(1.5)) < 1e-4
