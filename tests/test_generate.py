@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import chi2_pvalue
-from llamagen_files import GRID, C, V, llamagen_dir, official_gpt
 from PIL import Image
 from test_llamagen import official_greedy, official_logits
 
 from specops import cli
 from specops.imagegen import generate_image, load_pipeline
+from specops.imagegen.tiny import GRID, C, V, llamagen_dir, official_gpt
 from specops.models.drafter import Drafter
 
 
@@ -23,6 +23,7 @@ def lg_dir(tmp_path_factory):
 
 def _with_drafter(path):
     pipe = load_pipeline(path)
+    torch.manual_seed(0)  # the drafter's init: the same whatever ran before
     d = Drafter(pipe.model.cfg)
     torch.save({"state": d.state_dict(), "step_dim": 32, "max_step": 3}, path / "drafter.pt")
     return path
@@ -110,7 +111,7 @@ def _exact_first_two(sd, label, cfg, top_k, temperature=1.0, grid=2):
 @pytest.mark.parametrize("method", ["sjd_pac", "speculative"])
 def test_sampling_is_lossless_through_generate_image(lg_dir, tmp_path, method):
     """The joint law of the first two codes (V^2 = 4096 cells, top-k 6 keeps 36) of 800 2x2
-    images against the exact one: a chi-square p-value; the same law at temperature 1.3 (the
+    images against the exact one: a chi-square p-value; the same law at temperature 1.6 (the
     same support) is rejected, so a kernel that drew from a wrong law fails."""
     import shutil
 
@@ -122,5 +123,5 @@ def test_sampling_is_lossless_through_generate_image(lg_dir, tmp_path, method):
     counts = torch.bincount(x[:, 0] * V + x[:, 1], minlength=V * V).numpy()
     exact = _exact_first_two(official_gpt(), 5, cfg, top_k).flatten().numpy()
     assert chi2_pvalue(counts, exact) > 1e-3
-    flatter = _exact_first_two(official_gpt(), 5, cfg, top_k, temperature=1.3).flatten().numpy()
+    flatter = _exact_first_two(official_gpt(), 5, cfg, top_k, temperature=1.6).flatten().numpy()
     assert chi2_pvalue(counts, flatter) < 1e-4

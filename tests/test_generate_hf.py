@@ -11,12 +11,12 @@ import torch
 
 pytest.importorskip("transformers")
 
-from hf_image_files import chameleon_dir, emu3_dir, janus_dir, taming_vqgan  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from specops import cli  # noqa: E402
 from specops.imagegen import generate_image, load_pipeline  # noqa: E402
 from specops.imagegen.hf_models import EMU3_NEGATIVE  # noqa: E402
+from specops.imagegen.tiny import chameleon_dir, emu3_dir, janus_dir, taming_vqgan  # noqa: E402
 
 PROMPTS = ["a dog running in the rain", "a cat"]
 

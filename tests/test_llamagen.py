@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from llamagen_files import GRID, HEADS, C, D, V, official_gpt, tiny_vq16
 
 from specops import decode
+from specops.imagegen.tiny import GRID, HEADS, C, D, V, official_gpt, tiny_vq16
 from specops.models.llamagen import load_llamagen, to_official
 from specops.models.vqgan import load_vq16, to_uint8
 

@@ -1,13 +1,107 @@
-"""Tiny random text-to-image checkpoints written as the released ones are read (save_pretrained
-with a processor or tokenizer built offline, character-level), for ``specops generate``: Janus,
-Emu3 and Chameleon / Lumina-mGPT (plus a taming-layout ``vqgan.ckpt``).  docs/notes/emu3_janus.md
-and docs/notes/chameleon_lumina.md give the layouts these follow."""
+"""Tiny random checkpoints written as the released ones are read, for tests and for trying
+``specops generate`` without a download (the pictures are noise: the weights are random).
+
+    python -m specops.imagegen.tiny llamagen ckpts/tiny-llamagen     # c2i_T_64.pt + vq_ds16_c2i.pt
+    python -m specops.imagegen.tiny janus ckpts/tiny-janus           # save_pretrained + processor
+    python -m specops.imagegen.tiny emu3 ckpts/tiny-emu3
+    python -m specops.imagegen.tiny chameleon ckpts/tiny-chameleon   # + tokenizer/vqgan.ckpt
+
+LlamaGen: a c2i GPT in the official key layout (tests/data/llamagen_keys.json has the real ones)
+and a VQ-16-layout tokenizer with fewer channels and levels.  Janus, Emu3, Chameleon: tiny
+transformers models with character-level tokenizers built offline (the special tokens the
+pipelines read are real names); Chameleon also gets a taming-layout ``vqgan.ckpt``.
+docs/notes/llamagen.md, emu3_janus.md and chameleon_lumina.md give the layouts.  ``levels``: the
+VQ decoder's levels (an image is 2^(levels - 1) pixels a code side).
+"""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import torch
+
+V, C, D, LAYERS, HEADS, GRID = 64, 10, 128, 2, 2, 4
+
+
+def official_gpt(seed=0, dim=D, layers=LAYERS, vocab=V, classes=C, ffn=256) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    sd = {
+        "cls_embedding.embedding_table.weight": torch.randn(classes + 1, dim, generator=g),
+        "tok_embeddings.weight": torch.randn(vocab, dim, generator=g),
+    }
+    for i in range(layers):
+        p = f"layers.{i}."
+        sd[p + "attention.wqkv.weight"] = torch.randn(3 * dim, dim, generator=g) / dim**0.5
+        sd[p + "attention.wo.weight"] = torch.randn(dim, dim, generator=g) / dim**0.5
+        sd[p + "feed_forward.w1.weight"] = torch.randn(ffn, dim, generator=g) / dim**0.5
+        sd[p + "feed_forward.w3.weight"] = torch.randn(ffn, dim, generator=g) / dim**0.5
+        sd[p + "feed_forward.w2.weight"] = torch.randn(dim, ffn, generator=g) / ffn**0.5
+        sd[p + "attention_norm.weight"] = 1 + 0.1 * torch.randn(dim, generator=g)
+        sd[p + "ffn_norm.weight"] = 1 + 0.1 * torch.randn(dim, generator=g)
+    sd["norm.weight"] = 1 + 0.1 * torch.randn(dim, generator=g)
+    sd["output.weight"] = torch.randn(vocab, dim, generator=g) / dim**0.5
+    return sd
+
+
+def tiny_vq16(seed=0, ch=32, mult=(1, 2), n=16, d=8, z=64) -> dict:
+    """A VQ-16-layout state dict, smaller: channels ``ch * mult``, two levels (factor 2),
+    encoder keys included as in the released file."""
+    g = torch.Generator().manual_seed(seed)
+
+    def conv(o, i, k):
+        return {"weight": torch.randn(o, i, k, k, generator=g) / (i * k * k) ** 0.5,
+                "bias": 0.1 * torch.randn(o, generator=g)}  # fmt: skip
+
+    def gn(c):
+        return {"weight": 1 + 0.1 * torch.randn(c, generator=g),
+                "bias": 0.1 * torch.randn(c, generator=g)}  # fmt: skip
+
+    sd = {}
+
+    def put(prefix, params):
+        sd.update({f"{prefix}.{k}": v for k, v in params.items()})
+
+    def res(p, i, o):
+        put(p + ".norm1", gn(i)), put(p + ".conv1", conv(o, i, 3))
+        put(p + ".norm2", gn(o)), put(p + ".conv2", conv(o, o, 3))
+        if i != o:
+            put(p + ".nin_shortcut", conv(o, i, 1))
+
+    def attn(p, c):
+        put(p + ".norm", gn(c))
+        for w in ("q", "k", "v", "proj_out"):
+            put(f"{p}.{w}", conv(c, c, 1))
+
+    sd["quantize.embedding.weight"] = torch.randn(n, d, generator=g)
+    sd["quantize.codebook_used"] = torch.zeros(65536)
+    put("post_quant_conv", conv(z, d, 1))
+    top = ch * mult[-1]
+    put("decoder.conv_in", conv(top, z, 3))
+    res("decoder.mid.0", top, top), attn("decoder.mid.1", top), res("decoder.mid.2", top, top)
+    c = top
+    for j, m in enumerate(mult[::-1]):
+        for r in range(3):
+            res(f"decoder.conv_blocks.{j}.res.{r}", c, ch * m)
+            c = ch * m
+            if j == 0:
+                attn(f"decoder.conv_blocks.{j}.attn.{r}", c)
+        if j < len(mult) - 1:
+            put(f"decoder.conv_blocks.{j}.upsample.conv", conv(c, c, 3))
+    put("decoder.norm_out", gn(c)), put("decoder.conv_out", conv(3, c, 3))
+    put("encoder.conv_in", conv(ch, 3, 3)), put("quant_conv", conv(d, z, 1))  # read past
+    return sd
+
+
+def llamagen_dir(path: Path, *, vocab=V, image_size=GRID * 16, seed=0, levels: int = 2) -> Path:
+    """A directory as released: ``c2i_T_<size>.pt`` (under "model") and ``vq_ds16_c2i.pt``; the
+    tiny VQ has two levels, so an image is 2 * grid pixels a side."""
+    path.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": official_gpt(seed, vocab=vocab)}, path / f"c2i_T_{image_size}.pt")
+    mult = (1,) * (levels - 1) + (2,)
+    torch.save({"model": tiny_vq16(seed, n=vocab, mult=mult)}, path / "vq_ds16_c2i.pt")
+    return path
+
 
 CHARS = list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,*:\n")
 
@@ -39,7 +133,7 @@ def _widen(model) -> None:
                 w.normal_(0.0, 0.2, generator=torch.Generator().manual_seed(len(n)))
 
 
-def janus_dir(path: Path, grid: int = 4) -> Path:
+def janus_dir(path: Path, grid: int = 4, levels: int = 2) -> Path:
     from transformers import (
         JanusConfig,
         JanusForConditionalGeneration,
@@ -64,7 +158,8 @@ def janus_dir(path: Path, grid: int = 4) -> Path:
                            hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                            mlp_ratio=2, projection_dim=32),
         vq_config=dict(embed_dim=8, num_embeddings=24, latent_channels=8, base_channels=32,
-                       channel_multiplier=[1, 2], num_res_blocks=1, projection_dim=32,
+                       channel_multiplier=[1] * (levels - 1) + [2], num_res_blocks=1,
+                       projection_dim=32,
                        image_token_embed_dim=32),
         image_token_id=tok.image_token_id,
     )  # fmt: skip
@@ -84,7 +179,7 @@ def janus_dir(path: Path, grid: int = 4) -> Path:
     return path
 
 
-def emu3_dir(path: Path, codebook: int = 32) -> Path:
+def emu3_dir(path: Path, codebook: int = 32, levels: int = 2) -> Path:
     from transformers import (
         Emu3Config,
         Emu3ForConditionalGeneration,
@@ -111,7 +206,8 @@ def emu3_dir(path: Path, codebook: int = 32) -> Path:
         eos_token_id=tok.eos_token_id,
     )  # fmt: skip
     vq = dict(codebook_size=codebook, embed_dim=4, latent_channels=4, base_channels=32,
-              channel_multiplier=[1, 2], num_res_blocks=1, attn_resolutions=[], hidden_size=64,
+              channel_multiplier=[1] * (levels - 1) + [2], num_res_blocks=1, attn_resolutions=[],
+              hidden_size=64,
               temporal_downsample_factor=4)  # fmt: skip
     cfg = Emu3Config(text_config=text, vq_config=vq, vocabulary_map=tok.get_vocab())
     model = Emu3ForConditionalGeneration(cfg).eval()
@@ -127,13 +223,14 @@ def _img_name(code: int) -> str:
     return "IMGIMG" + "".join(chr(ord("A") + int(d)) for d in str(code)) + "Z"
 
 
-def taming_vqgan(n_embed: int, seed: int = 0) -> dict:
+def taming_vqgan(n_embed: int, seed: int = 0, levels: int = 2) -> tuple[dict, dict]:
     """A Lightning-style ``vqgan.ckpt`` dict in taming's decoder names (two levels, z 64,
     codebook n_embed x 8, no attention above the middle) with encoder and loss keys beside."""
     from specops.models.vqgan import VQGANConfig, VQGANDecoder
 
     torch.manual_seed(seed)
-    cfg = VQGANConfig(n_embed=n_embed, embed_dim=8, z_channels=64, ch=32, ch_mult=(1, 2),
+    mult = (1,) * (levels - 1) + (2,)
+    cfg = VQGANConfig(n_embed=n_embed, embed_dim=8, z_channels=64, ch=32, ch_mult=mult,
                       attn_levels=(), l2_codebook=False)  # fmt: skip
     ours = VQGANDecoder(cfg).state_dict()
     out = {}
@@ -141,16 +238,17 @@ def taming_vqgan(n_embed: int, seed: int = 0) -> dict:
         k = k.replace("decoder.mid.0.", "decoder.mid.block_1.")
         k = k.replace("decoder.mid.1.", "decoder.mid.attn_1.")
         k = k.replace("decoder.mid.2.", "decoder.mid.block_2.")
-        for j in (0, 1):
-            k = k.replace(f"decoder.conv_blocks.{j}.res.", f"decoder.up.{1 - j}.block.")
-            k = k.replace(f"decoder.conv_blocks.{j}.upsample.", f"decoder.up.{1 - j}.upsample.")
+        for j in range(levels):  # conv_blocks.{j} is taming's up.{levels - 1 - j}
+            i = levels - 1 - j
+            k = k.replace(f"decoder.conv_blocks.{j}.res.", f"decoder.up.{i}.block.")
+            k = k.replace(f"decoder.conv_blocks.{j}.upsample.", f"decoder.up.{i}.upsample.")
         out[k] = v
     out["encoder.conv_in.weight"] = torch.zeros(32, 3, 3, 3)
     out["loss.discriminator.main.0.weight"] = torch.zeros(4, 3, 4, 4)
     return {"state_dict": out}, ours
 
 
-def chameleon_dir(path: Path, codebook: int = 16, size_tokens=(1, 2)) -> Path:
+def chameleon_dir(path: Path, codebook: int = 16, size_tokens=(1, 2), levels: int = 2) -> Path:
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
 
     extra = ["<racm3:break>", "<eoss>", "<reserved08706>", "<reserved08799>"]
@@ -170,7 +268,36 @@ def chameleon_dir(path: Path, codebook: int = 16, size_tokens=(1, 2)) -> Path:
     _widen(model)
     model.save_pretrained(path)
     tok.save_pretrained(path)
-    ckpt, _ = taming_vqgan(codebook)
+    ckpt, _ = taming_vqgan(codebook, levels=levels)
     (path / "tokenizer").mkdir(exist_ok=True)
     torch.save(ckpt, path / "tokenizer" / "vqgan.ckpt")
     return path
+
+
+WRITERS = {
+    "llamagen": llamagen_dir,
+    "janus": janus_dir,
+    "emu3": emu3_dir,
+    "chameleon": chameleon_dir,
+}
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="python -m specops.imagegen.tiny", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument("family", choices=sorted(WRITERS))
+    ap.add_argument("dir")
+    ap.add_argument(
+        "--levels", type=int, default=4, help="VQ decoder levels (2^(levels-1) px/code)"
+    )
+    args = ap.parse_args(argv)
+    path = WRITERS[args.family](Path(args.dir), levels=args.levels)
+    print(f"wrote a tiny random {args.family} checkpoint to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
