@@ -154,7 +154,9 @@ def test_errors_before_any_work(dirs, tmp_path):
     with pytest.raises(ValueError, match="a text prompt is required"):
         generate_image(_pipe(dirs, "janus"))
     with pytest.raises(ValueError, match="do not fit the context of 512"):
-        generate_image(load_pipeline(dirs["chameleon"], image_size=512), prompt="x")
+        generate_image(load_pipeline(dirs["emu3"], image_size=256), prompt="x")  # 32 x 33 tokens
+    with pytest.raises(ValueError, match="no <reserved08816> token"):
+        load_pipeline(dirs["chameleon"], image_size=512)
     with pytest.raises(ValueError, match="drafter files are for LlamaGen"):
         load_pipeline(dirs["janus"], drafter="d.pt")
     with pytest.raises(ValueError, match="needs a drafter"):

@@ -216,12 +216,10 @@ class ChameleonPipeline(HFPipeline):
         self.size = int(image_size)
         vq_file = Path(vqgan) if vqgan is not None else self._find_vqgan()
         self.vq = load_chameleon_vqgan(vq_file, device=self.device)
-        tok = self.tokenizer
-        ids = tok.convert_tokens_to_ids
-        self.boi, self.sep, self.row_end = (
-            ids("<racm3:break>"), ids("<reserved08706>"), ids("<reserved08799>"),
+        self.boi, self.sep, self.row_end, self.size_token = (
+            self._token(t) for t in ("<racm3:break>", "<reserved08706>", "<reserved08799>",
+                                     f"<reserved0{8800 + self.size // 32}>")
         )  # fmt: skip
-        self.size_token = ids(f"<reserved0{8800 + self.size // 32}>")
         vm = self.hf.model.vocabulary_mapping
         vocab = self.hf.get_output_embeddings().out_features
         self.bpe2img = torch.zeros(vocab, dtype=torch.long)  # BPE id -> VQ code ("IMGIMG" names)
@@ -232,6 +230,16 @@ class ChameleonPipeline(HFPipeline):
         self.layout = GridLayout(side, side, vm.image_tokens, vocab, row_end=self.row_end)
         self.generate_options = {"layout": self.layout}
         self.grid = (side, side)
+
+    def _token(self, name: str) -> int:
+        """The id of one of Lumina-mGPT's layout tokens, which the tokenizer must know."""
+        i = self.tokenizer.convert_tokens_to_ids(name)
+        if i is None or self.tokenizer.convert_ids_to_tokens(i) != name:
+            raise ValueError(
+                f"chameleon: the tokenizer has no {name} token (Lumina-mGPT's image layout; "
+                f"for the size token: image_size {self.size} gives size token {self.size // 32})"
+            )
+        return int(i)
 
     def _find_vqgan(self) -> Path:
         for f in ("vqgan.ckpt", "tokenizer/vqgan.ckpt", "chameleon/tokenizer/vqgan.ckpt"):

@@ -248,7 +248,7 @@ def taming_vqgan(n_embed: int, seed: int = 0, levels: int = 2) -> tuple[dict, di
     return {"state_dict": out}, ours
 
 
-def chameleon_dir(path: Path, codebook: int = 16, size_tokens=(1, 2), levels: int = 2) -> Path:
+def chameleon_dir(path: Path, codebook: int = 16, size_tokens=range(1, 9), levels: int = 2) -> Path:
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
 
     extra = ["<racm3:break>", "<eoss>", "<reserved08706>", "<reserved08799>"]
