@@ -51,6 +51,7 @@ def test_cli_errors_are_one_line(lg_dir, tmp_path, capsys):
         (["--model", str(lg_dir), "--class-id", "1", "--method", "vvs"], "needs a drafter"),
         (["--model", str(lg_dir), "--class-id", "1", "--opt", "windw=3"], "takes the options"),
         (["--model", str(lg_dir), "--class-id", "1", "--image-size", "40"], "multiple of 16"),
+        (["--model", str(lg_dir), "--class-id", "1", "--vqgan", "v.ckpt"], "takes no 'vqgan'"),
     ]  # fmt: skip
     for argv, msg in cases:
         assert cli.main(["generate", *argv, "--out", str(tmp_path / "x.png")]) == 2

@@ -41,6 +41,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--image-size", type=int, default=None, help="pixels per side (LlamaGen)")
     ap.add_argument("--drafter", default=None, help="drafter checkpoint (speculative, vvs)")
+    ap.add_argument("--tokenizer", default=None, help="tokenizer/processor directory, if apart")
+    ap.add_argument("--vqgan", default=None, help="Chameleon / Lumina-mGPT: the vqgan.ckpt")
     ap.add_argument("--opt", type=_option, action="append", default=[], metavar="KEY=VALUE",
                     help="a method option, e.g. window=16 or threshold=0.75")  # fmt: skip
     ap.add_argument("--compare-ar", action="store_true", help="also run plain AR: speed-up")
@@ -73,8 +75,9 @@ def _generate(args) -> int:
     options = {}
     if args.image_size is not None:
         options["image_size"] = args.image_size
-    if args.drafter is not None:
-        options["drafter"] = args.drafter
+    for name in ("drafter", "tokenizer", "vqgan"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
     pipe = load_pipeline(args.model, device=args.device, dtype=dtype, **options)
     bar = Progress("generate", 1, unit="tok")
     result = generate_image(

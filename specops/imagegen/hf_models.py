@@ -57,7 +57,7 @@ class HFPipeline(Pipeline):
     model_class = ""
     generate_options: dict = {}
 
-    def __init__(self, path, *, device="cpu", dtype=torch.float32, drafter=None):
+    def __init__(self, path, *, device="cpu", dtype=torch.float32, drafter=None, tokenizer=None):
         import transformers
 
         if drafter is not None:
@@ -68,11 +68,12 @@ class HFPipeline(Pipeline):
         self.path = Path(path)
         cls = getattr(transformers, self.model_class)
         self.hf = cls.from_pretrained(self.path, dtype=dtype).to(device).eval()
+        src = self.path if tokenizer is None else Path(tokenizer)  # Lumina-mGPT: Chameleon's
         try:
-            self.processor = transformers.AutoProcessor.from_pretrained(self.path)
+            self.processor = transformers.AutoProcessor.from_pretrained(src)
         except (OSError, ValueError, TypeError, KeyError):
             try:  # a text-only directory (Chameleon / Lumina-mGPT needs its tokenizer alone)
-                self.processor = transformers.AutoTokenizer.from_pretrained(self.path)
+                self.processor = transformers.AutoTokenizer.from_pretrained(src)
             except (OSError, ValueError, TypeError, KeyError) as e:
                 raise ValueError(
                     f"{self.name}: {self.path} has no loadable tokenizer ({e})"

@@ -65,7 +65,8 @@ ARCHITECTURES = {
 
 def load_pipeline(model_dir, *, device="cpu", dtype=torch.float32, **options) -> Pipeline:
     """The pipeline of the checkpoint in ``model_dir`` (``ARCHITECTURES``); ``options`` go to it
-    (``image_size``; LlamaGen: ``drafter``; Chameleon: ``vqgan``)."""
+    (``image_size``; LlamaGen: ``drafter``; transformers models: ``tokenizer``, a directory
+    apart from the model's; Chameleon: ``vqgan``)."""
     path = Path(model_dir)
     if not path.is_dir():
         raise FileNotFoundError(f"generate_image: model directory {path} does not exist")
@@ -76,7 +77,14 @@ def load_pipeline(model_dir, *, device="cpu", dtype=torch.float32, **options) ->
             f"{sorted(ARCHITECTURES)} (a transformers directory with config.json, or LlamaGen's "
             ".pt files)"
         )
-    return ARCHITECTURES[arch](path, device=device, dtype=dtype, **options)
+    options = {k: v for k, v in options.items() if v is not None}
+    try:
+        return ARCHITECTURES[arch](path, device=device, dtype=dtype, **options)
+    except TypeError as e:  # an option this architecture does not take
+        if "unexpected keyword argument" not in str(e):
+            raise
+        msg = f"generate_image: the {arch} pipeline takes no {str(e).split()[-1]}"
+        raise ValueError(msg) from None
 
 
 def generate_image(
