@@ -93,11 +93,14 @@ def tiny_vq16(seed=0, ch=32, mult=(1, 2), n=16, d=8, z=64) -> dict:
     return sd
 
 
-def llamagen_dir(path: Path, *, vocab=V, image_size=GRID * 16, seed=0, levels: int = 2) -> Path:
+def llamagen_dir(
+    path: Path, *, vocab=V, classes=C, image_size=GRID * 16, seed=0, levels: int = 2
+) -> Path:
     """A directory as released: ``c2i_T_<size>.pt`` (under "model") and ``vq_ds16_c2i.pt``; the
     tiny VQ has two levels, so an image is 2 * grid pixels a side."""
     path.mkdir(parents=True, exist_ok=True)
-    torch.save({"model": official_gpt(seed, vocab=vocab)}, path / f"c2i_T_{image_size}.pt")
+    gpt = official_gpt(seed, vocab=vocab, classes=classes)
+    torch.save({"model": gpt}, path / f"c2i_T_{image_size}.pt")
     mult = (1,) * (levels - 1) + (2,)
     torch.save({"model": tiny_vq16(seed, n=vocab, mult=mult)}, path / "vq_ds16_c2i.pt")
     return path
@@ -294,7 +297,8 @@ def main(argv=None) -> int:
         "--levels", type=int, default=4, help="VQ decoder levels (2^(levels-1) px/code)"
     )
     args = ap.parse_args(argv)
-    path = WRITERS[args.family](Path(args.dir), levels=args.levels)
+    extra = {"classes": 1000} if args.family == "llamagen" else {}  # ImageNet's, as released
+    path = WRITERS[args.family](Path(args.dir), levels=args.levels, **extra)
     print(f"wrote a tiny random {args.family} checkpoint to {path}")
     return 0
 
