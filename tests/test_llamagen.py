@@ -16,7 +16,16 @@ import torch
 import torch.nn.functional as F
 
 from specops import decode
-from specops.imagegen.tiny import GRID, HEADS, C, D, V, official_gpt, tiny_vq16
+from specops.imagegen.tiny import (
+    GRID,
+    HEADS,
+    LAYERS,
+    C,
+    V,
+    official_gpt,
+    official_t2i_gpt,
+    tiny_vq16,
+)
 from specops.models.llamagen import load_llamagen, to_official
 from specops.models.vqgan import load_vq16, to_uint8
 
@@ -76,6 +85,62 @@ def official_greedy(sd, labels, steps, cfg_scale=None, grid=GRID):
     return toks
 
 
+def official_t2i_logits(sd, prefix, mask, tokens, grid=GRID, heads=HEADS):
+    """The official t2i forward over the full caption window: ``prefix`` [B, T, C] features
+    (left-padded, padded rows zero), ``mask`` [B, T]; every query is barred from the padded
+    caption keys except its own position (generate.py's causal_mask * emb_mask + eye)."""
+    t = prefix.shape[1]
+    cap = F.gelu(prefix @ sd["cls_embedding.cap_proj.fc1.weight"].T, approximate="tanh")
+    x = torch.cat([cap @ sd["cls_embedding.cap_proj.fc2.weight"].T,
+                   sd["tok_embeddings.weight"][tokens]], 1)  # fmt: skip
+    b, n, dim = x.shape
+    hd = dim // heads
+    cos, sin = _rope_2d(grid, hd, n - t + 1)
+    cos = torch.cat([torch.zeros(t - 1, hd // 2), cos])[None, :, None]
+    sin = torch.cat([torch.zeros(t - 1, hd // 2), sin])[None, :, None]
+    keep = torch.ones(b, n, n, dtype=torch.bool).tril()
+    keep[:, :, :t] &= mask.bool()[:, None, :]
+    keep |= torch.eye(n, dtype=torch.bool)
+    for i in range(LAYERS):
+        p = f"layers.{i}."
+        h = _rms(x, sd[p + "attention_norm.weight"])
+        q, k, v = (h @ sd[p + "attention.wqkv.weight"].T).view(b, n, 3, heads, hd).unbind(2)
+        q, k = _interleaved(q, cos, sin), _interleaved(k, cos, sin)
+        qkv = (z.transpose(1, 2) for z in (q, k, v))
+        o = F.scaled_dot_product_attention(*qkv, attn_mask=keep[:, None])
+        x = x + o.transpose(1, 2).reshape(b, n, dim) @ sd[p + "attention.wo.weight"].T
+        h = _rms(x, sd[p + "ffn_norm.weight"])
+        w1, w2, w3 = (sd[p + f"feed_forward.{w}.weight"] for w in ("w1", "w2", "w3"))
+        x = x + (F.silu(h @ w1.T) * (h @ w3.T)) @ w2.T
+    return _rms(x, sd["norm.weight"]) @ sd["output.weight"].T
+
+
+def test_t2i_greedy_equals_the_official_masked_loop(tmp_path):
+    """Captions of 3 and 8 valid tokens (of T = 8), CFG 7.5 against uncond_embedding under the
+    same mask, greedy: the compacted caption prefix gives the official tokens."""
+    sd = official_t2i_gpt()
+    torch.save({"model": sd}, tmp_path / "t2i_T_64.pt")
+    m = load_llamagen(tmp_path / "t2i_T_64.pt")
+    assert type(m).__name__ == "LlamaGenT2I" and m.cfg.prefix == 8
+    g = torch.Generator().manual_seed(5)
+    feats = torch.randn(2, 8, 32, generator=g)
+    mask = torch.tensor([[0] * 5 + [1] * 3, [1] * 8])  # left padding, as sample_t2i.py builds it
+    feats = feats * mask[..., None]
+    uncond = sd["cls_embedding.uncond_embedding"].expand(2, -1, -1)
+    toks = torch.zeros(2, 0, dtype=torch.long)
+    for _ in range(GRID * GRID):
+        c = official_t2i_logits(sd, feats, mask, toks)[:, -1]
+        u = official_t2i_logits(sd, uncond, mask, toks)[:, -1]
+        toks = torch.cat([toks, (u + (c - u) * 7.5).argmax(-1, keepdim=True)], 1)
+    prompt = m.set_captions(feats, mask)
+    assert prompt.tolist()[0] == [V, V + 1, V + 2, -1, -1, -1, -1, -1]
+    for method in ("ar", "sjd_pac"):
+        got, _ = getattr(decode, method)(m, prompt, temperature=0.0, cfg_scale=7.5)
+        assert torch.equal(got.long(), toks), method
+    back = to_official(m)
+    assert set(back) == set(sd) and all(torch.equal(back[k], sd[k]) for k in sd)
+
+
 @pytest.fixture
 def gpt_file(tmp_path):
     f = tmp_path / "c2i_T_64.pt"  # image size 64 -> grid 4
@@ -127,9 +192,10 @@ def test_load_errors(tmp_path, gpt_file):
     torch.save(sd, tmp_path / "c2i_bad_64.pt")
     with pytest.raises(ValueError, match="missing keys.*layers.1.ffn_norm"):
         load_llamagen(tmp_path / "c2i_bad_64.pt")
-    sd = official_gpt() | {"cls_embedding.cap_proj.fc1.weight": torch.zeros(D, 16)}
+    sd = official_t2i_gpt()
+    del sd["cls_embedding.cap_proj.fc2.weight"]
     torch.save(sd, tmp_path / "t2i_64.pt")
-    with pytest.raises(ValueError, match="text-conditional"):
+    with pytest.raises(ValueError, match="missing keys.*cap_proj.fc2"):
         load_llamagen(tmp_path / "t2i_64.pt")
     torch.save(official_gpt(), tmp_path / "gpt.pt")
     with pytest.raises(ValueError, match="image size"):

@@ -44,6 +44,18 @@ def official_gpt(seed=0, dim=D, layers=LAYERS, vocab=V, classes=C, ffn=256) -> d
     return sd
 
 
+def official_t2i_gpt(seed=0, dim=D, layers=LAYERS, vocab=V, tokens=8, caption_dim=32) -> dict:
+    """A text-conditional GPT state dict: ``official_gpt``'s blocks with the caption embedder
+    (``cap_proj`` fc1 / fc2, ``uncond_embedding`` [tokens, caption_dim]) for the class table."""
+    g = torch.Generator().manual_seed(seed + 1000)
+    sd = official_gpt(seed, dim, layers, vocab)
+    del sd["cls_embedding.embedding_table.weight"]
+    sd["cls_embedding.cap_proj.fc1.weight"] = torch.randn(dim, caption_dim, generator=g) / 4
+    sd["cls_embedding.cap_proj.fc2.weight"] = torch.randn(dim, dim, generator=g) / dim**0.5 * 4
+    sd["cls_embedding.uncond_embedding"] = torch.randn(tokens, caption_dim, generator=g)
+    return sd
+
+
 def tiny_vq16(seed=0, ch=32, mult=(1, 2), n=16, d=8, z=64) -> dict:
     """A VQ-16-layout state dict, smaller: channels ``ch * mult``, two levels (factor 2),
     encoder keys included as in the released file."""

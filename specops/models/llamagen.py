@@ -16,8 +16,16 @@ paged or static cache, the drafter) with no LlamaGen-specific code on the hot pa
   zero, it acts through its value only.
 
 Token ids follow the embedded model: [0, V) image codes, V + c class c, V + 1000 the
-unconditional class of classifier-free guidance (row 1000 of LlamaGen's class table).  The text
-conditional models (t2i, 120 T5 caption positions) are not converted: ``load_llamagen`` says so.
+unconditional class of classifier-free guidance (row 1000 of LlamaGen's class table).
+
+The text-conditional GPTs (t2i: 120 FLAN-T5-XL caption positions projected by ``cap_proj``, all
+rotated by zero) load as ``LlamaGenT2I``: ``set_captions(feats, mask)`` projects one request's
+valid caption rows (and, for guidance, the same number of trailing ``uncond_embedding`` rows, as
+the official code masks them); prompt token V + j stands for caption row j of its own request.
+The official code keeps 120 positions and masks the padded keys of every query; dropping them
+instead is exact (a caption position's q and k are zero, so where it sits does not matter, and a
+masked key reaches no other position), and image token k keeps its RoPE row 120 + k through a
+per-request shift (``rope_positions``).
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ import re
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from specops.models.transformer import ARConfig, Transformer
 
@@ -36,6 +46,7 @@ __all__ = [
     "to_official",
     "read_state_dict",
     "load_llamagen",
+    "LlamaGenT2I",
 ]
 
 # (layers, dim) -> heads of gpt.py's presets; head_dim 64 except GPT-3B's 100
@@ -64,12 +75,9 @@ def llamagen_config(sd: dict, grid: int, *, heads: int | None = None, slack: int
     """The ``ARConfig`` of an official c2i state dict: shapes from the weights, the head count
     from gpt.py's presets (or ``heads``), ``grid`` x ``grid`` image tokens after one class token;
     RoPE covers the image plus ``slack`` draft positions."""
-    need = ("tok_embeddings.weight", "cls_embedding.embedding_table.weight", "output.weight")
-    if "cls_embedding.cap_proj.fc1.weight" in sd:
-        raise ValueError(
-            "LlamaGen state dict: this is a text-conditional (t2i) model; only the "
-            "class-conditional (c2i) GPTs are supported"
-        )
+    t2i = "cls_embedding.cap_proj.fc1.weight" in sd
+    table = "cls_embedding.uncond_embedding" if t2i else "cls_embedding.embedding_table.weight"
+    need = ("tok_embeddings.weight", table, "output.weight")
     missing = [k for k in need if k not in sd]
     if missing:
         raise ValueError(f"LlamaGen state dict: missing {missing} (is this a LlamaGen c2i GPT?)")
@@ -81,18 +89,19 @@ def llamagen_config(sd: dict, grid: int, *, heads: int | None = None, slack: int
     qkv = sd["layers.0.attention.wqkv.weight"].shape[0]
     head_dim = dim // heads
     kv_heads = (qkv - dim) // (2 * head_dim)
+    prefix = sd[table].shape[0] if t2i else 1  # t2i: 120 caption positions
     return ARConfig(
         vocab=vocab,
-        num_classes=sd["cls_embedding.embedding_table.weight"].shape[0] - 1,
+        num_classes=0 if t2i else sd[table].shape[0] - 1,
         dim=dim,
         layers=layers,
         heads=heads,
         kv_heads=kv_heads,
         head_dim=head_dim,
         ffn=sd["layers.0.feed_forward.w1.weight"].shape[0],
-        max_seq=1 + grid * grid + slack,
+        max_seq=prefix + grid * grid + slack,
         grid=grid,
-        prefix=1,
+        prefix=prefix,
         rope_2d=True,
         zero_prefix_rope=True,
     )
@@ -112,12 +121,18 @@ def from_official(sd: dict, cfg: ARConfig) -> dict:
     """Official c2i keys -> this package's ``Transformer`` keys (weights are views or copies)."""
     hd, q_rows, kv_rows = cfg.head_dim, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     perm = _pairs_to_halves(hd)
+    tok = sd["tok_embeddings.weight"]
+    if "cls_embedding.cap_proj.fc1.weight" in sd:  # t2i: the null row only pads the table
+        table = torch.zeros(1, tok.shape[1], dtype=tok.dtype)
+        captions = {k.removeprefix("cls_embedding."): v for k, v in sd.items()
+                    if k.startswith("cls_embedding.")}  # fmt: skip
+    else:
+        table, captions = sd["cls_embedding.embedding_table.weight"], {}
     out = {
-        "embed.weight": torch.cat(
-            [sd["tok_embeddings.weight"], sd["cls_embedding.embedding_table.weight"]]
-        ),
+        "embed.weight": torch.cat([tok, table]),
         "norm.weight": sd["norm.weight"],
         "head.weight": sd["output.weight"],
+        **captions,
     }
     for i in range(cfg.layers):
         p, o = f"layers.{i}.", f"blocks.{i}."
@@ -137,10 +152,11 @@ def to_official(model: Transformer) -> dict:
     """The inverse of ``from_official``: a state dict in the released checkpoints' layout."""
     cfg, sd = model.cfg, model.state_dict()
     inv = torch.argsort(_pairs_to_halves(cfg.head_dim))
-    out = {
-        "cls_embedding.embedding_table.weight": sd["embed.weight"][cfg.vocab :].clone(),
-        "tok_embeddings.weight": sd["embed.weight"][: cfg.vocab].clone(),
-    }
+    if isinstance(model, LlamaGenT2I):
+        out = {"cls_embedding." + k: v for k, v in sd.items() if k.startswith(("cap_", "uncond"))}
+    else:
+        out = {"cls_embedding.embedding_table.weight": sd["embed.weight"][cfg.vocab :].clone()}
+    out["tok_embeddings.weight"] = sd["embed.weight"][: cfg.vocab].clone()
     for i in range(cfg.layers):
         p, o = f"layers.{i}.", f"blocks.{i}."
         wq = _permute_heads(sd[o + "attn.wq.weight"], cfg.heads, inv)
@@ -179,8 +195,9 @@ def load_llamagen(
     path, *, grid: int | None = None, heads: int | None = None, slack: int = 64,
     device="cpu", dtype=torch.float32,
 ) -> Transformer:  # fmt: skip
-    """A released c2i GPT (``c2i_B_256.pt`` ...) as a ``Transformer`` in eval mode.  ``grid``
-    (image tokens per side) defaults to the file name's image size / 16 (``_256`` -> 16)."""
+    """A released GPT (``c2i_B_256.pt``, ``t2i_XL_stage1_256.pt`` ...) as a ``Transformer``
+    (t2i: ``LlamaGenT2I``) in eval mode.  ``grid`` (image tokens per side) defaults to the file
+    name's image size / 16 (``_256`` -> 16)."""
     sd = read_state_dict(path)
     if grid is None:
         m = re.search(r"_(\d+)\.pt$", Path(path).name)
@@ -197,17 +214,100 @@ def load_llamagen(
         raise ValueError(
             f"LlamaGen checkpoint {path}: missing keys {missing[:5]}, unexpected keys {extra[:5]}"
         )
-    model = Transformer(cfg)
+    if "cls_embedding.uncond_embedding" in sd:
+        cap = sd["cls_embedding.cap_proj.fc1.weight"].shape[1]
+        model = LlamaGenT2I(cfg, caption_dim=cap)
+    else:
+        model = Transformer(cfg)
     model.load_state_dict(from_official(sd, cfg))
     return model.to(device=device, dtype=dtype).eval().requires_grad_(False)
 
 
 def _official_keys(cfg: ARConfig) -> set:
-    keys = {"cls_embedding.embedding_table.weight", "tok_embeddings.weight", "norm.weight"}
-    keys.add("output.weight")
+    keys = {"tok_embeddings.weight", "norm.weight", "output.weight"}
+    if cfg.num_classes == 0:  # t2i
+        keys |= {"cls_embedding.uncond_embedding", "cls_embedding.cap_proj.fc1.weight"}
+        keys.add("cls_embedding.cap_proj.fc2.weight")
+    else:
+        keys.add("cls_embedding.embedding_table.weight")
     for i in range(cfg.layers):
         p = f"layers.{i}."
         keys |= {p + "attention.wqkv.weight", p + "attention.wo.weight"}
         keys |= {p + f"feed_forward.{w}.weight" for w in ("w1", "w2", "w3")}
         keys |= {p + "attention_norm.weight", p + "ffn_norm.weight"}
     return keys
+
+
+class _CaptionMLP(nn.Module):
+    """LlamaGen's ``cap_proj``: fc2(GELU_tanh(fc1(t5 features))), no biases."""
+
+    def __init__(self, cin: int, dim: int):
+        super().__init__()
+        self.fc1 = nn.Linear(cin, dim, bias=False)
+        self.fc2 = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+
+
+class LlamaGenT2I(Transformer):
+    """LlamaGen's text-conditional GPT: 120 caption positions (module docstring), then the image.
+    Call ``set_captions`` before decoding; the prompt it returns goes to the decoding loop."""
+
+    def __init__(self, cfg: ARConfig, caption_dim: int = 2048):
+        super().__init__(cfg)
+        self.cap_proj = _CaptionMLP(caption_dim, cfg.dim)
+        self.register_buffer("uncond_embedding", torch.zeros(cfg.prefix, caption_dim))
+        self.captions = None  # [B, T, D] cond then [B, T, D] uncond, valid rows first
+        self.shift = None  # [B] 120 - n: the RoPE row of a position is position + shift
+
+    def set_captions(self, feats: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """T5 features [B, T, C] and their attention mask [B, T] (1 = a real token; T = the
+        model's 120; padding on either side) -> the prompt [B, T] for the decoding loop: ids
+        V + j for the n_b valid rows, then -1."""
+        b, t, _ = feats.shape
+        if t != self.cfg.prefix or tuple(mask.shape) != (b, t):
+            raise ValueError(
+                f"LlamaGenT2I.set_captions: feats must be [B, {self.cfg.prefix}, C] with a mask "
+                f"[B, {self.cfg.prefix}], got {tuple(feats.shape)} and {tuple(mask.shape)}"
+            )
+        real = mask.to(feats.device) != 0
+        n = real.sum(1)
+        order = torch.sort((~real).to(torch.uint8), dim=1, stable=True).indices  # valid first
+        w = self.cap_proj.fc1.weight
+        cond = self.cap_proj(feats.to(w).gather(1, order[..., None].expand_as(feats)))
+        # the uncond rows the official mask keeps: the last n of uncond_embedding, in order
+        j = torch.arange(t, device=feats.device)
+        src = (t - n[:, None] + j).clamp(max=t - 1)
+        uncond = self.cap_proj(self.uncond_embedding.to(w)[src])
+        self.captions = torch.cat([cond, uncond])
+        self.shift = (t - n).long()
+        v = self.cfg.vocab
+        return torch.where(j < n[:, None], v + j, -1)
+
+    def uncond_prompt(self, prompt: torch.Tensor) -> torch.Tensor:
+        return prompt  # the same caption slots; the uncond rows read their own embeddings
+
+    def _rows(self, r: int) -> slice:
+        b = self.shift.shape[0]
+        if r not in (b, 2 * b):
+            raise ValueError(f"LlamaGenT2I: {r} rows, but captions were set for {b} requests")
+        return slice(0, r)
+
+    def embed_tokens(self, tokens):
+        v = self.cfg.vocab
+        if self.captions is None:
+            if bool((tokens >= v).any()):
+                raise ValueError("LlamaGenT2I: call set_captions() before decoding")
+            return self.embed(tokens)
+        caps = self.captions[self._rows(tokens.shape[0])]  # [R, T, D]
+        j = (tokens - v).clamp(0, caps.shape[1] - 1)
+        cap = caps.gather(1, j[..., None].expand(-1, -1, caps.shape[-1]))
+        return torch.where((tokens >= v)[..., None], cap, self.embed(tokens.clamp(max=v - 1)))
+
+    def rope_positions(self, positions):
+        if self.shift is None:
+            return positions
+        r = positions.shape[0]
+        shift = self.shift.repeat(r // self.shift.shape[0])[self._rows(r)]
+        return positions + shift[:, None]

@@ -267,6 +267,15 @@ class Transformer(nn.Module):
         return self.head(h).float(), h
 
     # decoding --------------------------------------------------------------------------------
+    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Token ids [R, N] -> embeddings (a model with per-request prompt embeddings, such as
+        LlamaGen's text-conditional GPT, overrides this)."""
+        return self.embed(tokens)
+
+    def rope_positions(self, positions: torch.Tensor) -> torch.Tensor:
+        """Sequence positions [R, N] -> rows of the RoPE table (the identity here)."""
+        return positions
+
     def new_cache(self, batch: int, capacity: int | None = None, *, dtype=None, device=None):
         cfg = self.cfg
         dev = device or self.embed.weight.device
@@ -286,7 +295,8 @@ class Transformer(nn.Module):
         Token -1 marks a padding node (its outputs are meaningless and never used)."""
         b, n = tokens.shape
         bits = call_bits(tree, b, n, tokens.device)
-        x = self.embed(tokens.long().clamp(min=0))  # -1 = padding node: any embedding will do
+        x = self.embed_tokens(tokens.long().clamp(min=0))  # -1 = padding node: any will do
+        positions = self.rope_positions(positions)
         for i, blk in enumerate(self.blocks):
             kc, vc = cache.layer(i)
             x = blk.forward_cached(x, self.rope, positions, kc, vc, cache.seqlens, bits)
