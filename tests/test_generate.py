@@ -126,3 +126,40 @@ def test_sampling_is_lossless_through_generate_image(lg_dir, tmp_path, method):
     assert chi2_pvalue(counts, exact) > 1e-3
     flatter = _exact_first_two(official_gpt(), 5, cfg, top_k, temperature=1.6).flatten().numpy()
     assert chi2_pvalue(counts, flatter) < 1e-4
+
+
+def test_t2i_codes_equal_the_official_masked_loop(tmp_path):
+    """LlamaGen t2i through the pipeline: T5 features as sample_t2i.py makes them (max-length
+    padding, then valid rows moved to the end), the official 120-window masked loop with CFG
+    7.5 (the t2i default), greedy; and VVS runs on it with a drafter."""
+    pytest.importorskip("transformers")
+    from test_llamagen import official_t2i_logits
+
+    from specops.imagegen.tiny import llamagen_t2i_dir, official_t2i_gpt
+
+    d = llamagen_t2i_dir(tmp_path / "t2i", tokens=8)
+    pipe = load_pipeline(d)
+    prompts = ["a fox", "a red fox in the snow"]
+    enc = pipe.t5_tokenizer(prompts, max_length=8, padding="max_length", truncation=True,
+                            return_tensors="pt")  # fmt: skip
+    with torch.no_grad():
+        feats = pipe.t5(**enc).last_hidden_state
+    mask = enc["attention_mask"]
+    n = mask.sum(1)
+    left = torch.stack([torch.cat([f[k:], f[:k]]) for f, k in zip(feats, n.tolist())])
+    lmask = mask.flip(-1)
+    left = left * lmask[..., None]
+    sd = official_t2i_gpt(tokens=8, caption_dim=32)
+    uncond = sd["cls_embedding.uncond_embedding"].expand(2, -1, -1)
+    toks = torch.zeros(2, 0, dtype=torch.long)
+    for _ in range(GRID * GRID):
+        c = official_t2i_logits(sd, left, lmask, toks)[:, -1]
+        u = official_t2i_logits(sd, uncond, lmask, toks)[:, -1]
+        toks = torch.cat([toks, (u + (c - u) * 7.5).argmax(-1, keepdim=True)], 1)
+    res = generate_image(pipe, prompt=prompts, method="sjd_pac", temperature=0.0)
+    assert torch.equal(res.codes.long(), toks) and res.settings["top_k"] == 1000
+    with pytest.raises(ValueError, match="take a text prompt"):
+        generate_image(pipe, class_id=[3])
+    d = _with_drafter(d)
+    res = generate_image(d, prompt=prompts, method="vvs", schedule="interval")
+    assert res.codes.shape == (2, GRID * GRID)

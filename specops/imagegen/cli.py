@@ -43,6 +43,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--drafter", default=None, help="drafter checkpoint (speculative, vvs)")
     ap.add_argument("--tokenizer", default=None, help="tokenizer/processor directory, if apart")
     ap.add_argument("--vqgan", default=None, help="Chameleon / Lumina-mGPT: the vqgan.ckpt")
+    ap.add_argument("--t5", default=None, help="LlamaGen t2i: the FLAN-T5-XL directory")
     ap.add_argument("--opt", type=_option, action="append", default=[], metavar="KEY=VALUE",
                     help="a method option, e.g. window=16 or threshold=0.75")  # fmt: skip
     ap.add_argument("--compare-ar", action="store_true", help="also run plain AR: speed-up")
@@ -75,7 +76,7 @@ def _generate(args) -> int:
     options = {}
     if args.image_size is not None:
         options["image_size"] = args.image_size
-    for name in ("drafter", "tokenizer", "vqgan"):
+    for name in ("drafter", "tokenizer", "vqgan", "t5"):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
     pipe = load_pipeline(args.model, device=args.device, dtype=dtype, **options)

@@ -7,8 +7,11 @@
 Layout: one class token, then grid x grid codes in raster order, no separators.  Guidance:
 the unconditional class 1000 (``ARConfig.null_class``), ``uncond + s (cond - uncond)`` before
 the temperature.  Defaults: LlamaGen's sample_c2i.py (CFG 4.0, top-k 2000, top-p 1, temperature
-1).  VVS: LANTERN relaxation over the VQ-16 codebook (``delta`` 0.2, ``lantern_k`` 16 latent
-neighbours), as VVS runs every experiment.
+1).  Text-conditional GPTs (``t2i_XL_stage1_256.pt``, ``vq_ds16_t2i.pt``) also need the
+FLAN-T5-XL encoder (``t5/`` in the directory, or t5=DIR): the prompt's 120 T5 features are the
+prefix, ``uncond_embedding`` the guidance's; sample_t2i.py's CFG 7.5, top-k 1000.  VVS:
+LANTERN relaxation over the VQ-16 codebook (``delta`` 0.2, ``lantern_k`` 16 latent neighbours),
+as VVS runs every experiment.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 import torch
 
 from specops.imagegen.base import Pipeline
-from specops.models.llamagen import load_llamagen
+from specops.models.llamagen import LlamaGenT2I, load_llamagen
 from specops.models.vqgan import load_vq16, to_uint8
 
 __all__ = ["LlamaGenPipeline"]
@@ -46,7 +49,9 @@ class LlamaGenPipeline(Pipeline):
     defaults = dict(cfg_scale=4.0, top_k=2000, top_p=None, temperature=1.0)
     extra_options = {"vvs": ("delta", "lantern_k")}
 
-    def __init__(self, path, *, device="cpu", dtype=torch.float32, image_size=None, drafter=None):
+    def __init__(
+        self, path, *, device="cpu", dtype=torch.float32, image_size=None, drafter=None, t5=None
+    ):  # fmt: skip
         gpt, vq, drafter = _find(Path(path), drafter)
         grid = None
         if image_size is not None:
@@ -65,6 +70,12 @@ class LlamaGenPipeline(Pipeline):
         g = self.model.cfg.grid
         self.grid = (g, g)
         self.drafter = None if drafter is None else self._drafter(Path(drafter), device, dtype)
+        self.text = isinstance(self.model, LlamaGenT2I)
+        if self.text:  # sample_t2i.py's settings; the T5 encoder that makes the captions
+            self.defaults = dict(cfg_scale=7.5, top_k=1000, top_p=None, temperature=1.0)
+            self.t5, self.t5_tokenizer = _load_t5(Path(path), t5, device, dtype)
+        elif t5 is not None:
+            raise ValueError("LlamaGen: t5= is for the text-conditional (t2i) GPTs")
 
     def _drafter(self, file: Path, device, dtype):
         from specops.models.drafter import Drafter
@@ -83,6 +94,8 @@ class LlamaGenPipeline(Pipeline):
         return drafter.bind(self.model)
 
     def conditions(self, prompt, class_id):
+        if self.text:
+            return self._captions(prompt, class_id)
         if prompt is not None:
             raise ValueError("LlamaGen c2i models take class ids (class_id=), not a text prompt")
         if class_id is None:
@@ -93,9 +106,26 @@ class LlamaGenPipeline(Pipeline):
             raise ValueError(f"LlamaGen: class_id must be integers in [0, {n}), got {class_id}")
         return ids.long().to(self.model.embed.weight.device)
 
+    def _captions(self, prompt, class_id):
+        """Text prompts -> FLAN-T5 features of max length T (padded, truncated) -> the model's
+        caption prefix (``LlamaGenT2I.set_captions``) -> the loop's prompt ids."""
+        if class_id is not None or prompt is None or prompt == "" or prompt == []:
+            raise ValueError("LlamaGen t2i models take a text prompt (prompt=), not class ids")
+        prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+        t = self.model.cfg.prefix
+        enc = self.t5_tokenizer(prompts, max_length=t, padding="max_length", truncation=True,
+                                return_tensors="pt")  # fmt: skip
+        dev = self.model.embed.weight.device
+        ids, mask = enc["input_ids"].to(dev), enc["attention_mask"].to(dev)
+        with torch.no_grad():
+            feats = self.t5(input_ids=ids, attention_mask=mask).last_hidden_state
+        return self.model.set_captions(feats, mask)
+
     def run(self, method, cond, *, fn, seed, sampling, options):
         length = self.grid[0] * self.grid[1]
         opts = dict(options)
+        if self.text and method in ("speculative", "vvs"):
+            opts.setdefault("drafter_prefill", False)  # caption slots have no token embedding
         args = [self.model]
         if method in ("speculative", "vvs"):
             args.append(self.drafter)
@@ -110,3 +140,22 @@ class LlamaGenPipeline(Pipeline):
 
     def decode(self, codes):
         return to_uint8(self.vq.decode(codes, self.grid))
+
+
+def _load_t5(path: Path, t5, device, dtype):
+    """The FLAN-T5 encoder and tokenizer of a t2i model: ``t5=DIR``, else ``t5/`` or
+    ``flan-t5-xl/`` inside the model directory (transformers' T5EncoderModel layout)."""
+    from specops._optional import require
+
+    require("LlamaGen t2i", "transformers", extra="hf")
+    import transformers
+
+    cands = [Path(t5)] if t5 is not None else [path / "t5", path / "flan-t5-xl"]
+    found = next((c for c in cands if (c / "config.json").is_file()), None)
+    if found is None:
+        raise FileNotFoundError(
+            f"LlamaGen t2i: no T5 encoder at {[str(c) for c in cands]} (a FLAN-T5-XL "
+            "save_pretrained directory with its tokenizer; t5=DIR)"
+        )
+    enc = transformers.T5EncoderModel.from_pretrained(found, dtype=dtype).to(device).eval()
+    return enc, transformers.AutoTokenizer.from_pretrained(found)

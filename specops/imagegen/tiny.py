@@ -2,6 +2,7 @@
 ``specops generate`` without a download (the pictures are noise: the weights are random).
 
     python -m specops.imagegen.tiny llamagen ckpts/tiny-llamagen     # c2i_T_64.pt + vq_ds16_c2i.pt
+    python -m specops.imagegen.tiny llamagen-t2i ckpts/tiny-t2i      # t2i_T_64.pt + VQ + t5/
     python -m specops.imagegen.tiny janus ckpts/tiny-janus           # save_pretrained + processor
     python -m specops.imagegen.tiny emu3 ckpts/tiny-emu3
     python -m specops.imagegen.tiny chameleon ckpts/tiny-chameleon   # + tokenizer/vqgan.ckpt
@@ -119,6 +120,26 @@ def llamagen_dir(
 
 
 CHARS = list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,*:\n")
+
+
+def llamagen_t2i_dir(path: Path, *, vocab=V, tokens=16, image_size=GRID * 16, seed=0,
+                     levels: int = 2) -> Path:  # fmt: skip
+    """A text-conditional directory: ``t2i_T_<size>.pt``, ``vq_ds16_t2i.pt`` and ``t5/`` (a tiny
+    T5 encoder, d_model 32 = the GPT's caption width, with a character tokenizer)."""
+    from transformers import T5Config, T5EncoderModel
+
+    path.mkdir(parents=True, exist_ok=True)
+    gpt = official_t2i_gpt(seed, vocab=vocab, tokens=tokens, caption_dim=32)
+    torch.save({"model": gpt}, path / f"t2i_T_{image_size}.pt")
+    mult = (1,) * (levels - 1) + (2,)
+    torch.save({"model": tiny_vq16(seed, n=vocab, mult=mult)}, path / "vq_ds16_t2i.pt")
+    tok = _char_tokenizer(dict(eos_token="</s>", pad_token="<pad>"))
+    torch.manual_seed(seed)
+    cfg = T5Config(vocab_size=len(tok), d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4,
+                   pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)  # fmt: skip
+    T5EncoderModel(cfg).eval().save_pretrained(path / "t5")
+    tok.save_pretrained(path / "t5")
+    return path
 
 
 def _char_tokenizer(specials: dict, extra: list[str] = (), post_bos: str | None = None, **kw):
@@ -291,6 +312,7 @@ def chameleon_dir(path: Path, codebook: int = 16, size_tokens=range(1, 9), level
 
 WRITERS = {
     "llamagen": llamagen_dir,
+    "llamagen-t2i": llamagen_t2i_dir,
     "janus": janus_dir,
     "emu3": emu3_dir,
     "chameleon": chameleon_dir,
