@@ -21,12 +21,15 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
+from helpers import triton_device
 
 import specops
 from specops import Tree, _build
 
 IN_ASAN = os.environ.get("SPECOPS_ASAN_STAGE") == "1"
-_TRITON = _build.has_triton() and _build.triton_interpret()
+# backend "triton": the interpreter on CPU tensors (CI), or compiled on CUDA tensors on a GPU
+# (the same cases, moved there with their layouts by ``_on_device``)
+_TRITON_DEVICE = triton_device()
 _F_PAD, _I_PAD = 1000.0, 99991  # what surrounds a sliced/narrowed view: loud when read
 
 # known failures on main (issue 14), one entry per case ------------------------------------
@@ -475,8 +478,34 @@ BUILDERS = {f.__name__[2:]: f for f in [
 
 def _available(backend: str) -> bool:
     if backend == "triton":
-        return _TRITON
+        return _TRITON_DEVICE is not None
     return backend == "cpu" and _build.has_cpp()
+
+
+def _device(backend: str) -> str:
+    return _TRITON_DEVICE if backend == "triton" else "cpu"
+
+
+def _on_device(backend: str, views: dict, bases: dict) -> tuple[dict, dict]:
+    """The inputs where ``backend`` runs, each laid out as given: a base is copied there and
+    its view re-made over the copy with the same sizes, strides and offset."""
+    dev = _device(backend)
+    return (views, bases) if dev == "cpu" else _move(views, bases, dev)
+
+
+def _move(views: dict, bases: dict, dev: str) -> tuple[dict, dict]:
+    moved = {k: None if b is None else b.to(dev, copy=True) for k, b in bases.items()}
+    out = {}
+    for k, v in views.items():
+        b = bases.get(k)
+        if not isinstance(v, torch.Tensor):
+            out[k] = v
+        elif b is None:
+            out[k] = v.to(dev)
+        else:
+            off = v.storage_offset() - b.storage_offset() + moved[k].storage_offset()
+            out[k] = moved[k].as_strided(v.shape, v.stride(), off)
+    return out, moved
 
 
 # running and comparing ----------------------------------------------------------------------
@@ -517,6 +546,7 @@ def check_against_reference(case: Case, backend: str, views: dict, bases: dict, 
     ctx = ctx if ctx is not None else _nullctx
     with ctx():
         want = _run_reference(case, canon)
+    views, bases = _on_device(backend, views, bases)
     before = {k: b.clone() for k, b in bases.items() if b is not None}
     with ctx():
         try:
@@ -530,6 +560,7 @@ def check_against_reference(case: Case, backend: str, views: dict, bases: dict, 
             for k, b in before.items():
                 assert torch.equal(bases[k], b), f"{k} was written before being rejected"
             return
+    got = tuple(x.cpu() if isinstance(x, torch.Tensor) else x for x in got)
     _assert_same(got, want, case.float_tol, backend)
     for k in case.written:  # memory around a written view: untouched
         if bases.get(k) is None or views[k].stride() == bases[k].stride():
@@ -825,11 +856,29 @@ def test_invalid_arguments(name, arg, how, backend):
     else:
         t[arg] = _bad(t[arg], how)
         expect = case.names.get(arg, arg)
+    t, _ = _on_device(backend, {k: v for k, v in t.items()}, {})
     with pytest.raises((ValueError, TypeError)) as info:
         case.call(backend, t)
     if how == "device":  # the check may name the argument it compared against: name the device
         expect = "meta"
     assert expect in str(info.value), f"the error does not name {expect!r}: {info.value}"
+
+
+def test_moving_keeps_each_layout():
+    """What a GPU session runs backend "triton" on: every layout re-made over a copy on the
+    device, with the same values, sizes, strides and offset (checked here with a CPU copy)."""
+    t = torch.arange(24, dtype=torch.float32).view(4, 6)
+    for layout in ("contiguous", *LAYOUTS):
+        if not layout_ok(t, layout):
+            continue
+        v, b = lay(t, layout)
+        (mv,), (mb,) = (d.values() for d in _move({"x": v}, {"x": b}, "cpu"))
+        assert torch.equal(mv, v) and mv.stride() == v.stride(), layout
+        if b is not None:
+            assert mv.storage_offset() == v.storage_offset() - b.storage_offset(), layout
+            assert mb.data_ptr() != b.data_ptr() and mv.untyped_storage().data_ptr() == (
+                mb.untyped_storage().data_ptr()
+            ), layout
 
 
 # 6. out= buffers: wrong dtype / shape are rejected, the buffer is returned -----------------
@@ -838,9 +887,11 @@ def test_sample_out_is_returned(backend):
     if not _available(backend):
         pytest.skip(f"backend {backend} not available")
     g = _gen("out")
-    p = _probs(g, 4, 9)
-    out = torch.empty(4, dtype=torch.int32)
+    dev = _device(backend)
+    p = _probs(g, 4, 9).to(dev)
+    out = torch.empty(4, dtype=torch.int32, device=dev)
     assert specops.sample(p, seed=1, out=out, backend=backend) is out
-    for bad in (torch.empty(4, dtype=torch.int64), torch.empty(5, dtype=torch.int32)):
+    for bad in (torch.empty(4, dtype=torch.int64, device=dev),
+                torch.empty(5, dtype=torch.int32, device=dev)):  # fmt: skip
         with pytest.raises((ValueError, TypeError), match="out"):
             specops.sample(p, seed=1, out=bad, backend=backend)
