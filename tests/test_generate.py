@@ -133,7 +133,7 @@ def test_t2i_codes_equal_the_official_masked_loop(tmp_path):
     padding, then valid rows moved to the end), the official 120-window masked loop with CFG
     7.5 (the t2i default), greedy; and VVS runs on it with a drafter."""
     pytest.importorskip("transformers")
-    from test_llamagen import official_t2i_logits
+    from test_llamagen import official_t2i_greedy
 
     from specops.imagegen.tiny import llamagen_t2i_dir, official_t2i_gpt
 
@@ -149,13 +149,7 @@ def test_t2i_codes_equal_the_official_masked_loop(tmp_path):
     left = torch.stack([torch.cat([f[k:], f[:k]]) for f, k in zip(feats, n.tolist())])
     lmask = mask.flip(-1)
     left = left * lmask[..., None]
-    sd = official_t2i_gpt(tokens=8, caption_dim=32)
-    uncond = sd["cls_embedding.uncond_embedding"].expand(2, -1, -1)
-    toks = torch.zeros(2, 0, dtype=torch.long)
-    for _ in range(GRID * GRID):
-        c = official_t2i_logits(sd, left, lmask, toks)[:, -1]
-        u = official_t2i_logits(sd, uncond, lmask, toks)[:, -1]
-        toks = torch.cat([toks, (u + (c - u) * 7.5).argmax(-1, keepdim=True)], 1)
+    toks = official_t2i_greedy(official_t2i_gpt(tokens=8, caption_dim=32), left, lmask, 7.5)
     res = generate_image(pipe, prompt=prompts, method="sjd_pac", temperature=0.0)
     assert torch.equal(res.codes.long(), toks) and res.settings["top_k"] == 1000
     with pytest.raises(ValueError, match="take a text prompt"):

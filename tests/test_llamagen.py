@@ -115,6 +115,18 @@ def official_t2i_logits(sd, prefix, mask, tokens, grid=GRID, heads=HEADS):
     return _rms(x, sd["norm.weight"]) @ sd["output.weight"].T
 
 
+def official_t2i_greedy(sd, feats, mask, cfg, steps=GRID * GRID):
+    """generate.py's t2i loop at temperature -> 0: CFG against ``uncond_embedding`` under the
+    same caption mask, the whole window recomputed every step."""
+    uncond = sd["cls_embedding.uncond_embedding"].expand(feats.shape[0], -1, -1)
+    toks = torch.zeros(feats.shape[0], 0, dtype=torch.long)
+    for _ in range(steps):
+        c = official_t2i_logits(sd, feats, mask, toks)[:, -1]
+        u = official_t2i_logits(sd, uncond, mask, toks)[:, -1]
+        toks = torch.cat([toks, (u + (c - u) * cfg).argmax(-1, keepdim=True)], 1)
+    return toks
+
+
 def test_t2i_greedy_equals_the_official_masked_loop(tmp_path):
     """Captions of 3 and 8 valid tokens (of T = 8), CFG 7.5 against uncond_embedding under the
     same mask, greedy: the compacted caption prefix gives the official tokens."""
@@ -126,12 +138,7 @@ def test_t2i_greedy_equals_the_official_masked_loop(tmp_path):
     feats = torch.randn(2, 8, 32, generator=g)
     mask = torch.tensor([[0] * 5 + [1] * 3, [1] * 8])  # left padding, as sample_t2i.py builds it
     feats = feats * mask[..., None]
-    uncond = sd["cls_embedding.uncond_embedding"].expand(2, -1, -1)
-    toks = torch.zeros(2, 0, dtype=torch.long)
-    for _ in range(GRID * GRID):
-        c = official_t2i_logits(sd, feats, mask, toks)[:, -1]
-        u = official_t2i_logits(sd, uncond, mask, toks)[:, -1]
-        toks = torch.cat([toks, (u + (c - u) * 7.5).argmax(-1, keepdim=True)], 1)
+    toks = official_t2i_greedy(sd, feats, mask, 7.5)
     prompt = m.set_captions(feats, mask)
     assert prompt.tolist()[0] == [V, V + 1, V + 2, -1, -1, -1, -1, -1]
     for method in ("ar", "sjd_pac"):
