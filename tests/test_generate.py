@@ -52,6 +52,11 @@ def test_cli_errors_are_one_line(lg_dir, tmp_path, capsys):
         (["--model", str(lg_dir), "--class-id", "1", "--opt", "windw=3"], "takes the options"),
         (["--model", str(lg_dir), "--class-id", "1", "--image-size", "40"], "multiple of 16"),
         (["--model", str(lg_dir), "--class-id", "1", "--vqgan", "v.ckpt"], "takes no 'vqgan'"),
+        (["--model", str(lg_dir), "--class-id", "1", "--temperature", "-1"], "temperature must"),
+        (["--model", str(lg_dir), "--class-id", "1", "--top-p", "0"], r"top_p must lie in \(0"),
+        (["--model", str(lg_dir), "--class-id", "1", "--cfg", "nan"], "cfg_scale must be"),
+        (["--model", str(lg_dir), "--class-id", "1", "--drafter", str(lg_dir / "vq_ds16_c2i.pt"),
+          "--method", "speculative"], "expected a specops.models.Drafter"),
     ]  # fmt: skip
     for argv, msg in cases:
         assert cli.main(["generate", *argv, "--out", str(tmp_path / "x.png")]) == 2
@@ -59,6 +64,10 @@ def test_cli_errors_are_one_line(lg_dir, tmp_path, capsys):
         assert "specops generate: error:" in err and "Traceback" not in err
         assert __import__("re").search(msg, err), (argv, err)
     assert not (tmp_path / "x.png").exists()
+    if not torch.cuda.is_available():
+        assert cli.main(["generate", "--model", str(lg_dir), "--class-id", "1", "--device",
+                         "cuda", "--out", str(tmp_path / "x.png")]) == 2  # fmt: skip
+        assert "no CUDA GPU" in capsys.readouterr().err
 
 
 def test_directory_errors(tmp_path):

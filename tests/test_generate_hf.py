@@ -159,8 +159,10 @@ def test_errors_before_any_work(dirs, tmp_path):
         load_pipeline(dirs["chameleon"], image_size=512)
     with pytest.raises(ValueError, match="drafter files are for LlamaGen"):
         load_pipeline(dirs["janus"], drafter="d.pt")
-    with pytest.raises(ValueError, match="needs a drafter"):
+    with pytest.raises(ValueError, match="janus runs ar, sjd and sjd_pac"):
         generate_image(_pipe(dirs, "janus"), prompt="x", method="vvs")
+    with pytest.raises(ValueError, match="image_size must be a positive"):
+        load_pipeline(dirs["emu3"], image_size=-32)
     import shutil
 
     bare = shutil.copytree(dirs["chameleon"], tmp_path / "bare")
@@ -196,3 +198,21 @@ def test_chameleon_first_code_law(dirs):
 
     assert chi2_pvalue(counts, law(1.0)) > 1e-3
     assert chi2_pvalue(counts, law(1.5)) < 1e-4
+
+
+def test_an_adapter_reused_for_a_second_run_restarts_its_layout(dirs):
+    """HFModel keeps each run's image start: a second run with a shorter prompt puts its row
+    ends after its own prompt, not the first run's."""
+    from specops import decode
+    from specops.hf import HFModel
+
+    pipe = _pipe(dirs, "emu3")
+    ad = HFModel(pipe.hf, layout=pipe.layout)
+    (ids, mask), _ = pipe.conditions(["a dog running in the rain", "two cats"], None)
+    n = mask.sum(1).tolist()
+    assert (n[0] - n[1]) % (pipe.grid[1] + 1) != 0  # a stale start would shift the row ends
+    eol = pipe.hf.model.vocabulary_mapping.eol_token_id
+    for prompt in (ids[:1], ids[1:, : n[1]]):
+        toks, _ = decode.ar(ad, prompt, length=pipe.layout.length, temperature=0.0)
+        rows = toks.view(pipe.grid[0], pipe.grid[1] + 1)
+        assert bool((rows[:, -1] == eol).all()) and not bool((rows[:, :-1] == eol).any())

@@ -146,6 +146,18 @@ def test_t2i_greedy_equals_the_official_masked_loop(tmp_path):
         assert torch.equal(got.long(), toks), method
     back = to_official(m)
     assert set(back) == set(sd) and all(torch.equal(back[k], sd[k]) for k in sd)
+    # a drafter's entry 0 holds the last caption row's feature: RoPE row T - 1, then the image's
+    assert m.drafter_positions(torch.tensor([[0, 1, 2]])).tolist() == [[7, 8, 9]]
+    with pytest.raises(ValueError, match="captions set are for 2"):  # stale captions, CFG
+        decode.ar(m, prompt[:1], temperature=0.0, cfg_scale=7.5)
+
+
+def test_rope_table_stays_float32(gpt_file):
+    """bf16 weights, float32 rotation angles (LlamaGen's freqs_cis): a bf16 table is off ~1e-3."""
+    m = load_llamagen(gpt_file, dtype=torch.bfloat16)
+    assert m.embed.weight.dtype == torch.bfloat16 and m.rope.dtype == torch.float32
+    m = load_llamagen(gpt_file).to(torch.float16)
+    assert m.rope.dtype == torch.float32 and torch.equal(m.rope, load_llamagen(gpt_file).rope)
 
 
 @pytest.fixture

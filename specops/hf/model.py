@@ -171,6 +171,7 @@ class HFModel:
         return self.hf.dtype
 
     def new_cache(self, batch: int, capacity: int, *, dtype=None, device=None) -> SpecopsCache:
+        self._prefilled, self.start = False, None  # a new run: its first call is its prefill
         return SpecopsCache(
             self.layers, batch, capacity, self.kv_heads, self.head_dim,
             dtype=dtype or self.dtype, device=device or self.device,

@@ -10,7 +10,7 @@ import torch
 
 from specops import decode
 
-__all__ = ["Pipeline", "ImageResult", "METHODS"]
+__all__ = ["Pipeline", "ImageResult", "METHODS", "check_sampling"]
 
 METHODS = ("ar", "sjd", "sjd_pac", "speculative", "vvs")
 _SAMPLING = ("temperature", "top_k", "top_p", "cfg_scale")
@@ -52,6 +52,7 @@ class Pipeline:
     defaults: dict = {}
     extra_options: dict = {}  # method -> options the pipeline takes itself (VVS's delta)
     drafter = None
+    takes_drafter = True  # False: the family runs ar, sjd and sjd_pac only
 
     def conditions(self, prompt, class_id):
         raise NotImplementedError
@@ -66,6 +67,11 @@ class Pipeline:
         """The decoding function, after checking the method, its drafter and its options."""
         if method not in METHODS:
             raise ValueError(f"generate_image: method must be one of {METHODS}, got {method!r}")
+        if method in ("speculative", "vvs") and not self.takes_drafter:
+            raise ValueError(
+                f"generate_image: {self.name} runs ar, sjd and sjd_pac (no drafter for it here), "
+                f"not {method!r}"
+            )
         if method in ("speculative", "vvs") and self.drafter is None:
             raise ValueError(
                 f"generate_image: method {method!r} needs a drafter (drafter=FILE, or a "
@@ -82,3 +88,19 @@ class Pipeline:
                 f"generate_image: method {method!r} takes the options {sorted(allowed)}, got {bad}"
             )
         return fn
+
+
+def check_sampling(sampling: dict) -> None:
+    """The sampling settings, before any model work: temperature >= 0, top_k a non-negative
+    int, top_p in (0, 1], cfg_scale > 0 (each None = off)."""
+    import math
+
+    t, k, p, c = (sampling.get(x) for x in ("temperature", "top_k", "top_p", "cfg_scale"))
+    if t is not None and not (isinstance(t, (int, float)) and math.isfinite(t) and t >= 0):
+        raise ValueError(f"generate_image: temperature must be a finite number >= 0, got {t!r}")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+        raise ValueError(f"generate_image: top_k must be an int >= 0, got {k!r}")
+    if p is not None and not (isinstance(p, (int, float)) and 0 < p <= 1):
+        raise ValueError(f"generate_image: top_p must lie in (0, 1], got {p!r}")
+    if c is not None and not (isinstance(c, (int, float)) and math.isfinite(c) and c > 0):
+        raise ValueError(f"generate_image: cfg_scale must be a finite number > 0, got {c!r}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 import sys
 from pathlib import Path
 
@@ -39,7 +40,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--top-p", type=float, default=None)
     ap.add_argument("--temperature", type=float, default=None)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--image-size", type=int, default=None, help="pixels per side (LlamaGen)")
+    ap.add_argument("--image-size", type=int, default=None,
+                    help="pixels a side (LlamaGen, Emu3, Chameleon)")  # fmt: skip
     ap.add_argument("--drafter", default=None, help="drafter checkpoint (speculative, vvs)")
     ap.add_argument("--tokenizer", default=None, help="tokenizer/processor directory, if apart")
     ap.add_argument("--vqgan", default=None, help="Chameleon / Lumina-mGPT: the vqgan.ckpt")
@@ -79,6 +81,11 @@ def _generate(args) -> int:
     for name in ("drafter", "tokenizer", "vqgan", "t5"):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
+    paths = _outputs(args.out, len(args.class_id or [0]))  # checked before any work
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not os.access(path.parent, os.W_OK):
+            raise ValueError(f"--out: cannot write into {path.parent}")
     pipe = load_pipeline(args.model, device=args.device, dtype=dtype, **options)
     bar = Progress("generate", 1, unit="tok")
     result = generate_image(
@@ -98,7 +105,6 @@ def _generate(args) -> int:
     bar.close()
     paths = _outputs(args.out, len(result.images))
     for img, path in zip(result.images, paths):
-        path.parent.mkdir(parents=True, exist_ok=True)
         img.save(path)
     h, w = pipe.grid
     size = "x".join(map(str, result.images[0].size))

@@ -43,6 +43,12 @@ def _ragged(rows: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
     return ids.to(device), mask.to(device)
 
 
+def _positive(image_size) -> None:
+    if image_size is not None and (isinstance(image_size, bool) or not isinstance(image_size, int)
+                                   or image_size <= 0):  # fmt: skip
+        raise ValueError(f"image_size must be a positive number of pixels, got {image_size!r}")
+
+
 def _to_uint8(x: torch.Tensor) -> torch.Tensor:
     """[-1, 1] channels-first float -> uint8 [B, H, W, 3] (the processors' clip((x + 1) / 2 * 255)
     and truncation)."""
@@ -56,6 +62,7 @@ class HFPipeline(Pipeline):
 
     model_class = ""
     generate_options: dict = {}
+    takes_drafter = False
 
     def __init__(self, path, *, device="cpu", dtype=torch.float32, drafter=None, tokenizer=None):
         import transformers
@@ -169,6 +176,7 @@ class Emu3Pipeline(HFPipeline):
         from specops.hf import GridLayout
 
         super().__init__(path, **kw)
+        _positive(image_size)
         self.area = {} if image_size is None else {"image_area": int(image_size) ** 2}
         probe = self.processor(text=["x"], return_for_image_generation=True, **self.area)
         h, w = (int(v) for v in probe["image_sizes"][0])
@@ -212,6 +220,7 @@ class ChameleonPipeline(HFPipeline):
         from specops.models.vqgan import load_chameleon_vqgan
 
         super().__init__(path, **kw)
+        _positive(image_size)
         if image_size % 32:
             raise ValueError(f"chameleon: image_size must be a multiple of 32, got {image_size}")
         self.size = int(image_size)

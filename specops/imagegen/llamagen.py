@@ -82,14 +82,19 @@ class LlamaGenPipeline(Pipeline):
 
         if not file.is_file():
             raise FileNotFoundError(f"LlamaGen: no drafter file {file}")
-        ck = torch.load(file, map_location="cpu", weights_only=True)
-        if not isinstance(ck, dict) or "state" not in ck:
-            raise ValueError(
-                f"drafter {file}: expected a specops.models.Drafter checkpoint "
-                "({'state', 'step_dim', 'max_step'})"
-            )
+        want = "a specops.models.Drafter checkpoint ({'state', 'step_dim', 'max_step'})"
+        try:
+            ck = torch.load(file, map_location="cpu", weights_only=True)
+        except Exception as e:
+            raise ValueError(f"drafter {file}: not a loadable torch checkpoint ({e})") from None
+        if not isinstance(ck, dict) or not {"state", "step_dim", "max_step"} <= set(ck):
+            raise ValueError(f"drafter {file}: expected {want}")
         drafter = Drafter(self.model.cfg, step_dim=ck["step_dim"], max_step=ck["max_step"])
-        drafter.load_state_dict({k: t.float() for k, t in ck["state"].items()})
+        try:
+            drafter.load_state_dict({k: t.float() for k, t in ck["state"].items()})
+        except RuntimeError as e:  # another model's drafter: wrong shapes or keys
+            msg = str(e).splitlines()[0]
+            raise ValueError(f"drafter {file} does not fit this model: {msg}") from None
         drafter = drafter.to(device=device, dtype=dtype).eval().requires_grad_(False)
         return drafter.bind(self.model)
 
@@ -125,7 +130,9 @@ class LlamaGenPipeline(Pipeline):
         length = self.grid[0] * self.grid[1]
         opts = dict(options)
         if self.text and method in ("speculative", "vvs"):
-            opts.setdefault("drafter_prefill", False)  # caption slots have no token embedding
+            if opts.setdefault("drafter_prefill", False):  # caption slots: no token embedding
+                raise ValueError("LlamaGen t2i: the drafter cannot read the caption prefix "
+                                 "(drafter_prefill=True)")  # fmt: skip
         args = [self.model]
         if method in ("speculative", "vvs"):
             args.append(self.drafter)

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from specops import decode
-from specops.imagegen.base import METHODS, ImageResult, Pipeline
+from specops.imagegen.base import METHODS, ImageResult, Pipeline, check_sampling
 
 __all__ = ["generate_image", "load_pipeline", "ImageResult", "Pipeline", "ARCHITECTURES", "METHODS"]
 
@@ -68,6 +68,9 @@ def load_pipeline(model_dir, *, device="cpu", dtype=torch.float32, **options) ->
     (``image_size``; LlamaGen: ``drafter``; transformers models: ``tokenizer``, a directory
     apart from the model's; Chameleon: ``vqgan``)."""
     path = Path(model_dir)
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"generate_image: device {device!r}, but this machine has no CUDA GPU")
     if not path.is_dir():
         raise FileNotFoundError(f"generate_image: model directory {path} does not exist")
     arch = _detect(path)
@@ -113,9 +116,10 @@ def generate_image(
         model if isinstance(model, Pipeline) else load_pipeline(model, device=device, dtype=dtype)
     )
     fn = pipe.method_fn(method, method_options)
-    cond = pipe.conditions(prompt, class_id)
     given = dict(temperature=temperature, top_k=top_k, top_p=top_p, cfg_scale=cfg_scale)
     sampling = {k: pipe.defaults.get(k) if v is None else v for k, v in given.items()}
+    check_sampling(sampling)
+    cond = pipe.conditions(prompt, class_id)
     if sampling["cfg_scale"] is not None and float(sampling["cfg_scale"]) == 1.0:
         sampling["cfg_scale"] = None  # uncond + 1 (cond - uncond) = cond: no second half
     with decode.progress(progress):

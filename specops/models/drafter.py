@@ -19,13 +19,21 @@ import torch
 from torch import nn
 
 import specops
-from specops.models.transformer import ARConfig, Block, KVCache, RMSNorm, Transformer, make_rope
+from specops.models.transformer import (
+    ARConfig,
+    Block,
+    Fp32Rope,
+    KVCache,
+    RMSNorm,
+    Transformer,
+    make_rope,
+)
 from specops.tree import call_bits
 
 __all__ = ["Drafter"]
 
 
-class Drafter(nn.Module):
+class Drafter(Fp32Rope, nn.Module):
     def __init__(self, cfg: ARConfig, step_dim: int = 32, max_step: int = 3):
         super().__init__()
         self.cfg = cfg
@@ -48,6 +56,12 @@ class Drafter(nn.Module):
     @property
     def target(self) -> Transformer:
         return self._target[0]
+
+    def _rope_rows(self, positions):
+        """Entry positions -> RoPE rows, as the target says (LlamaGen t2i: entry i holds the
+        feature of target row 119 + i)."""
+        rows = getattr(self.target, "drafter_positions", None)
+        return positions if rows is None else rows(positions)
 
     def new_cache(self, batch: int, capacity: int | None = None, *, dtype=None, device=None):
         cfg = self.cfg
@@ -76,6 +90,7 @@ class Drafter(nn.Module):
         -> (draft logits [B, M, vocab] float32, predicted features [B, M, H])."""
         b, m = tokens.shape
         bits = call_bits(tree, b, m, tokens.device)
+        positions = self._rope_rows(positions)
         x = self.fc(self.inputs(tokens, features, step))
         kc, vc = cache.layer(0)
         g = self.norm(
@@ -91,6 +106,7 @@ class Drafter(nn.Module):
         (zeros) whose outputs are dropped, so only the new nodes pay for the layer."""
         b, k = tokens.shape
         blk = self.block
+        positions = self._rope_rows(positions)
         x = self.fc(self.inputs(tokens, features, step))
         q, kk, v = blk.attn.qkv(blk.attn_norm(x), self.rope, positions)
         kc, vc = cache.layer(0)

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specops.models.transformer import ARConfig, Transformer
+from specops.models.transformer import ARConfig, Transformer, make_rope
 
 __all__ = [
     "PRESETS",
@@ -179,7 +179,10 @@ def read_state_dict(path, what: str = "LlamaGen checkpoint") -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{what}: no file {path}")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        try:
+            ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError:  # a legacy (pre-zip) file cannot be memory-mapped
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # not a torch file, or a pickle that needs code
         raise ValueError(f"{what}: {path} is not a loadable torch checkpoint ({e})") from None
     for key in ("model", "module", "state_dict"):
@@ -214,13 +217,16 @@ def load_llamagen(
         raise ValueError(
             f"LlamaGen checkpoint {path}: missing keys {missing[:5]}, unexpected keys {extra[:5]}"
         )
-    if "cls_embedding.uncond_embedding" in sd:
-        cap = sd["cls_embedding.cap_proj.fc1.weight"].shape[1]
-        model = LlamaGenT2I(cfg, caption_dim=cap)
-    else:
-        model = Transformer(cfg)
-    model.load_state_dict(from_official(sd, cfg))
-    return model.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    with torch.device("meta"):  # no random init of weights that are loaded next
+        if "cls_embedding.uncond_embedding" in sd:
+            cap = sd["cls_embedding.cap_proj.fc1.weight"].shape[1]
+            model = LlamaGenT2I(cfg, caption_dim=cap)
+        else:
+            model = Transformer(cfg)
+    weights = {k: v.to(device=device, dtype=dtype) for k, v in from_official(sd, cfg).items()}
+    model.load_state_dict(weights, assign=True)
+    model.rope = make_rope(cfg).to(device)  # the one buffer not in the state dict (float32)
+    return model.eval().requires_grad_(False)
 
 
 def _official_keys(cfg: ARConfig) -> set:
@@ -266,15 +272,16 @@ class LlamaGenT2I(Transformer):
         model's 120; padding on either side) -> the prompt [B, T] for the decoding loop: ids
         V + j for the n_b valid rows, then -1."""
         b, t, _ = feats.shape
+        w = self.cap_proj.fc1.weight
+        feats, mask = feats.to(w.device), mask.to(w.device)
         if t != self.cfg.prefix or tuple(mask.shape) != (b, t):
             raise ValueError(
                 f"LlamaGenT2I.set_captions: feats must be [B, {self.cfg.prefix}, C] with a mask "
                 f"[B, {self.cfg.prefix}], got {tuple(feats.shape)} and {tuple(mask.shape)}"
             )
-        real = mask.to(feats.device) != 0
+        real = mask != 0
         n = real.sum(1)
         order = torch.sort((~real).to(torch.uint8), dim=1, stable=True).indices  # valid first
-        w = self.cap_proj.fc1.weight
         cond = self.cap_proj(feats.to(w).gather(1, order[..., None].expand_as(feats)))
         # the uncond rows the official mask keeps: the last n of uncond_embedding, in order
         j = torch.arange(t, device=feats.device)
@@ -286,7 +293,19 @@ class LlamaGenT2I(Transformer):
         return torch.where(j < n[:, None], v + j, -1)
 
     def uncond_prompt(self, prompt: torch.Tensor) -> torch.Tensor:
-        return prompt  # the same caption slots; the uncond rows read their own embeddings
+        """The same caption slots; the uncond rows read their own embeddings."""
+        if self.shift is None or prompt.shape[0] != self.shift.shape[0]:
+            raise ValueError(
+                f"LlamaGenT2I: a prompt of {prompt.shape[0]} requests, but the captions set "
+                f"are for {None if self.shift is None else self.shift.shape[0]}: call "
+                "set_captions() for this batch"
+            )
+        return prompt
+
+    def drafter_positions(self, positions):
+        # a drafter starts at the first image token: its entry 0 holds the feature of the last
+        # caption row (T - 1), as a c2i drafter's holds the class row's
+        return positions + (self.cfg.prefix - 1)
 
     def _rows(self, r: int) -> slice:
         b = self.shift.shape[0]

@@ -40,6 +40,7 @@ __all__ = [
     "rope_table_2d",
     "make_rope",
     "apply_rope",
+    "Fp32Rope",
 ]
 
 
@@ -148,6 +149,17 @@ def make_rope(cfg: ARConfig) -> torch.Tensor:
     return rope_table(cfg.max_seq, cfg.head_dim, cfg.rope_base)
 
 
+class Fp32Rope:
+    """Keeps a module's ``rope`` table in float32 whatever ``.to(dtype)`` does to the rest (the
+    angles of a bf16 table are off by ~1e-3; LlamaGen keeps its table in float32 too)."""
+
+    def _apply(self, fn, recurse=True):
+        super()._apply(fn, recurse)
+        if self.rope.dtype != torch.float32:
+            self.rope = make_rope(self.cfg).to(self.rope.device)
+        return self
+
+
 def apply_rope(x: torch.Tensor, table: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """Rotate pairs (x_i, x_{i + D/2}) of x [B, N, H, D] by the angle of ``positions`` [B, N]."""
     cs = table[positions.long().clamp(0, table.shape[0] - 1)]  # [B, N, D/2, 2]
@@ -231,7 +243,7 @@ class Block(nn.Module):
         return x + self.ffn(self.ffn_norm(x))
 
 
-class Transformer(nn.Module):
+class Transformer(Fp32Rope, nn.Module):
     """Class-conditional visual AR decoder (LlamaGen style: class token, then raster tokens)."""
 
     def __init__(self, cfg: ARConfig):
@@ -274,6 +286,11 @@ class Transformer(nn.Module):
 
     def rope_positions(self, positions: torch.Tensor) -> torch.Tensor:
         """Sequence positions [R, N] -> rows of the RoPE table (the identity here)."""
+        return positions
+
+    def drafter_positions(self, positions: torch.Tensor) -> torch.Tensor:
+        """A feature drafter's entry positions [B, M] -> its RoPE rows: entry i holds the
+        feature of target row i (the identity here)."""
         return positions
 
     def new_cache(self, batch: int, capacity: int | None = None, *, dtype=None, device=None):
