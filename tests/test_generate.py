@@ -55,6 +55,8 @@ def test_cli_errors_are_one_line(lg_dir, tmp_path, capsys):
         (["--model", str(lg_dir), "--class-id", "1", "--temperature", "-1"], "temperature must"),
         (["--model", str(lg_dir), "--class-id", "1", "--top-p", "0"], r"top_p must lie in \(0"),
         (["--model", str(lg_dir), "--class-id", "1", "--cfg", "nan"], "cfg_scale must be"),
+        (["--model", str(lg_dir), "--class-id", "1", "--opt", "window=abc"],
+         "option window='abc' of method 'sjd_pac' must be a int"),
         (["--model", str(lg_dir), "--class-id", "1", "--drafter", str(lg_dir / "vq_ds16_c2i.pt"),
           "--method", "speculative"], "expected a specops.models.Drafter"),
     ]  # fmt: skip
@@ -68,6 +70,11 @@ def test_cli_errors_are_one_line(lg_dir, tmp_path, capsys):
         assert cli.main(["generate", "--model", str(lg_dir), "--class-id", "1", "--device",
                          "cuda", "--out", str(tmp_path / "x.png")]) == 2  # fmt: skip
         assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_a_loaded_pipeline_takes_no_device(lg_dir):
+    with pytest.raises(ValueError, match="this Pipeline is already loaded"):
+        generate_image(load_pipeline(lg_dir), class_id=[1], device="cpu")
 
 
 def test_directory_errors(tmp_path):

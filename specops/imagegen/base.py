@@ -87,6 +87,18 @@ class Pipeline:
             raise TypeError(
                 f"generate_image: method {method!r} takes the options {sorted(allowed)}, got {bad}"
             )
+        params = inspect.signature(fn).parameters
+        for k, v in options.items():  # a number option given a value of another kind
+            d = params[k].default if k in params else None
+            if (
+                isinstance(d, bool) != isinstance(v, bool)
+                or (isinstance(d, (int, float)) and not isinstance(v, (int, float)))
+                or (isinstance(d, int) and not isinstance(d, bool) and isinstance(v, float))
+            ):
+                raise TypeError(
+                    f"generate_image: option {k}={v!r} of method {method!r} must be a "
+                    f"{type(d).__name__} like its default {d!r}"
+                )
         return fn
 
 

@@ -103,18 +103,25 @@ def generate_image(
     seed: int = 0,
     compare_ar: bool = False,
     progress=None,
-    device="cpu",
-    dtype=torch.float32,
+    device=None,
+    dtype=None,
     **method_options,
 ) -> ImageResult:
     """Generate one image per prompt (text models) or class id (LlamaGen c2i) with ``method``.
     ``model``: a checkpoint directory or a ``Pipeline``.  Sampling settings left None take the
     pipeline's defaults (its paper's); ``cfg_scale`` 1.0 turns guidance off.  ``compare_ar``:
     also run plain AR on the same requests (``ImageResult.ar_stats``, ``table()``).
-    ``progress(counts, length)``: ``specops.decode.progress``'s hook."""
-    pipe = (
-        model if isinstance(model, Pipeline) else load_pipeline(model, device=device, dtype=dtype)
-    )
+    ``progress(counts, length)``: ``specops.decode.progress``'s hook.  ``device`` / ``dtype``
+    (default CPU, float32) apply when ``model`` is a directory; a Pipeline is already loaded."""
+    if isinstance(model, Pipeline):
+        if device is not None or dtype is not None:
+            raise ValueError(
+                "generate_image: device / dtype apply when loading a directory; this Pipeline is "
+                "already loaded (load_pipeline(dir, device=..., dtype=...))"
+            )
+        pipe = model
+    else:
+        pipe = load_pipeline(model, device=device or "cpu", dtype=dtype or torch.float32)
     fn = pipe.method_fn(method, method_options)
     given = dict(temperature=temperature, top_k=top_k, top_p=top_p, cfg_scale=cfg_scale)
     sampling = {k: pipe.defaults.get(k) if v is None else v for k, v in given.items()}
