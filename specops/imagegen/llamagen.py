@@ -23,6 +23,7 @@ import torch
 
 from specops.imagegen.base import Pipeline
 from specops.models.llamagen import LlamaGenT2I, load_llamagen
+from specops.models.loading import load_drafter_file
 from specops.models.vqgan import load_vq16, to_uint8
 
 __all__ = ["LlamaGenPipeline"]
@@ -69,34 +70,16 @@ class LlamaGenPipeline(Pipeline):
             )
         g = self.model.cfg.grid
         self.grid = (g, g)
-        self.drafter = None if drafter is None else self._drafter(Path(drafter), device, dtype)
+        if drafter is not None:
+            drafter = Path(drafter)
+            self.drafter, _ = load_drafter_file(self.model, drafter.name, drafter.parent, device,
+                                                dtype)  # fmt: skip
         self.text = isinstance(self.model, LlamaGenT2I)
         if self.text:  # sample_t2i.py's settings; the T5 encoder that makes the captions
             self.defaults = dict(cfg_scale=7.5, top_k=1000, top_p=None, temperature=1.0)
             self.t5, self.t5_tokenizer = _load_t5(Path(path), t5, device, dtype)
         elif t5 is not None:
             raise ValueError("LlamaGen: t5= is for the text-conditional (t2i) GPTs")
-
-    def _drafter(self, file: Path, device, dtype):
-        from specops.models.drafter import Drafter
-
-        if not file.is_file():
-            raise FileNotFoundError(f"LlamaGen: no drafter file {file}")
-        want = "a specops.models.Drafter checkpoint ({'state', 'step_dim', 'max_step'})"
-        try:
-            ck = torch.load(file, map_location="cpu", weights_only=True)
-        except Exception as e:
-            raise ValueError(f"drafter {file}: not a loadable torch checkpoint ({e})") from None
-        if not isinstance(ck, dict) or not {"state", "step_dim", "max_step"} <= set(ck):
-            raise ValueError(f"drafter {file}: expected {want}")
-        drafter = Drafter(self.model.cfg, step_dim=ck["step_dim"], max_step=ck["max_step"])
-        try:
-            drafter.load_state_dict({k: t.float() for k, t in ck["state"].items()})
-        except RuntimeError as e:  # another model's drafter: wrong shapes or keys
-            msg = str(e).splitlines()[0]
-            raise ValueError(f"drafter {file} does not fit this model: {msg}") from None
-        drafter = drafter.to(device=device, dtype=dtype).eval().requires_grad_(False)
-        return drafter.bind(self.model)
 
     def conditions(self, prompt, class_id):
         if self.text:

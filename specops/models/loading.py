@@ -56,10 +56,24 @@ def load_drafter(target: Transformer, name="ce", weights_dir=None, device="cpu",
 def load_drafter_file(target: Transformer, file: str, weights_dir=None, device="cpu", dtype=None):
     """The drafter saved as ``file`` in ``weights_dir`` (default: the shipped weights), in eval
     mode and bound to ``target`` -> (Drafter, its training record)."""
-    wd = Path(weights_dir) if weights_dir is not None else WEIGHTS
-    d = torch.load(wd / file, map_location="cpu", weights_only=True)
+    path = (Path(weights_dir) if weights_dir is not None else WEIGHTS) / file
+    if not path.is_file():
+        raise FileNotFoundError(f"no drafter file {path}")
+    try:
+        d = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ValueError(f"drafter {path}: not a loadable torch checkpoint ({e})") from None
+    if not isinstance(d, dict) or not {"state", "step_dim", "max_step"} <= set(d):
+        raise ValueError(
+            f"drafter {path}: expected a specops.models.Drafter checkpoint "
+            "({'state', 'step_dim', 'max_step'})"
+        )
     drafter = Drafter(target.cfg, step_dim=d["step_dim"], max_step=d["max_step"])
-    drafter.load_state_dict({k: t.float() for k, t in d["state"].items()})
+    try:
+        drafter.load_state_dict({k: t.float() for k, t in d["state"].items()})
+    except RuntimeError as e:  # another model's drafter: wrong shapes or keys
+        msg = str(e).splitlines()[0]
+        raise ValueError(f"drafter {path} does not fit this model: {msg}") from None
     drafter = drafter.to(device=device, dtype=dtype).eval().requires_grad_(False)
     return drafter.bind(target), d.get("train", {})
 
