@@ -61,8 +61,9 @@ class HFPipeline(Pipeline):
     ``specops.hf.generate`` with the layout, keep the image's codes."""
 
     model_class = ""
-    generate_options: dict = {}
     takes_drafter = False
+    layout = None  # a GridLayout the new tokens follow (row ends: Emu3, Lumina-mGPT)
+    image_head = False  # Janus: codes from the image-generation head
 
     def __init__(self, path, *, device="cpu", dtype=torch.float32, drafter=None, tokenizer=None):
         import transformers
@@ -82,9 +83,7 @@ class HFPipeline(Pipeline):
             try:  # a text-only directory (Chameleon / Lumina-mGPT needs its tokenizer alone)
                 self.processor = transformers.AutoTokenizer.from_pretrained(src)
             except (OSError, ValueError, TypeError, KeyError) as e:
-                raise ValueError(
-                    f"{self.name}: {self.path} has no loadable tokenizer ({e})"
-                ) from None
+                raise ValueError(f"{self.name}: {src} has no loadable tokenizer ({e})") from None
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.device = torch.device(device)
 
@@ -110,7 +109,8 @@ class HFPipeline(Pipeline):
 
     @property
     def length(self) -> int:
-        return self.grid[0] * self.grid[1]
+        """Tokens the image takes (its row ends included)."""
+        return self.grid[0] * self.grid[1] if self.layout is None else self.layout.length
 
     def run(self, method, cond, *, fn, seed, sampling, options):
         from specops.hf import generate
@@ -124,7 +124,8 @@ class HFPipeline(Pipeline):
             do_sample=t is None or t > 0, temperature=1.0 if not t else t, cfg_scale=cfg,
             negative_input_ids=neg if cfg is not None else None,
             negative_attention_mask=neg_mask if cfg is not None else None,
-            eos_token_id=[], seed=seed, **self.generate_options, **s, **options,
+            eos_token_id=[], seed=seed, layout=self.layout, image_head=self.image_head,
+            **s, **options,
         )  # fmt: skip
         return self.codes(seqs[:, ids.shape[1] :]), stats
 
@@ -133,7 +134,7 @@ class JanusPipeline(HFPipeline):
     name = "janus"
     model_class = "JanusForConditionalGeneration"
     defaults = dict(cfg_scale=5.0, temperature=1.0, top_k=None, top_p=None)
-    generate_options = {"image_head": True}
+    image_head = True
 
     def __init__(self, path, *, image_size=None, **kw):
         super().__init__(path, **kw)
@@ -183,12 +184,7 @@ class Emu3Pipeline(HFPipeline):
         vm = self.hf.model.vocabulary_mapping
         vocab = self.hf.get_output_embeddings().out_features
         self.layout = GridLayout(h, w, vm.image_tokens, vocab, row_end=vm.eol_token_id)
-        self.generate_options = {"layout": self.layout}
         self.grid = (h, w)
-
-    @property
-    def length(self) -> int:
-        return self.layout.length
 
     def prompts(self, prompts):
         cond = [
@@ -238,7 +234,6 @@ class ChameleonPipeline(HFPipeline):
         self.bpe2img = self.bpe2img.to(self.device)
         side = self.size // 16
         self.layout = GridLayout(side, side, vm.image_tokens, vocab, row_end=self.row_end)
-        self.generate_options = {"layout": self.layout}
         self.grid = (side, side)
 
     def _token(self, name: str) -> int:
@@ -259,10 +254,6 @@ class ChameleonPipeline(HFPipeline):
             f"chameleon: no vqgan.ckpt in {self.path} (or tokenizer/): transformers has only the "
             "VQ encoder; the decoder comes from the Chameleon tokenizer's vqgan.ckpt (vqgan=PATH)"
         )
-
-    @property
-    def length(self) -> int:
-        return self.layout.length
 
     def prompts(self, prompts):
         tok = self.tokenizer

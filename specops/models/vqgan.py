@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specops.models.llamagen import read_state_dict
+
 __all__ = ["VQGANConfig", "VQGANDecoder", "load_vq16", "load_chameleon_vqgan", "to_uint8"]
 
 
@@ -196,19 +198,24 @@ def _infer_config(sd: dict) -> VQGANConfig:
 def load_vq16(path, *, device="cpu", dtype=torch.float32) -> VQGANDecoder:
     """LlamaGen's VQ-16 tokenizer (``vq_ds16_c2i.pt``) as a decoder; the encoder's keys and the
     codebook usage counter are read past.  The codebook size and width come from the file."""
-    from specops.models.llamagen import read_state_dict
-
     sd = read_state_dict(path, "VQ-16 checkpoint")
     sd = {k: v for k, v in sd.items() if not _ENCODER.match(k) and k != "quantize.codebook_used"}
-    need = ("quantize.embedding.weight", "post_quant_conv.weight", "decoder.conv_out.weight")
-    if any(k not in sd for k in need):
-        raise ValueError(f"VQ-16 checkpoint {path}: expected the keys {need} (not a VQ model?)")
-    vq = VQGANDecoder(_infer_config(sd))
+    if any(k not in sd for k in _NEED):
+        raise ValueError(f"VQ-16 checkpoint {path}: expected the keys {_NEED} (not a VQ model?)")
+    return _decoder(sd, True, f"VQ-16 checkpoint {path}", device, dtype)
+
+
+_NEED = ("quantize.embedding.weight", "post_quant_conv.weight", "decoder.conv_out.weight")
+
+
+def _decoder(sd: dict, l2_codebook: bool, what: str, device, dtype) -> VQGANDecoder:
+    """A decoder of the shape ``sd`` (this module's names) has, holding exactly its weights."""
+    cfg = _infer_config(sd)
+    cfg.l2_codebook = l2_codebook
+    vq = VQGANDecoder(cfg)
     missing, extra = vq.load_state_dict(sd, strict=False)
     if missing or extra:
-        raise ValueError(
-            f"VQ-16 checkpoint {path}: missing keys {missing[:5]}, unexpected keys {extra[:5]}"
-        )
+        raise ValueError(f"{what}: missing keys {missing[:5]}, unexpected keys {extra[:5]}")
     return vq.to(device=device, dtype=dtype).eval().requires_grad_(False)
 
 
@@ -231,8 +238,6 @@ def load_chameleon_vqgan(path, *, device="cpu", dtype=torch.float32) -> VQGANDec
     """The Chameleon tokenizer's VQGAN (``vqgan.ckpt``, Lightning's "state_dict", taming names:
     decoder.up.{i}.block.{j}, mid.block_1 ...; 8192 x 256 codes looked up as stored, no
     attention above the middle), used by Lumina-mGPT; docs/notes/chameleon_lumina.md."""
-    from specops.models.llamagen import read_state_dict
-
     sd = read_state_dict(path, "Chameleon VQGAN checkpoint")
     levels = len({m.group(1) for k in sd if (m := re.match(r"decoder\.up\.(\d+)\.", k))})
     out = {}
@@ -244,16 +249,6 @@ def load_chameleon_vqgan(path, *, device="cpu", dtype=torch.float32) -> VQGANDec
                 k = new(m, levels) + k[m.end() :]
                 break
         out[k] = v
-    need = ("quantize.embedding.weight", "post_quant_conv.weight", "decoder.conv_out.weight")
-    if any(k not in out for k in need) or not levels:
-        raise ValueError(f"Chameleon VQGAN checkpoint {path}: expected taming decoder keys {need}")
-    cfg = _infer_config(out)
-    cfg.l2_codebook = False
-    vq = VQGANDecoder(cfg)
-    missing, extra = vq.load_state_dict(out, strict=False)
-    if missing or extra:
-        raise ValueError(
-            f"Chameleon VQGAN checkpoint {path}: missing keys {missing[:5]}, unexpected keys "
-            f"{extra[:5]}"
-        )
-    return vq.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    if any(k not in out for k in _NEED) or not levels:
+        raise ValueError(f"Chameleon VQGAN checkpoint {path}: expected taming decoder keys {_NEED}")
+    return _decoder(out, False, f"Chameleon VQGAN checkpoint {path}", device, dtype)
