@@ -16,7 +16,9 @@ kernels take their usual path: some accepted prefix, then one residual draw.
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
+import os
 
 import torch
 
@@ -87,6 +89,35 @@ def _flashinfer_chain():
         return None, f"flashinfer unavailable: {type(exc).__name__}"
 
 
+def _sglang_chain():
+    """SGLang 0.5.23's pure-Triton chain sampler, loaded from its one file (the sglang wheel does
+    not import without CUDA torch's extras): $SPECOPS_SGLANG_REJECT_SAMPLING or
+    .peers/sglang_reject_sampling.py (sglang/kernels/ops/speculative/reject_sampling.py)."""
+    path = os.environ.get("SPECOPS_SGLANG_REJECT_SAMPLING", ".peers/sglang_reject_sampling.py")
+    try:
+        spec = importlib.util.spec_from_file_location("_sglang_reject_sampling", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod.chain_speculative_sampling_triton, ""
+    except Exception as exc:
+        return None, f"sglang triton sampler unavailable ({path}): {type(exc).__name__}"
+
+
+def _sglang_chain_args(p, x, q, gen):
+    """SGLang's layout: candidates [B, K+1] = (last token, drafts), flat retrive_index, its
+    uniforms drawn outside the kernel (here before timing, which favours the peer)."""
+    b, k1, _ = p.shape
+    dev = p.device
+    cand = torch.cat([torch.zeros(b, 1, dtype=torch.int64, device=dev), x.long()], 1)
+    idx = torch.arange(b * k1, device=dev, dtype=torch.int64).view(b, k1)
+    predicts = torch.empty(b * k1, dtype=torch.int32, device=dev)
+    acc_idx = torch.empty(b, k1, dtype=torch.int32, device=dev)
+    acc_num = torch.empty(b, dtype=torch.int32, device=dev)
+    u = torch.rand(b, k1, generator=gen, device=dev)
+    u_final = torch.rand(b, generator=gen, device=dev)
+    return (predicts, acc_idx, acc_num, cand, idx, idx, idx, u, u_final, p, q, 1.0, 1.0, True)
+
+
 def bench_chain(device, quick) -> list[Row]:
     if quick:
         shapes = [(2, 3, 1000)]
@@ -95,6 +126,7 @@ def bench_chain(device, quick) -> list[Row]:
     else:
         shapes = [(16, 8, 32000)]
     fi, fi_note = _flashinfer_chain() if device == "cuda" else (None, "")
+    sg, sg_note = _sglang_chain() if device == "cuda" else (None, "")
     rows = []
     for b, k, v in shapes:
         for det in (False, True) if device == "cpu" or quick else (False,):
@@ -121,8 +153,18 @@ def bench_chain(device, quick) -> list[Row]:
                     rows.append(_row("verify_chain", shape, "flashinfer", st, nbytes))
                 except Exception as exc:
                     fi, fi_note = None, f"flashinfer failed: {type(exc).__name__}: {exc}"
+            if sg is not None and not det:
+                sg_ins = [_sglang_chain_args(i[0], i[1], i[2], gen) for i in ins]
+                fns = [lambda a=a, f=sg: f(*a) for a in sg_ins]
+                try:
+                    st = time_fn(fns, device)
+                    rows.append(_row("verify_chain", shape, "sglang_triton", st, nbytes))
+                except Exception as exc:
+                    sg, sg_note = None, f"sglang triton failed: {type(exc).__name__}: {exc}"
     if device == "cuda" and fi_note:
         rows.append(Row("verify_chain", "-", "flashinfer", 0.0, 0.0, 0.0, note=fi_note))
+    if device == "cuda" and sg_note:
+        rows.append(Row("verify_chain", "-", "sglang_triton", 0.0, 0.0, 0.0, note=sg_note))
     return rows
 
 

@@ -45,6 +45,12 @@ export SPECOPS_CUDA_ARCHS="${SPECOPS_CUDA_ARCHS:-90}"
 # cuda_sim (the CUDA kernels on the CPU) is for machines without a GPU: not built here.
 export SPECOPS_CUDA_SIM="${SPECOPS_CUDA_SIM:-0}"
 
+# Peers that cannot travel as wheels (FlashInfer with its kernels compiled ahead of time, see
+# bench/README.md) come as tarballs of a site-packages folder in ./.peers (git-ignored).
+if compgen -G ".peers/*.tar.xz" > /dev/null; then
+  mkdir -p /tmp/site && for t in .peers/*.tar.xz; do tar xJf "$t" -C /tmp/site; done
+  export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
+fi
 if compgen -G ".whl/*.whl" > /dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
@@ -115,9 +121,19 @@ run_sanitize() {
       "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_path_acceptance.py \
       tests/test_jacobi_kernels.py -k "not fuzz and not graph" >> "$OUT_DIR/sanitize.log" 2>&1
     san_rc="$san_rc/$?"
+    # synccheck (barriers under divergence) on the shared-memory kernels; initcheck (reads of
+    # uninitialised global memory) on one test file per kernel family.
+    timeout "${SYNC_TIMEOUT:-60}" "${SAN[@]}" --tool synccheck "$PY" -m pytest -q \
+      -p no:cacheprovider -m gpu tests/test_path_acceptance.py tests/test_jacobi_kernels.py \
+      -k "not fuzz and not graph" >> "$OUT_DIR/sanitize.log" 2>&1
+    san_rc="$san_rc/$?"
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "${INIT_TIMEOUT:-90}" "${SAN[@]}" --tool initcheck \
+      "$PY" -m pytest -q -p no:cacheprovider -m gpu "${CUDA_TESTS[@]}" \
+      -k "not fuzz and not graph and not many" >> "$OUT_DIR/sanitize.log" 2>&1
+    san_rc="$san_rc/$?"
   fi
   echo "$san_rc" > "$OUT_DIR/.san_rc"
-  echo "sanitize rc(memcheck+graphs/racecheck)=$san_rc in $(( $(date +%s) - t0 )) s" | tee -a "$OUT_DIR/sanitize.log"
+  echo "sanitize rc(memcheck+graphs/racecheck/synccheck/initcheck)=$san_rc in $(( $(date +%s) - t0 )) s" | tee -a "$OUT_DIR/sanitize.log"
 }
 
 # tests and sanitize share the GPU; with PARALLEL=1 they run at once (a one-call lease).
@@ -166,6 +182,6 @@ echo "== summary"
 [ -f "$OUT_DIR/tests.log" ] && tail -n 3 "$OUT_DIR/tests.log" && grep -E "^(FAILED|ERROR)" "$OUT_DIR/tests.log" | head -20
 [ -f "$OUT_DIR/bench.log" ] && tail -n 60 "$OUT_DIR/bench.log"
 [ -f "$OUT_DIR/demo.log" ] && tail -n 15 "$OUT_DIR/demo.log"
-[ -f "$OUT_DIR/sanitize.log" ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" \
+[ -f "$OUT_DIR/sanitize.log" ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK|INITCHECK|passed|failed" \
   "$OUT_DIR/sanitize.log" | tail -n 12
 echo "build=$build_rc tests=$test_rc bench=$bench_rc demo=$demo_rc sanitize=$san_rc"
