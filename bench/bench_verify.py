@@ -118,8 +118,11 @@ def _sglang_chain_args(p, x, q, gen):
     return (predicts, acc_idx, acc_num, cand, idx, idx, idx, u, u_final, p, q, 1.0, 1.0, True)
 
 
-def bench_chain(device, quick) -> list[Row]:
-    if quick:
+def bench_chain(device, quick, shapes=None) -> list[Row]:
+    """verify_chain at (B, K, V) ``shapes`` (default: the issue's grid on a GPU)."""
+    if shapes is not None:
+        pass
+    elif quick:
         shapes = [(2, 3, 1000)]
     elif device == "cuda":
         shapes = [(b, k, v) for v in (32000, 128256) for k in (4, 8) for b in (1, 8, 64, 256)]

@@ -26,25 +26,18 @@ struct Residual {  // r = max(p - q, 0); q == nullptr: q = one-hot(x)
   float operator()(int64_t i) const { return residual_at(p, q, x, i); }
 };
 
-struct NormResidual {  // norm(r)_i = float32(r_i / s)
-  Residual r;
-  double s;
-  float operator()(int64_t i) const { return normalised(r(i), s); }
-};
-
 // t ~ mass(p) with uniform u (vectorised chunk sums).
 int32_t draw_positive(const float* p, int64_t vocab, float u) {
   return draw_host_chunked(Positive{p}, vocab, u,
                            [p](int64_t lo, int64_t hi) { return mass_sum_host(p, lo, hi); });
 }
 
-// t ~ norm(max(p - q, 0)) with uniform u, or -1 when the residual has no mass.
+// t ~ norm(max(p - q, 0)) with uniform u, drawn from the unnormalised residual (inverse CDF
+// scales u by its sum), or -1 when the residual has no mass.
 int32_t draw_residual(const float* p, const float* q, int64_t x, int64_t vocab, float u) {
-  const double s = resid_sum_host(p, q, x, 0, vocab);
-  if (!(s > 0.0)) return -1;
-  return draw_host_chunked(
-      NormResidual{Residual{p, q, x}, s}, vocab, u,
-      [&](int64_t lo, int64_t hi) { return norm_resid_sum_host(p, q, x, s, lo, hi); });
+  if (!(resid_sum_host(p, q, x, 0, vocab) > 0.0)) return -1;
+  return draw_host_chunked(Residual{p, q, x}, vocab, u,
+                           [&](int64_t lo, int64_t hi) { return resid_sum_host(p, q, x, lo, hi); });
 }
 
 struct BlockResidual {  // r(y) = max(float32(w p(y) - q(y)), 0)

@@ -9,8 +9,9 @@ C++/CUDA cores ``chain_*`` in csrc/include/specops/verify.h), with the same Phil
           have p = q = 0 (always rejected); pool = 0 unless LANTERN relaxation is on
   a       = the accepted prefix length among the n_b valid drafts
   t       = on a rejection (a < n_b): a draw from norm(r), r = max(p_a - q_a, 0) (float32),
-            norm(r)_i = float32(float64(r_i) / sum float64(r)), or from p_a when r has
-            no mass; all accepted: a draw from p_a (the bonus row, a = n_b)
+            taken from r itself (inverse CDF scales u by sum(r)), or from p_a when r has no
+            mass; all accepted: a draw from p_a (the bonus row, a = n_b).  One pass for the
+            total, then tile sums until the tile holding u * total, scanned alone.
             Draws are inverse CDF with u = draw K of row b: min{i : c_i > u * c_{V-1}, w_i > 0}
             with float64 running sums c (tile cumsum + carry), else the last id of positive
             mass, else 0 (``reference.inverse_cdf``).
@@ -98,6 +99,64 @@ def _inverse_cdf(
         last = tl.maximum(last, tl.max(tl.where(w > 0.0, idx, 0), axis=0).to(last.dtype))
         running += tl.sum(w, axis=0)
     return tl.where(found < vocab, found, last)
+
+
+@triton.jit
+def _total_last(
+    p_row, q_row, x, s, wt, vocab, MODE: tl.constexpr, HAS_Q: tl.constexpr, BLOCK: tl.constexpr
+):
+    """(sum_i float64(w_i), the last id with w_i > 0 or -1) in one pass."""
+    cols = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], dtype=tl.float64)
+    last = tl.full([BLOCK], -1, tl.int64)
+    for base in range(0, vocab, BLOCK):
+        idx = base + cols
+        w = _weights(p_row, q_row, x, s, wt, idx, vocab, MODE, HAS_Q)
+        acc += w.to(tl.float64)
+        last = tl.maximum(last, tl.where(w > 0.0, idx, -1).to(tl.int64))
+    return tl.sum(acc, axis=0), tl.max(last, axis=0)
+
+
+@triton.jit
+def _search(
+    p_row,
+    q_row,
+    x,
+    s,
+    wt,
+    target,
+    last,
+    vocab,
+    MODE: tl.constexpr,
+    HAS_Q: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """min{i : w_0 + ... + w_i > target, w_i > 0} (float64 sums) else max(last, 0): tile sums
+    first, the scan only in the tile where the running sum passes the target, and no loads
+    once it is found (on average half a pass)."""
+    cols = tl.arange(0, BLOCK)
+    running = target * 0.0
+    found = vocab + 0 * last
+    for base in range(0, vocab, BLOCK):
+        if found == vocab:
+            idx = base + cols
+            w = _weights(p_row, q_row, x, s, wt, idx, vocab, MODE, HAS_Q).to(tl.float64)
+            tile = tl.sum(w, axis=0)
+            if running + tile > target:
+                hit = (tl.cumsum(w, axis=0) + running > target) & (w > 0.0)
+                found = tl.min(tl.where(hit, idx, vocab), axis=0).to(found.dtype)
+            running += tile
+    return tl.where(found < vocab, found, tl.maximum(last, 0))
+
+
+@triton.jit
+def _draw(p_row, q_row, x, vocab, u, MODE: tl.constexpr, HAS_Q: tl.constexpr, BLOCK: tl.constexpr):
+    """inverse_cdf of an unnormalised weight row (MODE 0: mass(p), 1: max(p - q, 0)) with
+    uniform u: one full pass for the total, then _search; -1 when the row has no mass."""
+    z = u.to(tl.float64) * 0.0
+    s, last = _total_last(p_row, q_row, x, z, z, vocab, MODE, HAS_Q, BLOCK)
+    t = _search(p_row, q_row, x, z, z, u.to(tl.float64) * s, last, vocab, MODE, HAS_Q, BLOCK)
+    return tl.where(s > 0.0, t, -1)
 
 
 @triton.jit
@@ -308,14 +367,12 @@ def _verify_chain_kernel(
                 qa = draft + b * draft_sb + acc * draft_sk  # only read when draft a was rejected
             else:
                 qa = pa  # unused
-            s = u_final.to(tl.float64) * 0.0
-            if rejected:
-                s = _total(pa, qa, xa, s, s, vocab, 1, HAS_Q, BLOCK)  # mass of max(p_a - q_a, 0)
-            if s > 0.0:  # t ~ norm(r)
-                t = _inverse_cdf(pa, qa, xa, s, s, u_final, vocab, 2, HAS_Q, BLOCK)
-            else:  # the bonus, or a residual without mass: t ~ mass(p_a)
-                t = _inverse_cdf(pa, qa, xa, s, s, u_final, vocab, 0, HAS_Q, BLOCK)
-            t = t.to(tl.int64)
+            t = -1 + 0 * b
+            if rejected:  # t ~ norm(max(p_a - q_a, 0)), drawn from the unnormalised residual
+                t = _draw(pa, qa, xa, vocab, u_final, 1, HAS_Q, BLOCK).to(tl.int64)
+            if t < 0:  # the bonus, or a residual without mass: t ~ mass(p_a)
+                t = _draw(pa, qa, xa, vocab, u_final, 0, HAS_Q, BLOCK).to(tl.int64)
+            t = tl.maximum(t, 0)
 
     # tokens: x_0 .. x_{a-1}, t, then -1
     row = tl.where(ks < acc, x, tl.where(ks == acc, t, -1))

@@ -21,9 +21,10 @@ Conventions shared by all ops here
   p(x) = 0).  The product and comparison are float32.  With deterministic drafts (``draft_probs``
   None) ``q`` is the one-hot of ``x``: accept iff ``u < p(x)``.
 * Residual after a rejection: ``r = max(p - q, 0)`` (float32), normalised as
-  ``norm(r) = float32(float64(r) / sum(float64(r)))``; the corrected token is drawn from
-  ``norm(r)``.  If ``r`` has no positive mass (only possible through rounding or inputs that
-  are not distributions) ``p`` is used instead of ``norm(r)``.
+  ``norm(r) = float32(float64(r) / sum(float64(r)))`` where later tests read it (trees, SJD-PAC);
+  a chain's corrected token is drawn from ``r`` itself (inverse CDF takes unnormalised rows: the
+  same law, one pass over the vocabulary fewer).  If ``r`` has no positive mass (only possible
+  through rounding or inputs that are not distributions) ``p`` is used instead.
 * Sampling a token from a row ``w`` with a uniform ``u`` is ``reference.inverse_cdf``:
   ``min{i : w_0 + ... + w_i > u * sum(w), w_i > 0}`` with float64 sums (rounding past the end
   gives the last id with positive mass); a row without positive mass gives token 0 (the
@@ -231,8 +232,11 @@ def verify_chain(
                 qa = mass(draft_probs.to(dev)[rows, ac])
             else:
                 qa = _one_hot(xa, v)
-            # draft a rejected: t ~ norm(max(p_a - q_a, 0)) (p_a if that has no mass)
-            dist = torch.where(rejected[:, None], _normalise(_residual(pa, qa), pa), pa)
+            # draft a rejected: t ~ norm(max(p_a - q_a, 0)) (p_a if that has no mass), drawn
+            # from the unnormalised residual: inverse_cdf scales u by the row's sum
+            r = _residual(pa, qa)
+            has_mass = r.double().sum(-1, keepdim=True) > 0
+            dist = torch.where(rejected[:, None] & has_mass, r, pa)
         else:
             dist = pa
         final = inverse_cdf(dist, u[:, k]).long()

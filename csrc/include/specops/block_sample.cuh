@@ -3,9 +3,10 @@
 // in tiles of BLOCK entries in index order.  Same maths as inverse_cdf_host (specops/verify.h)
 // and reference.inverse_cdf; sums in double, so summation order only matters on ~1e-16 ties.
 #pragma once
+#include <stdint.h>
+
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
-#include <stdint.h>
 
 namespace specops {
 
@@ -53,34 +54,61 @@ struct BlockSampler {
   }
 
   // min{i : w_0 + ... + w_i > target, w_i > 0}; else the last i with w_i > 0; else 0.
+  // Tiles of BLOCK * ITEMS entries, ITEMS consecutive ones per thread: each tile's sum first
+  // (one block reduction), the scan only in the tile where the running sum passes the target,
+  // and nothing past it.  The running sum is the sum of the tile sums (double).
   template <typename W>
   __device__ int inverse_cdf(W w, int64_t vocab, double target) {
+    constexpr int ITEMS = 8;
     __shared__ int s_found, s_last;
+    __shared__ double s_tile;
     if (threadIdx.x == 0) {
       s_found = -1;
       s_last = 0;
     }
+    __syncthreads();
     double running = 0.0;
-    for (int64_t base = 0; base < vocab; base += BLOCK) {
-      const int64_t i = base + threadIdx.x;
-      const double wi = i < vocab ? static_cast<double>(w(i)) : 0.0;
-      double inclusive, tile_sum;
-      __syncthreads();
-      Scan(tmp.scan).InclusiveSum(wi, inclusive, tile_sum);
-      const int hit = (wi > 0.0 && running + inclusive > target) ? static_cast<int>(i) : INT32_MAX;
-      const int last = wi > 0.0 ? static_cast<int>(i) : -1;
-      __syncthreads();
-      const int first_hit = ReduceInt(tmp.reduce_int).Reduce(hit, MinOp());
-      __syncthreads();
-      const int tile_last = ReduceInt(tmp.reduce_int).Reduce(last, MaxOp());
-      if (threadIdx.x == 0) {
-        if (first_hit != INT32_MAX) s_found = first_hit;
-        if (tile_last >= 0) s_last = tile_last;
+    int my_last = -1;
+    for (int64_t base = 0; base < vocab; base += static_cast<int64_t>(BLOCK) * ITEMS) {
+      const int64_t i0 = base + static_cast<int64_t>(threadIdx.x) * ITEMS;
+      double wi[ITEMS];
+      double local = 0.0;
+#pragma unroll
+      for (int e = 0; e < ITEMS; ++e) {
+        wi[e] = i0 + e < vocab ? static_cast<double>(w(i0 + e)) : 0.0;
+        local += wi[e];
+        if (wi[e] > 0.0) my_last = static_cast<int>(i0 + e);
       }
       __syncthreads();
-      if (s_found >= 0) break;
+      const double tile = Reduce(tmp.reduce).Sum(local);
+      if (threadIdx.x == 0) s_tile = tile;
+      __syncthreads();
+      const double tile_sum = s_tile;  // the same on every thread: uniform branches below
+      if (running + tile_sum > target) {
+        double before;
+        __syncthreads();
+        Scan(tmp.scan).ExclusiveSum(local, before);
+        double c = running + before;
+        int hit = INT32_MAX;
+#pragma unroll
+        for (int e = 0; e < ITEMS; ++e) {
+          c += wi[e];
+          if (hit == INT32_MAX && wi[e] > 0.0 && c > target) hit = static_cast<int>(i0 + e);
+        }
+        __syncthreads();
+        const int first_hit = ReduceInt(tmp.reduce_int).Reduce(hit, MinOp());
+        if (threadIdx.x == 0 && first_hit != INT32_MAX) s_found = first_hit;
+        __syncthreads();
+        if (s_found >= 0) break;
+      }
       running += tile_sum;
     }
+    if (s_found < 0) {  // rounding past the end (or no mass): the last id with w_i > 0, else 0
+      __syncthreads();
+      const int last = ReduceInt(tmp.reduce_int).Reduce(my_last, MaxOp());
+      if (threadIdx.x == 0 && last >= 0) s_last = last;
+    }
+    __syncthreads();
     const int tok = s_found >= 0 ? s_found : s_last;
     __syncthreads();
     return tok;

@@ -28,12 +28,6 @@ struct ResidualDev {  // r = max(p - q, 0); q == nullptr: q = one-hot(x)
   __device__ float operator()(int64_t i) const { return residual_at(p, q, x, i); }
 };
 
-struct NormResidualDev {  // norm(r)_i = float32(float64(r_i) / s)
-  ResidualDev r;
-  double s;
-  __device__ float operator()(int64_t i) const { return normalised(r(i), s); }
-};
-
 struct BlockResidualDev {  // r(y) = max(float32(w p(y) - q(y)), 0); q == nullptr: one-hot(x)
   const float* p;
   const float* q;
@@ -113,11 +107,11 @@ __global__ void verify_chain_kernel(VerifyChainArgs a) {
     const float* pa = a.target + b * a.target_sb + acc * a.target_sk;
     const float u = a.rng.uniform(b, a.k);
     t = -1;
-    if (acc < n_valid) {  // draft acc rejected: t ~ norm(max(p_a - q_a, 0))
+    if (acc < n_valid) {  // draft acc rejected: t ~ norm(max(p_a - q_a, 0)), drawn from r
       const float* qa = a.draft ? a.draft + b * a.draft_sb + acc * a.draft_sk : nullptr;
       const ResidualDev r{pa, qa, a.tokens[b * a.tokens_sb + acc]};
       const double s = sampler.sum(r, a.vocab);
-      if (s > 0.0) t = sampler.draw(NormResidualDev{r, s}, a.vocab, u);
+      if (s > 0.0) t = sampler.inverse_cdf(r, a.vocab, static_cast<double>(u) * s);
     }
     if (t < 0) t = sampler.draw(PositiveDev{pa}, a.vocab, u);  // bonus, or residual w/o mass
   }

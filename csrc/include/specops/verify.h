@@ -3,7 +3,8 @@
 // specops/reference/verify.py, token for token:
 //   accept x  iff  u * q(x) < p(x) + pool(x)          (float32; q = one-hot of x without q)
 //   on reject r = max(p - q, 0) (float32), p <- norm(r) = float32(float64(r) / sum(float64(r)))
-//   (p unchanged if r has no mass); the final token t ~ p by inverse CDF (float64 sums)
+//   (p unchanged if r has no mass); the final token t ~ p by inverse CDF (float64 sums).  A
+//   chain draws its corrected token from r itself (inverse CDF scales u by sum(r): same law).
 //   pool(x) (LANTERN): sum of p(n_j) over the neighbours n_1..n_k of x whose cumulative
 //   mass c_j = p(n_1) + ... + p(n_j) stays <= delta (float64), 0 without relaxation.
 // The normalisation is replicated exactly (division in float64, rounded to float32 per entry):
