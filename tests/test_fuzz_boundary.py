@@ -457,7 +457,7 @@ def c_feature_cache(g, b=3, cap=8, m=3, h=4, idt=torch.int32, fdt=torch.float32)
     }
 
     def call(be, t):
-        fc = specops.FeatureCache(b, cap, h, dtype=fdt, backend=be)
+        fc = specops.FeatureCache(b, cap, h, dtype=fdt, device=t["feats"].device, backend=be)
         fc.write(t["positions"], t["feats"], t["step"])
         rp = t["read_positions"]
         return fc.features, fc.stamps, fc.read(rp), fc.age(rp, t["age_step"])
@@ -498,8 +498,8 @@ def _move(views: dict, bases: dict, dev: str) -> tuple[dict, dict]:
     out = {}
     for k, v in views.items():
         b = bases.get(k)
-        if not isinstance(v, torch.Tensor):
-            out[k] = v
+        if not isinstance(v, torch.Tensor) or v.device.type == "meta":
+            out[k] = v  # a meta tensor is the wrong-device input of a device check: kept
         elif b is None:
             out[k] = v.to(dev)
         else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers")
 
 from PIL import Image  # noqa: E402
 
@@ -44,7 +44,12 @@ def test_janus_greedy_equals_transformers(dirs, method):
     pipe = _pipe(dirs, "janus")
     inputs = pipe.processor(text=PROMPTS, generation_mode="image", padding=True,
                             return_tensors="pt")  # fmt: skip
-    want = pipe.hf.generate(**inputs, generation_mode="image", do_sample=False)  # CFG 5
+    try:
+        want = pipe.hf.generate(**inputs, generation_mode="image", do_sample=False)  # CFG 5
+    except TypeError as e:  # some transformers releases' own Janus generate is broken
+        if "_prepare_static_cache" not in str(e):
+            raise
+        pytest.skip(f"transformers {transformers.__version__}'s Janus generate fails: {e}")
     got = generate_image(pipe, prompt=PROMPTS, method=method, temperature=0.0)
     assert torch.equal(got.codes.long(), want.long())
     assert got.settings["cfg_scale"] == 5.0

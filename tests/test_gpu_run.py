@@ -20,6 +20,9 @@ OPS = "sample,verify,jacobi,probs,tree_attention,kv,features,e2e_step"  # gpu_ru
 def _run(out, stages, **env):
     e = dict(os.environ, DRY_RUN="1", PY=sys.executable, **env)
     e.pop("SPECOPS_TRITON_SPECS", None)
+    for k in ("BENCH_OPS", "DEADLINE", "PARALLEL", "STAGES"):  # a GPU session's settings
+        if k not in env:
+            e.pop(k, None)
     return subprocess.run(
         ["bash", SCRIPT, str(out), stages], cwd=ROOT, env=e, capture_output=True, text=True,
         timeout=600,

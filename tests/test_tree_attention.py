@@ -300,9 +300,10 @@ def test_bad_inputs():
         q5, k5, v5, L5, t5, _ = _inputs(1, 2, 1, 1, 300, [1], "chain", torch.float32)
         ta(q5, k5, v5, L5, t5, backend="triton")
     # append_kv
-    nk = torch.randn(2, 5, 2, 16)
+    nk = torch.randn(2, 5, 2, 16, device=DEV)
+    k1 = torch.randn(2, 5, 1, 16, device=DEV)
     with pytest.raises(ValueError, match="KV heads"):
-        specops.append_kv(kc, vc, torch.randn(2, 5, 1, 16), torch.randn(2, 5, 1, 16), L)
+        specops.append_kv(kc, vc, k1, k1, L)
     with pytest.raises(TypeError, match="v"):
         specops.append_kv(kc, vc, nk, nk.half(), L)
     with pytest.raises(TypeError, match="k_cache"):
@@ -310,7 +311,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="head dims"):
         specops.append_kv(kc, vc, nk[..., :8], nk[..., :8], L)
     with pytest.raises(ValueError, match="capacity"):
-        specops.append_kv(kc, vc, nk, nk, torch.tensor([0, 8], dtype=torch.int32))
+        specops.append_kv(kc, vc, nk, nk, torch.tensor([0, 8], dtype=torch.int32, device=DEV))
 
 
 def test_opcheck_and_compile():
