@@ -126,6 +126,25 @@ def test_chain_explicit_uniforms_and_known_answer(be):
 
 
 @pytest.mark.parametrize("be", BACKENDS)
+def test_chain_draw_past_the_end_takes_the_last_positive_id(be):
+    """u = 1 puts the draw's target at the row's total: no running sum passes it, and the token
+    is the last id with mass (the residual's after a rejection, the bonus row's otherwise), also
+    when that id sits in a tile before the last one."""
+    v = 5000
+    p = torch.zeros(1, 2, v, device=_dev(be))
+    p[0, :, :10] = 0.1
+    p[0, :, 3] = 0.0
+    # rejected (p(3) = 0: the residual is p); no draft; accepted (0.05 < p(7)): the bonus row
+    for x, u0, a in (([[3]], 0.5, 0), ([[-1]], 0.5, 0), ([[7]], 0.05, 1)):
+        xx = torch.tensor(x, device=_dev(be))
+        u = torch.tensor([[u0, 1.0]], device=_dev(be))
+        got = specops.verify_chain(p, xx, None, uniforms=u, backend=be)
+        want = specops.verify_chain(p.cpu(), xx.cpu(), None, uniforms=u.cpu(), backend="reference")
+        assert got.tokens.tolist() == want.tokens.tolist()
+        assert got.num_accepted.tolist() == [a] and got.tokens[0, a].item() == 9
+
+
+@pytest.mark.parametrize("be", BACKENDS)
 def test_chain_seed_tensor_shapes_and_int32_ids(be):
     gen = _gen(8)
     b, k, v = 3, 4, 111

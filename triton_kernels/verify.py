@@ -102,41 +102,30 @@ def _inverse_cdf(
 
 
 @triton.jit
-def _total_last(
+def _last_positive(
     p_row, q_row, x, s, wt, vocab, MODE: tl.constexpr, HAS_Q: tl.constexpr, BLOCK: tl.constexpr
 ):
-    """(sum_i float64(w_i), the last id with w_i > 0 or -1) in one pass."""
+    """The last id with w_i > 0, or -1 (only read when a search runs past the end)."""
     cols = tl.arange(0, BLOCK)
-    acc = tl.zeros([BLOCK], dtype=tl.float64)
     last = tl.full([BLOCK], -1, tl.int64)
     for base in range(0, vocab, BLOCK):
         idx = base + cols
         w = _weights(p_row, q_row, x, s, wt, idx, vocab, MODE, HAS_Q)
-        acc += w.to(tl.float64)
         last = tl.maximum(last, tl.where(w > 0.0, idx, -1).to(tl.int64))
-    return tl.sum(acc, axis=0), tl.max(last, axis=0)
+    return tl.max(last, axis=0)
 
 
 @triton.jit
 def _search(
-    p_row,
-    q_row,
-    x,
-    s,
-    wt,
-    target,
-    last,
-    vocab,
-    MODE: tl.constexpr,
-    HAS_Q: tl.constexpr,
+    p_row, q_row, x, s, wt, target, vocab, MODE: tl.constexpr, HAS_Q: tl.constexpr,
     BLOCK: tl.constexpr,
-):
-    """min{i : w_0 + ... + w_i > target, w_i > 0} (float64 sums) else max(last, 0): tile sums
-    first, the scan only in the tile where the running sum passes the target, and no loads
-    once it is found (on average half a pass)."""
+):  # fmt: skip
+    """min{i : w_0 + ... + w_i > target, w_i > 0} (float64 sums), else vocab: tile sums first,
+    the scan only in the tile where the running sum passes the target, and no loads once it is
+    found (on average half a pass)."""
     cols = tl.arange(0, BLOCK)
     running = target * 0.0
-    found = vocab + 0 * last
+    found = vocab + 0 * x
     for base in range(0, vocab, BLOCK):
         if found == vocab:
             idx = base + cols
@@ -146,16 +135,19 @@ def _search(
                 hit = (tl.cumsum(w, axis=0) + running > target) & (w > 0.0)
                 found = tl.min(tl.where(hit, idx, vocab), axis=0).to(found.dtype)
             running += tile
-    return tl.where(found < vocab, found, tl.maximum(last, 0))
+    return found
 
 
 @triton.jit
 def _draw(p_row, q_row, x, vocab, u, MODE: tl.constexpr, HAS_Q: tl.constexpr, BLOCK: tl.constexpr):
     """inverse_cdf of an unnormalised weight row (MODE 0: mass(p), 1: max(p - q, 0)) with
-    uniform u: one full pass for the total, then _search; -1 when the row has no mass."""
+    uniform u: one full pass for the total, then _search (a third pass for the last positive
+    id only when rounding runs the search past the end); -1 when the row has no mass."""
     z = u.to(tl.float64) * 0.0
-    s, last = _total_last(p_row, q_row, x, z, z, vocab, MODE, HAS_Q, BLOCK)
-    t = _search(p_row, q_row, x, z, z, u.to(tl.float64) * s, last, vocab, MODE, HAS_Q, BLOCK)
+    s = _total(p_row, q_row, x, z, z, vocab, MODE, HAS_Q, BLOCK)
+    t = _search(p_row, q_row, x, z, z, u.to(tl.float64) * s, vocab, MODE, HAS_Q, BLOCK)
+    if t == vocab:
+        t = tl.maximum(_last_positive(p_row, q_row, x, z, z, vocab, MODE, HAS_Q, BLOCK), 0)
     return tl.where(s > 0.0, t, -1)
 
 

@@ -62,12 +62,28 @@ __global__ void verify_chain_kernel(VerifyChainArgs a) {
   __shared__ int64_t s_acc, s_valid;
   BlockSampler<BLOCK> sampler(tmp);
   const int64_t b = blockIdx.x;
-  if (threadIdx.x == 0) {
-    s_valid = chain_num_valid(a, b);
-    s_acc = a.greedy ? 0 : chain_accepted(a, b, s_valid);
-  }
+  if (threadIdx.x == 0) s_valid = chain_num_valid(a, b);
   __syncthreads();
   const int64_t n_valid = s_valid;
+  if (!a.greedy && !a.block) {
+    // the acceptance tests are independent (test i reads draw i): thread i runs test i, and
+    // a = the first rejected valid draft, else n_valid (chain_accepted, in parallel)
+    int first_rejected = INT32_MAX;
+    for (int64_t i = threadIdx.x; i < n_valid; i += BLOCK) {
+      const float* p = a.target + b * a.target_sb + i * a.target_sk;
+      const float* q = a.draft ? a.draft + b * a.draft_sb + i * a.draft_sk : nullptr;
+      const int64_t x = a.tokens[b * a.tokens_sb + i];
+      if (!accept_draft(a.rng.uniform(b, i), p, q, a.vocab, x, a.relax) &&
+          first_rejected == INT32_MAX)
+        first_rejected = static_cast<int>(i);
+    }
+    using ReduceInt = typename BlockSampler<BLOCK>::ReduceInt;
+    const int first = ReduceInt(tmp.reduce_int).Reduce(first_rejected, MinOp());
+    if (threadIdx.x == 0) s_acc = first < n_valid ? first : n_valid;
+  } else if (threadIdx.x == 0) {
+    s_acc = 0;  // greedy walks below; block verification scans from the last draft down
+  }
+  __syncthreads();
   int64_t acc = s_acc;
   int t;
   if (a.greedy) {
