@@ -192,22 +192,45 @@ def _tree_inputs(b, tree, v, device, gen, *, wor=False, deterministic=False):
 
 
 def _sgl_tree():
+    """sgl-kernel's tree sampler, else SGLang 0.5.23's JIT one compiled ahead of time into
+    $SPECOPS_SGLANG_TREE_SO or .peers/sglang_tree_sampling.so (scripts/pack_peers.sh; its
+    index tensors are int64)."""
     try:
         from sgl_kernel import tree_speculative_sampling_target_only
 
         return tree_speculative_sampling_target_only, ""
     except Exception as exc:
-        return None, f"sgl-kernel unavailable: {type(exc).__name__}"
+        note = f"sgl-kernel unavailable: {type(exc).__name__}"
+    path = os.environ.get("SPECOPS_SGLANG_TREE_SO", ".peers/sglang_tree_sampling.so")
+    try:
+        import tvm_ffi
+
+        mod = tvm_ffi.load_module(path)
+    except Exception as exc:
+        return None, f"{note}; sglang jit tree sampler unavailable ({path}): {type(exc).__name__}"
+
+    def sampler(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                retrive_next_token, retrive_next_sibling, uniform_samples,
+                uniform_samples_for_final_sampling, target_probs, draft_probs,
+                threshold_single=1.0, threshold_acc=1.0, deterministic=True):  # fmt: skip
+        mod.sample(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                   retrive_next_token, retrive_next_sibling, uniform_samples,
+                   uniform_samples_for_final_sampling, target_probs, draft_probs,
+                   threshold_single, threshold_acc)  # fmt: skip
+
+    sampler.index_dtype = torch.int64
+    return sampler, ""
 
 
 def _sgl_call(fn, p, tree, tok, depth):
     """sgl-kernel's target-only tree sampling (deterministic drafts) on our tree layout."""
     b, n, v = p.shape
     dev = p.device
-    fc = tree.first_child.to(dev).expand(b, -1).int().contiguous()
-    ns = tree.next_sibling.to(dev).expand(b, -1).int().contiguous()
-    cand = tok.int().contiguous()
-    ridx = (torch.arange(b * n, device=dev, dtype=torch.int32)).reshape(b, n)
+    idt = getattr(fn, "index_dtype", torch.int32)
+    fc = tree.first_child.to(dev).expand(b, -1).to(idt).contiguous()
+    ns = tree.next_sibling.to(dev).expand(b, -1).to(idt).contiguous()
+    cand = tok.to(idt).contiguous()
+    ridx = (torch.arange(b * n, device=dev, dtype=idt)).reshape(b, n)
     predicts = torch.full((b * n,), -1, dtype=torch.int32, device=dev)
     acc_idx = torch.full((b, depth + 1), -1, dtype=torch.int32, device=dev)
     acc_num = torch.zeros(b, dtype=torch.int32, device=dev)

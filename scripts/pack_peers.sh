@@ -5,6 +5,7 @@
 #                                      pure-Python dependencies and apache-tvm-ffi for the
 #                                      device's Python; about 14 MB, inside a call's 64 MiB
 #   .peers/sglang_reject_sampling.py   SGLang's pure-Triton chain sampler (one file of its wheel)
+#   .peers/sglang_tree_sampling.so     SGLang's JIT tree sampler, compiled ahead of time
 # gpu_run.sh unpacks the tarball into /tmp/site; bench_verify / bench_tree_attention pick the
 # peers up.  Name `.peers` in the device call's carry.  bench/README.md has the story.
 #
@@ -39,6 +40,36 @@ CUDART_DIR="$(dirname "$(find /usr/local/cuda*/ -name 'libcudart.so' | head -n 1
   LIBRARY_PATH="$CUDART_DIR:$W/stub" FLASHINFER_CUDA_ARCH_LIST="$ARCH" \
   FLASHINFER_WORKSPACE_BASE="$W/ws" PYTHONPATH="$W/site" "$PY" "$ROOT/scripts/flashinfer_aot.py")
 
+# SGLang's JIT tree sampler (tree_speculative_sampling_target_only, VecSize 4, deterministic),
+# compiled the way its load_jit would, against FlashInfer's headers and tvm-ffi
+"$PY" - "$W"/whl/sglang-*.whl "$W/sgl" <<'PYEOF'
+import os, sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+for n in z.namelist():
+    keep = n.startswith("sglang/kernels/jit/include/") or n.endswith("csrc/speculative/sampling.cuh")
+    if keep and not n.endswith("/"):
+        dst = os.path.join(sys.argv[2], n)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        open(dst, "wb").write(z.read(n))
+PYEOF
+cat > "$W/sgl/wrapper.cu" <<'CUEOF'
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/dtype.h>
+#include <tvm/ffi/error.h>
+#include <tvm/ffi/extra/c_env_api.h>
+#include <tvm/ffi/function.h>
+#include "speculative/sampling.cuh"
+namespace sglang {
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(sample, (tree_speculative_sampling_target_only<4, true>));
+}
+CUEOF
+jit="$W/sgl/sglang/kernels/jit"
+nvcc -DSGL_CUDA_ARCH="${ARCH//[^0-9]/}0" -gencode="arch=compute_${ARCH//./},code=sm_${ARCH//./}" \
+  -std=c++20 -O3 --expt-relaxed-constexpr -Xcompiler -fPIC -shared -I "$jit/include" \
+  -I "$jit/csrc" -I "$W/site/tvm_ffi/include" -I "$W/site/flashinfer/data/include" \
+  -I "$(dirname "$(find "$W/curand" -name curand.h | head -n 1)")" "$W/sgl/wrapper.cu" \
+  -L "$W/site/tvm_ffi/lib" -ltvm_ffi -L "$CUDART_DIR" -lcudart -o "$W/sglang_tree_sampling.so"
+
 # the tarball: no sources but those prefill's module generation reads (its templates and the
 # prefill .cu files it copies), the device's tvm-ffi in place of this machine's
 csrc="$W/site/flashinfer/data/csrc"
@@ -55,4 +86,5 @@ import sys, zipfile
 src = "sglang/kernels/ops/speculative/reject_sampling.py"
 open(sys.argv[2], "wb").write(zipfile.ZipFile(sys.argv[1]).read(src))
 PYEOF
+cp "$W/sglang_tree_sampling.so" "$ROOT/.peers/"
 ls -la "$ROOT/.peers"
