@@ -20,11 +20,10 @@ Conventions shared by all ops here
   ``u * q(x) < p(x)``, i.e. with probability ``min(1, p(x)/q(x))`` (1 when q(x) = 0 < p(x), 0 when
   p(x) = 0).  The product and comparison are float32.  With deterministic drafts (``draft_probs``
   None) ``q`` is the one-hot of ``x``: accept iff ``u < p(x)``.
-* Residual after a rejection: ``r = max(p - q, 0)`` (float32), normalised as
-  ``norm(r) = float32(float64(r) / sum(float64(r)))`` where later tests read it (trees, SJD-PAC);
-  a chain's corrected token is drawn from ``r`` itself (inverse CDF takes unnormalised rows: the
-  same law, one pass over the vocabulary fewer).  If ``r`` has no positive mass (only possible
-  through rounding or inputs that are not distributions) ``p`` is used instead.
+* Residual after a rejection: ``r = max(p - q, 0)`` (float32), as ``norm(r) = float32(float64(r)
+  / sum(float64(r)))`` where later tests read it (trees, SJD-PAC); a chain draws its corrected
+  token from ``r`` itself (inverse CDF scales u by the sum: the same law, a pass fewer).  If
+  ``r`` has no positive mass (rounding, or inputs that are not distributions) ``p`` is used.
 * Sampling a token from a row ``w`` with a uniform ``u`` is ``reference.inverse_cdf``:
   ``min{i : w_0 + ... + w_i > u * sum(w), w_i > 0}`` with float64 sums (rounding past the end
   gives the last id with positive mass); a row without positive mass gives token 0 (the
@@ -50,12 +49,7 @@ import torch
 from specops.reference.block import block_accept
 from specops.reference.philox import row_uniforms
 from specops.reference.results import ChainResult, JacobiResult, Relaxation, TreeResult
-from specops.reference.sampling import (
-    inverse_cdf,
-    mass,
-    rows_per_seed,
-    successive_draws,
-)
+from specops.reference.sampling import inverse_cdf, mass, rows_per_seed, successive_draws
 
 __all__ = [
     "Relaxation",
@@ -232,11 +226,9 @@ def verify_chain(
                 qa = mass(draft_probs.to(dev)[rows, ac])
             else:
                 qa = _one_hot(xa, v)
-            # draft a rejected: t ~ norm(max(p_a - q_a, 0)) (p_a if that has no mass), drawn
-            # from the unnormalised residual: inverse_cdf scales u by the row's sum
+            # draft a rejected: t ~ norm(r), r = max(p_a - q_a, 0), drawn from r (p_a if no mass)
             r = _residual(pa, qa)
-            has_mass = r.double().sum(-1, keepdim=True) > 0
-            dist = torch.where(rejected[:, None] & has_mass, r, pa)
+            dist = torch.where(rejected[:, None] & (r.double().sum(-1, keepdim=True) > 0), r, pa)
         else:
             dist = pa
         final = inverse_cdf(dist, u[:, k]).long()
