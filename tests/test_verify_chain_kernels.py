@@ -145,6 +145,21 @@ def test_chain_draw_past_the_end_takes_the_last_positive_id(be):
 
 
 @pytest.mark.parametrize("be", BACKENDS)
+def test_chain_residual_without_mass_draws_from_p(be):
+    """q = 2 p (not a distribution, accepted without validation): the draft is rejected for
+    u >= 1/2 and max(p - q, 0) has no mass, so the corrected token is p's draw at u_final."""
+    gen = _gen(11)
+    p = torch.softmax(torch.randn(1, 2, 300, generator=gen), -1).to(_dev(be))
+    q = 2 * p[:, :1]
+    x = torch.tensor([[5]], device=_dev(be))
+    u = torch.tensor([[0.7, 0.37]], device=_dev(be))
+    got = specops.verify_chain(p, x, q, uniforms=u, backend=be)
+    c = p[0, 0].double().cpu().cumsum(0)
+    assert got.num_accepted.tolist() == [0]
+    assert got.tokens[0, 0].item() == int(torch.nonzero(c > 0.37 * c[-1])[0])
+
+
+@pytest.mark.parametrize("be", BACKENDS)
 def test_chain_seed_tensor_shapes_and_int32_ids(be):
     gen = _gen(8)
     b, k, v = 3, 4, 111

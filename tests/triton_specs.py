@@ -45,6 +45,14 @@ ALLOWED_SPILLS: list[tuple[str, int, str, str]] = [
         "(sm_80: none).  16 warps cap registers at 128 and spill 108-144 B, so 8 stay until the "
         "pivot search is re-tiled and timed on a GPU.",
     ),
+    (
+        "_verify_chain_kernel",
+        80,
+        "BLOCK_VERIFY=False BLOCK_K=8 BLOCK_NB=1 BLOCK=4096",
+        "the final draw's float64 tile scan at BLOCK 4096 / 16 warps (128 registers a thread): "
+        "12 B spilled on sm_80 in the HAS_Q=False variant (sm_90: none).  BLOCK 4096 is what "
+        "the H200 timed; 8 warps spill more.",
+    ),
 ]
 
 

@@ -102,24 +102,32 @@ def _inverse_cdf(
 
 
 @triton.jit
-def _last_positive(
-    p_row, q_row, x, s, wt, vocab, MODE: tl.constexpr, HAS_Q: tl.constexpr, BLOCK: tl.constexpr
-):
-    """The last id with w_i > 0, or -1 (only read when a search runs past the end)."""
-    cols = tl.arange(0, BLOCK)
-    last = tl.full([BLOCK], -1, tl.int64)
-    for base in range(0, vocab, BLOCK):
-        idx = base + cols
-        w = _weights(p_row, q_row, x, s, wt, idx, vocab, MODE, HAS_Q)
-        last = tl.maximum(last, tl.where(w > 0.0, idx, -1).to(tl.int64))
-    return tl.max(last, axis=0)
+def _chain_w(p_row, q_row, x, use_q, idx, vocab, HAS_Q: tl.constexpr):
+    """One tile of the row a chain draws from: r = max(p - q, 0) when use_q (the residual after
+    a rejection), else mass(p) (then q = 0 and max(p - 0, 0) = p exactly); 0 past the
+    vocabulary.  use_q is a runtime flag, so the draw's passes are compiled once."""
+    m = idx < vocab
+    q_end = tl.where(use_q != 0, vocab, 0)  # q's columns to read: none without use_q
+    p = _mass(tl.load(p_row + idx, mask=m, other=0.0).to(tl.float32))
+    if HAS_Q:
+        q = _mass(tl.load(q_row + idx, mask=idx < q_end, other=0.0).to(tl.float32))
+    else:
+        q = tl.where((idx == x) & (idx < q_end), 1.0, 0.0)
+    return tl.where(m, tl.maximum(p - q, 0.0), 0.0)
 
 
 @triton.jit
-def _search(
-    p_row, q_row, x, s, wt, target, vocab, MODE: tl.constexpr, HAS_Q: tl.constexpr,
-    BLOCK: tl.constexpr,
-):  # fmt: skip
+def _chain_total(p_row, q_row, x, use_q, vocab, HAS_Q: tl.constexpr, BLOCK: tl.constexpr):
+    """sum_i float64(w_i) over the vocabulary."""
+    cols = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], dtype=tl.float64)
+    for base in range(0, vocab, BLOCK):
+        acc += _chain_w(p_row, q_row, x, use_q, base + cols, vocab, HAS_Q).to(tl.float64)
+    return tl.sum(acc, axis=0)
+
+
+@triton.jit
+def _chain_search(p_row, q_row, x, use_q, target, vocab, HAS_Q: tl.constexpr, BLOCK: tl.constexpr):
     """min{i : w_0 + ... + w_i > target, w_i > 0} (float64 sums), else vocab: tile sums first,
     the scan only in the tile where the running sum passes the target, and no loads once it is
     found (on average half a pass)."""
@@ -129,7 +137,7 @@ def _search(
     for base in range(0, vocab, BLOCK):
         if found == vocab:
             idx = base + cols
-            w = _weights(p_row, q_row, x, s, wt, idx, vocab, MODE, HAS_Q).to(tl.float64)
+            w = _chain_w(p_row, q_row, x, use_q, idx, vocab, HAS_Q).to(tl.float64)
             tile = tl.sum(w, axis=0)
             if running + tile > target:
                 hit = (tl.cumsum(w, axis=0) + running > target) & (w > 0.0)
@@ -139,16 +147,33 @@ def _search(
 
 
 @triton.jit
-def _draw(p_row, q_row, x, vocab, u, MODE: tl.constexpr, HAS_Q: tl.constexpr, BLOCK: tl.constexpr):
-    """inverse_cdf of an unnormalised weight row (MODE 0: mass(p), 1: max(p - q, 0)) with
-    uniform u: one full pass for the total, then _search (a third pass for the last positive
-    id only when rounding runs the search past the end); -1 when the row has no mass."""
-    z = u.to(tl.float64) * 0.0
-    s = _total(p_row, q_row, x, z, z, vocab, MODE, HAS_Q, BLOCK)
-    t = _search(p_row, q_row, x, z, z, u.to(tl.float64) * s, vocab, MODE, HAS_Q, BLOCK)
+def _chain_last(p_row, q_row, x, use_q, vocab, HAS_Q: tl.constexpr, BLOCK: tl.constexpr):
+    """The last id with w_i > 0, or -1 (read only when a search runs past the end)."""
+    cols = tl.arange(0, BLOCK)
+    last = tl.full([BLOCK], -1, tl.int32)  # ids < vocab < 2^31
+    for base in range(0, vocab, BLOCK):
+        idx = base + cols
+        w = _chain_w(p_row, q_row, x, use_q, idx, vocab, HAS_Q)
+        last = tl.maximum(last, tl.where(w > 0.0, idx, -1).to(tl.int32))
+    return tl.max(last, axis=0).to(tl.int64)
+
+
+@triton.jit
+def _chain_draw(p_row, q_row, x, rejected, vocab, u, HAS_Q: tl.constexpr, BLOCK: tl.constexpr):
+    """The chain's final token by inverse CDF with uniform u: from the unnormalised residual
+    max(p - q, 0) after a rejection, else (the bonus, or a residual without mass) from mass(p).
+    One full pass for the total (a second only when the residual has no mass), then the
+    search; a last-positive pass only when rounding runs the search past the end; 0 for a row
+    without mass."""
+    use_q = rejected
+    s = _chain_total(p_row, q_row, x, use_q, vocab, HAS_Q, BLOCK)
+    if use_q & (s <= 0.0):
+        use_q = rejected & (s > 0.0)  # False: the residual has no mass, draw from p
+        s = _chain_total(p_row, q_row, x, use_q, vocab, HAS_Q, BLOCK)
+    t = _chain_search(p_row, q_row, x, use_q, u.to(tl.float64) * s, vocab, HAS_Q, BLOCK)
     if t == vocab:
-        t = tl.maximum(_last_positive(p_row, q_row, x, z, z, vocab, MODE, HAS_Q, BLOCK), 0)
-    return tl.where(s > 0.0, t, -1)
+        t = _chain_last(p_row, q_row, x, use_q, vocab, HAS_Q, BLOCK)
+    return tl.maximum(t, 0)
 
 
 @triton.jit
@@ -359,12 +384,8 @@ def _verify_chain_kernel(
                 qa = draft + b * draft_sb + acc * draft_sk  # only read when draft a was rejected
             else:
                 qa = pa  # unused
-            t = -1 + 0 * b
-            if rejected:  # t ~ norm(max(p_a - q_a, 0)), drawn from the unnormalised residual
-                t = _draw(pa, qa, xa, vocab, u_final, 1, HAS_Q, BLOCK).to(tl.int64)
-            if t < 0:  # the bonus, or a residual without mass: t ~ mass(p_a)
-                t = _draw(pa, qa, xa, vocab, u_final, 0, HAS_Q, BLOCK).to(tl.int64)
-            t = tl.maximum(t, 0)
+            # t ~ norm(max(p_a - q_a, 0)) (drawn from the unnormalised residual), or mass(p_a)
+            t = _chain_draw(pa, qa, xa, rejected, vocab, u_final, HAS_Q, BLOCK).to(tl.int64)
 
     # tokens: x_0 .. x_{a-1}, t, then -1
     row = tl.where(ks < acc, x, tl.where(ks == acc, t, -1))
