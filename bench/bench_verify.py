@@ -120,13 +120,11 @@ def _sglang_chain_args(p, x, q, gen):
 
 def bench_chain(device, quick, shapes=None) -> list[Row]:
     """verify_chain at (B, K, V) ``shapes`` (default: the issue's grid on a GPU)."""
-    if shapes is not None:
-        pass
-    elif quick:
+    if shapes is None and quick:
         shapes = [(2, 3, 1000)]
-    elif device == "cuda":
+    elif shapes is None and device == "cuda":
         shapes = [(b, k, v) for v in (32000, 128256) for k in (4, 8) for b in (1, 8, 64, 256)]
-    else:
+    elif shapes is None:
         shapes = [(16, 8, 32000)]
     fi, fi_note = _flashinfer_chain() if device == "cuda" else (None, "")
     sg, sg_note = _sglang_chain() if device == "cuda" else (None, "")

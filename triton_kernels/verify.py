@@ -43,11 +43,10 @@ def _mass(p):
 @triton.jit
 def _weights(p_row, q_row, x, s, wt, idx, vocab, MODE: tl.constexpr, HAS_Q: tl.constexpr):
     """One tile of a weight row (float32, 0 past the vocabulary), p and q read through _mass.
-    MODE 0: w_i = p_i; MODE 1: the residual w_i = r_i = max(p_i - q_i, 0); MODE 2: the
-    normalised residual w_i = float32(float64(r_i) / s); MODE 3: block verification's residual
-    r_i = max(float32(wt * p_i - q_i), 0) (float64 wt, product and difference in float64);
-    MODE 4: its normalised form.  q = one-hot of x without draft probabilities (x may be out of
-    range: then q = 0)."""
+    MODE 0: w_i = p_i; MODE 1: block verification's residual r_i = max(float32(wt * p_i - q_i),
+    0) (float64 wt, product and difference in float64); MODE 2: its normalised form
+    float32(float64(r_i) / s).  q = one-hot of x without draft probabilities (x may be out of
+    range: then q = 0).  (A chain's token-wise draw reads _chain_w.)"""
     m = idx < vocab
     p = _mass(tl.load(p_row + idx, mask=m, other=0.0).to(tl.float32))
     if MODE == 0:
@@ -57,11 +56,8 @@ def _weights(p_row, q_row, x, s, wt, idx, vocab, MODE: tl.constexpr, HAS_Q: tl.c
             q = _mass(tl.load(q_row + idx, mask=m, other=0.0).to(tl.float32))
         else:
             q = tl.where(idx == x, 1.0, 0.0)
-        if MODE >= 3:
-            w = tl.maximum((wt * p.to(tl.float64) - q.to(tl.float64)).to(tl.float32), 0.0)
-        else:
-            w = tl.maximum(p - q, 0.0)  # float32 residual, as the reference's clamp_min(p - q, 0)
-        if MODE == 2 or MODE == 4:
+        w = tl.maximum((wt * p.to(tl.float64) - q.to(tl.float64)).to(tl.float32), 0.0)
+        if MODE == 2:
             w = (w.to(tl.float64) / s).to(tl.float32)  # division in float64, rounded per entry
     return tl.where(m, w, 0.0)
 
@@ -234,7 +230,7 @@ def _block_verify(
         h = wi
         if i < n_valid:  # Z_i: rows i (p_{i+1}, q_{i+1}), token x_i
             xi = _pick(x, ks, i)
-            z = _total(p_b + i * target_sk, q_b + i * draft_sk, xi, zero, wi, vocab, 3, HAS_Q,
+            z = _total(p_b + i * target_sk, q_b + i * draft_sk, xi, zero, wi, vocab, 1, HAS_Q,
                        BLOCK)  # fmt: skip
             den = z + (1.0 - wi)
             h = tl.where(den > 0.0, z / tl.where(den > 0.0, den, 1.0), 1.0)
@@ -250,9 +246,9 @@ def _block_verify(
     w_t = _pick(wv, ks, tau)
     s = zero
     if tau < n_valid:
-        s = _total(p_t, q_t, x_t, zero, w_t, vocab, 3, HAS_Q, BLOCK)
+        s = _total(p_t, q_t, x_t, zero, w_t, vocab, 1, HAS_Q, BLOCK)
     if s > 0.0:  # t ~ norm(r_tau)
-        t = _inverse_cdf(p_t, q_t, x_t, s, w_t, u_final, vocab, 4, HAS_Q, BLOCK)
+        t = _inverse_cdf(p_t, q_t, x_t, s, w_t, u_final, vocab, 2, HAS_Q, BLOCK)
     else:  # the bonus p_{n+1} (tau = n), or a residual without mass: t ~ p_{tau+1}
         t = _inverse_cdf(p_t, q_t, x_t, s, w_t, u_final, vocab, 0, HAS_Q, BLOCK)
     return tau.to(tl.int64), t.to(tl.int64)

@@ -70,12 +70,7 @@ __global__ void verify_chain_kernel(VerifyChainArgs a) {
     // a = the first rejected valid draft, else n_valid (chain_accepted, in parallel)
     int first_rejected = INT32_MAX;
     for (int64_t i = threadIdx.x; i < n_valid; i += BLOCK) {
-      const float* p = a.target + b * a.target_sb + i * a.target_sk;
-      const float* q = a.draft ? a.draft + b * a.draft_sb + i * a.draft_sk : nullptr;
-      const int64_t x = a.tokens[b * a.tokens_sb + i];
-      if (!accept_draft(a.rng.uniform(b, i), p, q, a.vocab, x, a.relax) &&
-          first_rejected == INT32_MAX)
-        first_rejected = static_cast<int>(i);
+      if (first_rejected == INT32_MAX && !chain_test(a, b, i)) first_rejected = static_cast<int>(i);
     }
     using ReduceInt = typename BlockSampler<BLOCK>::ReduceInt;
     const int first = ReduceInt(tmp.reduce_int).Reduce(first_rejected, MinOp());

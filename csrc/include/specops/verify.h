@@ -118,16 +118,17 @@ SPECOPS_HD int64_t chain_num_valid(const VerifyChainArgs& a, int64_t b) {
   return n;
 }
 
+// The acceptance test of draft i of request b (it reads draw i: the tests are independent).
+SPECOPS_HD bool chain_test(const VerifyChainArgs& a, int64_t b, int64_t i) {
+  const float* p = a.target + b * a.target_sb + i * a.target_sk;
+  const float* q = a.draft ? a.draft + b * a.draft_sb + i * a.draft_sk : nullptr;
+  return accept_draft(a.rng.uniform(b, i), p, q, a.vocab, a.tokens[b * a.tokens_sb + i], a.relax);
+}
+
 // The accepted prefix length of a sampled (non-greedy) chain: one thread's work, K loads.
 SPECOPS_HD int64_t chain_accepted(const VerifyChainArgs& a, int64_t b, int64_t n_valid) {
   int64_t acc = 0;
-  while (acc < n_valid) {
-    const float* p = a.target + b * a.target_sb + acc * a.target_sk;
-    const float* q = a.draft ? a.draft + b * a.draft_sb + acc * a.draft_sk : nullptr;
-    const int64_t x = a.tokens[b * a.tokens_sb + acc];
-    if (!accept_draft(a.rng.uniform(b, acc), p, q, a.vocab, x, a.relax)) break;
-    ++acc;
-  }
+  while (acc < n_valid && chain_test(a, b, acc)) ++acc;
   return acc;
 }
 
