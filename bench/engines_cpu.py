@@ -8,9 +8,10 @@ Median wall time per call of ``rejection_sample(...)`` (specops.vllm's, then vLL
 warm-up, on requests of K drafts each: greedy (temperature 0), sampled with one-hot drafts
 (ngram / EAGLE greedy drafting) and sampled with draft probabilities.  The drafts are sampled
 from the draft distribution; the target puts its mass on 3 drafts in 4 and none on the others,
-so rows stop part way (the accepted drafts per request are printed: about 2.1 of K = 4).  vLLM's rejection sampler is Triton kernels, which run
-on a CPU only in Triton's interpreter: the ratio is specops's C++ twin against the only CPU path
-vLLM has, and says nothing about either on a GPU (issue 24's bench has those rows).
+so rows stop part way (the accepted drafts per request are printed: about 2.1 of K = 4).
+vLLM's rejection sampler is Triton kernels, which run on a CPU only in Triton's interpreter:
+the ratio is specops's C++ twin against the only CPU path vLLM has, and says nothing about
+either on a GPU (issue 24's bench has those rows).
 """
 
 from __future__ import annotations
@@ -83,10 +84,12 @@ def main(argv=None) -> int:
     import specops.vllm as sv
 
     vllm_fn = rs.rejection_sample
+    backend = "C++" if specops.build_info().get("cpp") else "reference"
     print(f"vLLM {vllm.__version__} (V1 rejection_sample, Triton interpreter) against specops "
-          f"{specops.__version__} ({'C++' if specops.build_info().get('cpp') else 'reference'}); "
-          f"torch {torch.__version__}, {args.threads} thread(s), median of {args.repeats}")  # fmt: skip
-    head = f"{'mode':<12} {'B':>3} {'K':>2} {'V':>6}  {'specops ms':>10} {'vLLM ms':>9} {'ratio':>7}"
+          f"{specops.__version__} ({backend}); torch {torch.__version__}, {args.threads} "
+          f"thread(s), median of {args.repeats}")  # fmt: skip
+    head = f"{'mode':<12} {'B':>3} {'K':>2} {'V':>6}  {'specops ms':>10} {'vLLM ms':>9} "
+    head += f"{'ratio':>7}"
     print(head + "  accepted/req")
     print("-" * (len(head) + 14))
     for mode in ("greedy", "one-hot", "draft probs"):
