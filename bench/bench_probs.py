@@ -109,6 +109,11 @@ def _bench_case(case, device, backends, copies) -> list[Row]:
                 for c, u in zip(conds, unconds)
             ]
             add(be, time_fn(fns, device))
+        if device == "cuda" and "triton" in backends and top_p is None:
+            add(
+                "triton 1 prog/row",
+                time_fn(_row_kernel_calls(conds, unconds, cfg, top_k, out), device),
+            )
     fns = [
         lambda c=c, u=u: eager_probs(c, u, cfg, 1.0, top_k, top_p) for c, u in zip(conds, unconds)
     ]
@@ -118,6 +123,28 @@ def _bench_case(case, device, backends, copies) -> list[Row]:
             if r.backend == "cpu":
                 r.note = "target eager torch>=5"
     return rows
+
+
+def _row_kernel_calls(conds, unconds, cfg, top_k, out):
+    """The one-program-a-row kernel (probs.py) on the same inputs: what backend "triton" ran
+    without top-p before the rows were split over programs (probs_split.py)."""
+    from specops.triton_kernels.probs import probs_triton
+
+    v = out.shape[-1]
+    rows_per_req = out.numel() // v // out.shape[0] if out.dim() > 1 else 1
+    return [
+        lambda c=c, u=u: probs_triton(
+            c.reshape(-1, v),
+            None if u is None else u.reshape(-1, v),
+            1.0,
+            top_k,
+            None,
+            cfg if u is not None else None,
+            rows_per_req,
+            out.view(-1, v),
+        )  # fmt: skip
+        for c, u in zip(conds, unconds)
+    ]
 
 
 def run(device: str, quick: bool) -> list[Row]:

@@ -180,18 +180,21 @@ def record_served(path: str) -> None:
     in fp16 and bf16, GQA 32/8, trees of 16 and 64 nodes; append_kv and commit_kv likewise."""
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
+    from specops.triton_kernels import probs_split
     from specops.triton_kernels import tree_attention as ta
 
     import specops
     from specops import Tree
 
     rec = Recorder(tag="served", execute=False)
+    probs_split.INTERPRETER_SMS = 132  # an H100's: the rows' chunk counts a GPU gets
     with rec, torch.no_grad():
         for arch in TARGETS:  # tiles may depend on the target: each target's own launches
             rec.archs = (arch,)
             ta.INTERPRETER_ARCH = arch
             _served_launches(specops, Tree)
     ta.INTERPRETER_ARCH = 90
+    probs_split.INTERPRETER_SMS = None
     rec.write(path)
 
 

@@ -1,6 +1,8 @@
 """Triton probs_from_logits: CFG combine, temperature, top-k, top-p and softmax in one kernel.
 
-One program per row; no sort.  Semantics: specops/reference/probs.py.  The row is never stored
+One program per row; no sort.  Serves rows with top-p; without it, probs_split.py's passes
+over [rows, G] chunks take over (this kernel leaves most of a GPU idle when rows are few).
+Semantics: specops/reference/probs.py.  The row is never stored
 between passes: every pass re-reads the logits (L2-resident after the first) and recomputes
 
     x = (u + s * (c - u)) / T        (float32, no fused multiply-add; -inf in c or u -> -inf)

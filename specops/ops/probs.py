@@ -53,9 +53,10 @@ def probs_from_logits(
     whose logits are all -inf is the one-hot of token 0.  ``out`` [..., V] float32 contiguous
     may be preallocated (CUDA graphs).
 
-    ``backend``: "triton" (one fused kernel, no sort), "cpu" (the C++ twin: selection instead of
-    sorts, rows on ``specops.set_num_threads`` threads), "reference", or "auto" (triton on CUDA,
-    cpu on CPU)."""
+    ``backend``: "triton" (no sort; without top-p each row is split over several programs, a
+    launch a pass; with top-p one fused kernel, a program a row), "cpu" (the C++ twin: selection
+    instead of sorts, rows on ``specops.set_num_threads`` threads), "reference", or "auto"
+    (triton on CUDA, cpu on CPU)."""
     fast = c.fast_kernel(_OP, logits, backend, _BACKENDS)
     if fast is not None and logits.dim() == 2 and (uncond_logits is None) == (cfg_scale is None):
         s = _fast_scalars(temperature, top_k, top_p, cfg_scale)
@@ -241,6 +242,11 @@ def _impl(
             float(p_v), s_t if u is not None else None, float(s_v) if u is not None else 1.0,
             rows // batch, out.view(-1, v),
         )  # fmt: skip
+        return
+    if top_p is None:  # rows split over several programs each (probs_split.py)
+        from specops.triton_kernels.probs_split import probs_split_triton
+
+        probs_split_triton(x, u, temperature, top_k, cfg, rows // batch, out.view(-1, v))
         return
     from specops.triton_kernels.probs import probs_triton
 

@@ -1,0 +1,314 @@
+"""Triton probs_from_logits without top-p: every row split over G programs (grid [rows, G]).
+
+The one-program-per-row kernel (probs.py) leaves most of a GPU idle when rows are few (a
+Lumina-mGPT window is 64-128 rows, an Emu3 one 32, a LlamaGen step 1) and re-reads both CFG
+rows on each of its passes.  Here each pass is one launch over [rows, G] chunks of the row, the
+chunks' partial results meet in small per-row buffers, and the CFG-combined row is computed once:
+
+    x = (u + s * (c - u)) / T    (float32; the same bits as probs.py's ``_row_x``)
+
+1. ``_split_stats``: x into ``out`` (the later passes read x, not c and u), the chunk's max and
+   arg-max (lowest index on ties), its softmax partial ``sum exp(x - m_chunk)`` and, with top-k,
+   the chunk's histogram of the key's top 8 bits added to the row's level-0 histogram.
+2. ``_split_radix`` (levels 1-3, one launch each): every program replays the digit picks of the
+   finished levels from the row's histograms (``_pick_digit``, as probs.py) and adds the
+   histogram of its members of the chosen prefix to the next level's; a row whose k-th key is
+   already exact (the whole bin needed) does nothing.  Kept: ``key >= tau_k`` (ties kept).
+3. ``_split_z``: the chunk's sum of exp(x - m) over the kept tokens (top-k rows).
+4. ``_split_write``: p = exp(x - m) / Z on kept tokens, in place over x; one-hot of the arg-max
+   for greedy rows (T < 1e-5) and rows without a finite logit.  m, the arg-max and Z are the
+   chunks' partials combined in chunk order by every program alike (so the same on all of them):
+   m = max m_g, Z = sum_g Z_g or sum_g s_g exp(m_g - m).
+
+Rows with top-p go to probs.py (its pivot search takes a data-dependent number of passes).
+"""
+
+import torch
+import triton
+import triton.language as tl
+from specops.triton_kernels._args import Strided, check_unit_last, launch, unit_rows, vec
+from specops.triton_kernels.probs import _key, _pick_digit, _row_x
+
+_NB = 256  # bins a radix level (8 bits)
+_LEVELS = 4
+
+
+@triton.jit
+def _params(req, vocab, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val, s_ptr, s_stride, s_val,
+            CFG: tl.constexpr, TOPK: tl.constexpr, T_PTR: tl.constexpr, K_PTR: tl.constexpr,
+            S_PTR: tl.constexpr):  # fmt: skip
+    """(cfg scale, temperature divisor, greedy, k, top-k on) of request ``req``, as probs.py."""
+    if T_PTR:
+        temp = tl.load(t_ptr + req * t_stride).to(tl.float32)
+    else:
+        temp = tl.full([], t_val, tl.float32)
+    temp = tl.where(temp != temp, 1.0, temp)  # NaN temperature: 1.0
+    greedy = temp < 1e-5
+    t_div = tl.where(greedy, 1.0, temp)
+    s = 1.0
+    if CFG:
+        if S_PTR:
+            s = tl.load(s_ptr + req * s_stride).to(tl.float32)
+        else:
+            s = tl.full([], s_val, tl.float32)
+    if TOPK:
+        if K_PTR:
+            k = tl.load(k_ptr + req * k_stride).to(tl.int32)
+        else:
+            k = tl.full([], k_val, tl.int32)
+        topk_on = (k >= 1) & (k < vocab) & ~greedy
+    else:
+        k = tl.full([], 0, tl.int32)
+        topk_on = greedy & ~greedy
+    return s, t_div, greedy, k, topk_on
+
+
+@triton.jit
+def _row_max(part_m, part_arg, row, G, GB: tl.constexpr):
+    """(m, arg-max) of the row from its chunks' partials: the first chunk holding the max."""
+    g = tl.arange(0, GB)
+    pm = tl.load(part_m + row * G + g, mask=g < G, other=-float("inf"))
+    m = tl.max(pm, 0)
+    first = tl.min(tl.where(pm == m, g, GB), 0)
+    arg = tl.load(part_arg + row * G + first)
+    return m, arg
+
+
+@triton.jit
+def _replay(hist_row, k, NLEV: tl.constexpr):
+    """The digit picks of radix levels 0..NLEV-1 from the row's histograms: (prefix, r, done,
+    tau) as probs.py's top-k loop leaves them after those levels (tau = the kept-key bound)."""
+    bins = tl.arange(0, 256)
+    j, r, done = _pick_digit(tl.load(hist_row + bins), k, 256)
+    prefix = j.to(tl.uint32)
+    tau = prefix << 24
+    for lv in tl.static_range(1, NLEV):
+        if ~done:
+            j, r, done = _pick_digit(tl.load(hist_row + lv * 256 + bins), r, 256)
+            prefix = (prefix << 8) | j.to(tl.uint32)
+            tau = prefix << (24 - 8 * lv)
+    return prefix, r, done, tau
+
+
+@triton.jit
+def _split_stats(cond, uncond, c_stride, u_stride, out, o_stride, vocab, rows_per_req, chunk, G,
+                 part_m, part_arg, part_s, hist, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val,
+                 s_ptr, s_stride, s_val, CFG: tl.constexpr, TOPK: tl.constexpr,
+                 T_PTR: tl.constexpr, K_PTR: tl.constexpr, S_PTR: tl.constexpr,
+                 BLOCK: tl.constexpr):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
+    s, t_div, greedy, k, topk_on = _params(
+        row // rows_per_req, vocab, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val, s_ptr,
+        s_stride, s_val, CFG, TOPK, T_PTR, K_PTR, S_PTR,
+    )  # fmt: skip
+    c_row = cond + row * c_stride
+    u_row = uncond + row * u_stride
+    o_row = out + row * o_stride
+    cols = tl.arange(0, BLOCK)
+    lo = g.to(tl.int64) * chunk
+    m = tl.full([], -float("inf"), tl.float32)
+    arg = tl.full([], 0, tl.int32)
+    ssum = tl.full([], 0.0, tl.float32)
+    h = tl.zeros([256], dtype=tl.int32)
+    for base in range(lo, lo + chunk, BLOCK):
+        idx = base + cols
+        valid = idx < vocab
+        x = _row_x(c_row, u_row, idx, valid, s, t_div, CFG)
+        tl.store(o_row + idx, x, mask=valid)
+        bm = tl.max(x, 0)
+        barg = tl.min(tl.where(x == bm, idx, vocab), 0).to(tl.int32)
+        arg = tl.where(bm > m, barg, arg)  # strict: an earlier block keeps ties
+        m_new = tl.maximum(m, bm)
+        # s <- s e^(m - m') + sum e^(x - m'); nothing to add while m' = -inf
+        fin = m_new > -float("inf")
+        m_safe = tl.where(fin, m_new, 0.0)
+        ssum = tl.where(fin, ssum * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe), 0), 0.0)
+        if TOPK:
+            if topk_on:
+                h += tl.histogram((_key(x) >> 24).to(tl.int32), 256, mask=valid)
+        m = m_new
+    tl.store(part_m + row * G + g, m)
+    tl.store(part_arg + row * G + g, arg)
+    tl.store(part_s + row * G + g, ssum)
+    if TOPK:
+        if topk_on:
+            bins = tl.arange(0, 256)
+            tl.atomic_add(hist + row * (4 * 256) + bins, h, mask=h != 0)
+
+
+@triton.jit
+def _split_radix(out, o_stride, vocab, rows_per_req, chunk, G, part_m, part_arg, hist, t_ptr,
+                 t_stride, t_val, k_ptr, k_stride, k_val, T_PTR: tl.constexpr,
+                 K_PTR: tl.constexpr, LEVEL: tl.constexpr, GB: tl.constexpr,
+                 BLOCK: tl.constexpr):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
+    s, t_div, greedy, k, topk_on = _params(
+        row // rows_per_req, vocab, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val, t_ptr, 0,
+        1.0, False, True, T_PTR, K_PTR, False,
+    )  # fmt: skip
+    m, arg = _row_max(part_m, part_arg, row, G, GB)
+    hist_row = hist + row * (4 * 256)
+    if topk_on & (m > -float("inf")):
+        prefix, r, done, tau = _replay(hist_row, k, LEVEL)
+        if ~done:
+            o_row = out + row * o_stride
+            cols = tl.arange(0, BLOCK)
+            lo = g.to(tl.int64) * chunk
+            h = tl.zeros([256], dtype=tl.int32)
+            for base in range(lo, lo + chunk, BLOCK):
+                idx = base + cols
+                valid = idx < vocab
+                key = _key(tl.load(o_row + idx, mask=valid, other=0.0))
+                member = valid & ((key >> (32 - 8 * LEVEL)) == prefix)
+                digit = ((key >> (24 - 8 * LEVEL)) & 255).to(tl.int32)
+                h += tl.histogram(digit, 256, mask=member)
+            bins = tl.arange(0, 256)
+            tl.atomic_add(hist_row + LEVEL * 256 + bins, h, mask=h != 0)
+
+
+@triton.jit
+def _split_z(out, o_stride, vocab, rows_per_req, chunk, G, part_m, part_arg, part_z, hist, t_ptr,
+             t_stride, t_val, k_ptr, k_stride, k_val, T_PTR: tl.constexpr, K_PTR: tl.constexpr,
+             GB: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
+    s, t_div, greedy, k, topk_on = _params(
+        row // rows_per_req, vocab, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val, t_ptr, 0,
+        1.0, False, True, T_PTR, K_PTR, False,
+    )  # fmt: skip
+    m, arg = _row_max(part_m, part_arg, row, G, GB)
+    z = tl.full([], 0.0, tl.float32)
+    if topk_on & (m > -float("inf")):
+        prefix, r, done, tau = _replay(hist + row * (4 * 256), k, 4)
+        o_row = out + row * o_stride
+        cols = tl.arange(0, BLOCK)
+        lo = g.to(tl.int64) * chunk
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for base in range(lo, lo + chunk, BLOCK):
+            idx = base + cols
+            valid = idx < vocab
+            x = tl.load(o_row + idx, mask=valid, other=-float("inf"))
+            acc += tl.where(valid & (_key(x) >= tau), tl.exp(x - m), 0.0)
+        z = tl.sum(acc, 0)
+    tl.store(part_z + row * G + g, z)
+
+
+@triton.jit
+def _split_write(out, o_stride, vocab, rows_per_req, chunk, G, part_m, part_arg, part_s, part_z,
+                 hist, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val, TOPK: tl.constexpr,
+                 T_PTR: tl.constexpr, K_PTR: tl.constexpr, GB: tl.constexpr,
+                 BLOCK: tl.constexpr):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
+    s, t_div, greedy, k, topk_on = _params(
+        row // rows_per_req, vocab, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val, t_ptr, 0,
+        1.0, False, TOPK, T_PTR, K_PTR, False,
+    )  # fmt: skip
+    m, arg = _row_max(part_m, part_arg, row, G, GB)
+    onehot = greedy | (m == -float("inf"))
+    m_safe = tl.where(onehot, 0.0, m)
+    gs = tl.arange(0, GB)
+    pm = tl.load(part_m + row * G + gs, mask=gs < G, other=-float("inf"))
+    ps = tl.load(part_s + row * G + gs, mask=gs < G, other=0.0)
+    z = tl.sum(tl.where(pm > -float("inf"), ps * tl.exp(pm - m_safe), 0.0), 0)
+    tau = tl.full([], 0, tl.uint32)  # keep key >= tau (0: everything)
+    if TOPK:
+        if topk_on & ~onehot:
+            prefix, r, done, tau = _replay(hist + row * (4 * 256), k, 4)
+            z = tl.sum(tl.load(part_z + row * G + gs, mask=gs < G, other=0.0), 0)
+    inv_z = 1.0 / tl.where(onehot, 1.0, z)
+    o_row = out + row * o_stride
+    cols = tl.arange(0, BLOCK)
+    lo = g.to(tl.int64) * chunk
+    for base in range(lo, lo + chunk, BLOCK):
+        idx = base + cols
+        valid = idx < vocab
+        if onehot:
+            pr = tl.where(idx == arg, 1.0, 0.0)
+        else:
+            x = tl.load(o_row + idx, mask=valid, other=-float("inf"))
+            pr = tl.where(_key(x) >= tau, tl.exp(x - m_safe) * inv_z, 0.0)
+        tl.store(o_row + idx, pr, mask=valid)
+
+
+_SM_COUNT: dict[int, int] = {}
+# tests/triton_specs.py sets this (an H100's 132) while it records the served launches on CPU
+# tensors, so that they are bound with the chunk counts a GPU gets
+INTERPRETER_SMS: int | None = None
+
+
+def split_chunks(rows: int, vocab: int, block: int, device: torch.device) -> int:
+    """G chunks a row (multiples of ``block`` entries) so that rows * G fills the GPU about four
+    programs an SM deep; on the CPU (interpreter) about 8 programs in all."""
+    if device.type == "cuda":
+        i = device.index if device.index is not None else torch.cuda.current_device()
+        if i not in _SM_COUNT:
+            _SM_COUNT[i] = torch.cuda.get_device_properties(i).multi_processor_count
+        want = 4 * _SM_COUNT[i]
+    else:
+        want = 8 if INTERPRETER_SMS is None else 4 * INTERPRETER_SMS
+    return max(1, min(triton.cdiv(want, rows), triton.cdiv(vocab, block)))
+
+
+def probs_split_triton(cond, uncond, t, k, s, rows_per_req, out, *, block=None, chunks=None):
+    """probs_from_logits without top-p over [rows, G] programs.  cond/uncond [R, V] (any row
+    stride), out [R, V] float32 (unit stride in V; also the scratch row x); t, k, s: a [B]
+    tensor (float32 / int32, any stride) or a Python scalar; k None = no top-k, uncond None =
+    no CFG.  ``chunks``: G (default ``split_chunks``)."""
+    rows, vocab = cond.shape
+    if rows == 0:
+        return out
+    check_unit_last("probs_from_logits", "out", out)
+    cond = unit_rows(cond)
+    uncond = unit_rows(uncond) if uncond is not None else None
+    if block is None:
+        block = min(4096, max(16, triton.next_power_of_2(vocab)))
+    g = chunks if chunks is not None else split_chunks(rows, vocab, block, cond.device)
+    chunk = triton.cdiv(triton.cdiv(vocab, g), block) * block
+    g = triton.cdiv(vocab, chunk)
+    gb = max(2, triton.next_power_of_2(g))
+    dev = cond.device
+    part_m = torch.empty(rows, g, dtype=torch.float32, device=dev)
+    part_arg = torch.empty(rows, g, dtype=torch.int32, device=dev)
+    part_s = torch.empty(rows, g, dtype=torch.float32, device=dev)
+    topk = k is not None
+    hist = torch.zeros(rows if topk else 1, 4 * _NB, dtype=torch.int32, device=dev)
+
+    def split(v, default):
+        if isinstance(v, torch.Tensor):
+            ptr, stride = vec(v, cond)
+            return ptr, stride, default, True
+        return Strided(cond), 0, (default if v is None else v), False
+
+    t_ptr, t_st, t_val, t_is = split(t, 1.0)
+    k_ptr, k_st, k_val, k_is = split(k, 0)
+    s_ptr, s_st, s_val, s_is = split(s, 1.0)
+    grid = (rows, g)
+    o = Strided(out)
+    o_st = out.stride(0)
+    meta = dict(num_warps=8, enable_fp_fusion=False)
+    tk = (t_ptr, t_st, float(t_val), k_ptr, k_st, min(int(k_val), vocab))  # k >= V: no top-k
+    launch(
+        _split_stats, grid, Strided(cond), Strided(uncond if uncond is not None else cond),
+        cond.stride(0), uncond.stride(0) if uncond is not None else 0, o, o_st, vocab,
+        max(rows_per_req, 1), chunk, g, part_m, part_arg, part_s, hist, *tk, s_ptr, s_st,
+        float(s_val), CFG=uncond is not None, TOPK=topk, T_PTR=t_is, K_PTR=k_is, S_PTR=s_is,
+        BLOCK=block, **meta,
+    )  # fmt: skip
+    common = (o, o_st, vocab, max(rows_per_req, 1), chunk, g, part_m, part_arg)
+    part_z = part_s
+    if topk:
+        for level in range(1, _LEVELS):
+            launch(_split_radix, grid, *common, hist, *tk, T_PTR=t_is, K_PTR=k_is, LEVEL=level,
+                   GB=gb, BLOCK=min(block, 2048), **meta)  # fmt: skip
+        part_z = torch.empty(rows, g, dtype=torch.float32, device=dev)
+        launch(_split_z, grid, *common, part_z, hist, *tk, T_PTR=t_is, K_PTR=k_is, GB=gb,
+               BLOCK=block, **meta)  # fmt: skip
+    launch(_split_write, grid, *common, part_s, part_z, hist, *tk, TOPK=topk, T_PTR=t_is,
+           K_PTR=k_is, GB=gb, BLOCK=block, **meta)  # fmt: skip
+    return out
+
+
+__all__ = ["probs_split_triton", "split_chunks"]
