@@ -114,28 +114,6 @@ SPECOPS_AVX512 double mass_sum_avx512(const float* p, int64_t lo, int64_t hi) {
   return s;
 }
 
-// float32(float64(r) / s) for 8 entries
-SPECOPS_AVX512 inline __m512d norm8(__m256 r, __m512d s) {
-  return _mm512_cvtps_pd(_mm512_cvtpd_ps(_mm512_div_pd(_mm512_cvtps_pd(r), s)));
-}
-
-// a0 += norm(r[0..8)), a1 += norm(r[8..16)) in float64 (norm8)
-SPECOPS_AVX512 inline void add_norm16(__m512d& a0, __m512d& a1, __m512 r, __m512d s) {
-  a0 = _mm512_add_pd(a0, norm8(_mm512_castps512_ps256(r), s));
-  a1 = _mm512_add_pd(a1, norm8(_mm512_extractf32x8_ps(r, 1), s));
-}
-
-SPECOPS_AVX512 double norm_resid_sum_avx512(const float* p, const float* q, double s, int64_t lo,
-                                            int64_t hi) {
-  const __m512d sv = _mm512_set1_pd(s);
-  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
-  int64_t v = lo;
-  for (; v + 16 <= hi; v += 16) add_norm16(a0, a1, resid16(p, q, v), sv);
-  double t = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
-  for (; v < hi; ++v) t += static_cast<double>(normalised(residual_at(p, q, -1, v), s));
-  return t;
-}
-
 SPECOPS_AVX512 double drop_sum_avx512(const float* q, int64_t x, int64_t n) {
   const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   __m512d a0 = _mm512_setzero_pd(), a1 = a0;
@@ -287,16 +265,6 @@ SPECOPS_AVX512 int64_t compact_resid_avx512(const float* p, const float* q, int6
   return m + compact_resid_tail(p, q, x, v, n, idx + m, pos + m, res + m, s);
 }
 
-SPECOPS_AVX512 double norm_sum_avx512(const float* r, double s, int64_t lo, int64_t hi) {
-  const __m512d sv = _mm512_set1_pd(s);
-  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
-  int64_t v = lo;
-  for (; v + 16 <= hi; v += 16) add_norm16(a0, a1, _mm512_loadu_ps(r + v), sv);
-  double t = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
-  for (; v < hi; ++v) t += static_cast<double>(normalised(r[v], s));
-  return t;
-}
-
 SPECOPS_AVX512 int64_t survivors_avx512(const float* u, const float* pos, int64_t m, float scale,
                                         int32_t* sel) {
   const __m512 one = _mm512_set1_ps(1.f), sv = _mm512_set1_ps(scale);
@@ -347,21 +315,6 @@ double resid_sum_host(const float* p, const float* q, int64_t x, int64_t lo, int
   }
   for (; v < hi; ++v) s0 += static_cast<double>(residual_at(p, q, x, v));
   return s0 + s1;
-}
-
-double norm_resid_sum_host(const float* p, const float* q, int64_t x, double s, int64_t lo,
-                           int64_t hi) {
-#if defined(SPECOPS_HOST_AVX512)
-  if (q != nullptr && have_avx512()) return norm_resid_sum_avx512(p, q, s, lo, hi);
-#endif
-  double t0 = 0.0, t1 = 0.0;
-  int64_t v = lo;
-  for (; v + 2 <= hi; v += 2) {
-    t0 += static_cast<double>(normalised(residual_at(p, q, x, v), s));
-    t1 += static_cast<double>(normalised(residual_at(p, q, x, v + 1), s));
-  }
-  for (; v < hi; ++v) t0 += static_cast<double>(normalised(residual_at(p, q, x, v), s));
-  return t0 + t1;
 }
 
 double drop_sum_host(const float* q, int64_t x, int64_t n) {
@@ -442,13 +395,6 @@ int64_t compact_resid_host(const float* p, const float* q, int64_t x, int64_t n,
 #endif
   *s = 0.0;
   return compact_resid_tail(p, q, x, 0, n, idx, pos, res, s);
-}
-
-double norm_sum_host(const float* r, double s, int64_t lo, int64_t hi) {
-#if defined(SPECOPS_HOST_AVX512)
-  if (have_avx512()) return norm_sum_avx512(r, s, lo, hi);
-#endif
-  return norm_resid_sum_host(r, nullptr, -1, s, lo, hi);  // r_j = max(r_j - 0, 0) for r_j >= 0
 }
 
 int64_t gumbel_survivors_host(const float* u, const float* pos, int64_t m, float scale,

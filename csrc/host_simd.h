@@ -3,7 +3,6 @@
 // scalar functors' (specops/verify.h) entry by entry, and sums differ only by summation order
 // (float64, 1e-16 level, as between any two backends).
 //   r_v      = max(mass(p_v) - mass(q_v), 0)      (q == nullptr: q = one-hot(x))
-//   n_v      = float32(float64(r_v) / s)          (normalised residual)
 #pragma once
 #include <stdint.h>
 
@@ -23,9 +22,6 @@ bool have_avx512();
 
 // sum over v in [lo, hi) of float64(r_v)
 double resid_sum_host(const float* p, const float* q, int64_t x, int64_t lo, int64_t hi);
-// sum over v in [lo, hi) of float64(n_v)
-double norm_resid_sum_host(const float* p, const float* q, int64_t x, double s, int64_t lo,
-                           int64_t hi);
 // sum over v != x of float64(mass(q_v)) (the draft row without the rejected token)
 double drop_sum_host(const float* q, int64_t x, int64_t n);
 // verify_tree's update after a rejected x (in place allowed: wp == p, wq == q):
@@ -74,8 +70,6 @@ int64_t compact_above_host(const float* p, int64_t lo, int64_t hi, float thr, in
 // count (idx/pos/res hold n + 16 entries).
 int64_t compact_resid_host(const float* p, const float* q, int64_t x, int64_t n, int32_t* idx,
                            float* pos, float* res, double* s);
-// sum over j in [lo, hi) of float64(float32(float64(r_j) / s)) for r_j >= 0 (a normalised list)
-double norm_sum_host(const float* r, double s, int64_t lo, int64_t hi);
 // Gumbel top-k pre-filter: sel receives the j < m (in order) with 1 - u_j < pos_j * scale
 // (float32; sel holds m + 16 entries); returns their count.
 int64_t gumbel_survivors_host(const float* u, const float* pos, int64_t m, float scale,

@@ -123,19 +123,13 @@ struct HostJacobiOps {
     const auto chunk_sum = [&](int64_t lo, int64_t hi) { return mass_sum_host(pos, lo, hi); };
     return lists.buf->idx[draw_host_chunked(PosW{pos}, lists.m, u, chunk_sum)];
   }
-  // norm(r)_v = float32(float64(r_v) / s) over the residual's list when the lists hold it
-  int32_t draw(const NormResidW& w, float u) const {
-    if (lists.holds(RowLists::kResid, w.r.p, w.r.q, w.r.x)) {
-      const float* res = lists.buf->res.data();
-      const NormResidW lw{ResidW{res, nullptr, -1}, w.s};
-      const auto chunk_sum = [&](int64_t lo, int64_t hi) {
-        return norm_sum_host(res, w.s, lo, hi);
-      };
-      return lists.buf->idx[draw_host_chunked(lw, lists.m, u, chunk_sum)];
-    }
-    return draw_host_chunked(w, vocab, u, [&](int64_t lo, int64_t hi) {
-      return norm_resid_sum_host(w.r.p, w.r.q, w.r.x, w.s, lo, hi);
-    });
+  // The draw from r = max(p - q, 0) over the residual's list (compacted by the sum); -1 when r
+  // has no mass.
+  int32_t draw_residual(const ResidW& r, float u) {
+    if (!(sum(r) > 0.0)) return -1;
+    const float* res = lists.buf->res.data();
+    const auto chunk_sum = [&](int64_t lo, int64_t hi) { return mass_sum_host(res, lo, hi); };
+    return lists.buf->idx[draw_host_chunked(PosW{res}, lists.m, u, chunk_sum)];
   }
 
   // Candidate j is the draw over p's list with candidates 0..j-1 zeroed in place: the draw from

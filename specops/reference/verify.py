@@ -21,8 +21,9 @@ Conventions shared by all ops here
   p(x) = 0).  The product and comparison are float32.  With deterministic drafts (``draft_probs``
   None) ``q`` is the one-hot of ``x``: accept iff ``u < p(x)``.
 * Residual after a rejection: ``r = max(p - q, 0)`` (float32), as ``norm(r) = float32(float64(r)
-  / sum(float64(r)))`` where later tests read it (trees, SJD-PAC); a chain draws its corrected
-  token from ``r`` itself (inverse CDF scales u by the sum: the same law, a pass fewer).  If
+  / sum(float64(r)))`` where later tests read it (the tree walks); a chain's corrected token and
+  verify_jacobi's resamples are drawn from ``r`` itself (inverse CDF scales u by the sum: the
+  same law, a pass fewer).  If
   ``r`` has no positive mass (rounding, or inputs that are not distributions) ``p`` is used.
 * Sampling a token from a row ``w`` with a uniform ``u`` is ``reference.inverse_cdf``:
   ``min{i : w_0 + ... + w_i > u * sum(w), w_i > 0}`` with float64 sums (rounding past the end
@@ -73,6 +74,12 @@ def _normalise(r: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
     """r / sum(r) per row (sum in float64, result float32); rows without mass -> fallback."""
     s = r.double().sum(-1, keepdim=True)
     return torch.where(s > 0, (r.double() / s.clamp_min(1e-300)).float(), fallback)
+
+
+def _residual_or(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """What a resample draws from: max(p - q, 0) unnormalised, or p where it has no mass."""
+    r = _residual(p, q)
+    return torch.where(r.double().sum(-1, keepdim=True) > 0, r, p)
 
 
 def _drop_and_renormalise(q: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -227,8 +234,7 @@ def verify_chain(
             else:
                 qa = _one_hot(xa, v)
             # draft a rejected: t ~ norm(r), r = max(p_a - q_a, 0), drawn from r (p_a if no mass)
-            r = _residual(pa, qa)
-            dist = torch.where(rejected[:, None] & (r.double().sum(-1, keepdim=True) > 0), r, pa)
+            dist = torch.where(rejected[:, None], _residual_or(pa, qa), pa)
         else:
             dist = pa
         final = inverse_cdf(dist, u[:, k]).long()
@@ -468,8 +474,7 @@ def verify_jacobi(
         qf = torch.where(none[:, None], 0.0, qf)
         ok = _accept(u[:, :L].reshape(-1), pf, qf, xf, relax) & ~none
         ok = ok.reshape(b, L)
-        r = _residual(pf, qf)
-        r = _normalise(r, pf)
+        r = _residual_or(pf, qf)
         u_s = u[:, L : 2 * L].reshape(-1)
         resampled = inverse_cdf(r, u_s).long().reshape(b, L)
         a = ok.long().cumprod(-1).sum(-1)
@@ -510,8 +515,7 @@ def verify_jacobi(
             keep = _accept(u[rows, (nc - 1).clamp(min=0)], p, q, x, relax)
             u_s = u[rows, L + (nc - 1).clamp(min=0)]
             if continue_after_reject:
-                r = _residual(p, q if q is not None else _one_hot(x, v))
-                r = _normalise(r, p)
+                r = _residual_or(p, q if q is not None else _one_hot(x, v))
                 t = torch.where(keep, x, inverse_cdf(r, u_s).long())
             else:
                 t = inverse_cdf(p, u_s).long()

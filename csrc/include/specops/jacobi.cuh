@@ -12,8 +12,9 @@
 // candidates) if n is a first child, i.e. could lie on the continuation line, without waiting
 // for the walk.  Every block bumps the request's counter after a fence; the last one reads the
 // workspace, writes the outputs (jacobi_tree_finish) and resets the counter.  Bytes: the walk
-// reads its rows once per rejection plus twice for the final draw; a line node reads p and q
-// twice for a resample (sum, then the draw's chunk sums) and p once per candidate (k draws).
+// reads its rows once per rejection plus once (and the hit chunk) for the final draw; a line node
+// reads p and q once for a resample (the draw from the unnormalised residual: its chunk sums,
+// then the hit chunk) and p once per candidate (k draws).
 //
 // Vocabulary passes are block-wide with float64 sums and 16-byte loads.  A draw t ~ w
 // (u * total) is one pass of per-chunk sums (a warp per chunk, the chunks' sum is the total) and a
@@ -247,6 +248,9 @@ struct BlockJacobiOps {
     }
     return found != INT32_MAX ? found : fallback;
   }
+
+  // The draw from r = max(p - q, 0); -1 when r has no mass.
+  __device__ int32_t draw_residual(const ResidW& r, float u) { return draw(r, u, -1); }
 
   // k draws without replacement from row p into out[0..k): draw j samples mass(p) with out[0..j)
   // set to 0 (ExclW), uniform = draw draw0 + j of `row`; -1 once no positive entry is left (c is

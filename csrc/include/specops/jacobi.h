@@ -186,16 +186,6 @@ struct ResidW {  // r = max(p - q, 0); q == nullptr: q = one-hot(x) (zero row fo
     for (int e = 0; e < 4; ++e) o[e] = relu(mass(o[e]) - qv[e]);
   }
 };
-struct NormResidW {  // norm(r)_v = f32(f64(r_v) / s)
-  ResidW r;
-  double s;
-  SPECOPS_HD float operator()(int64_t v) const { return normalised(r(v), s); }
-  SPECOPS_HD void quad(int64_t i, float* o) const {
-    r.quad(i, o);
-    for (int e = 0; e < 4; ++e) o[e] = normalised(o[e], s);
-  }
-};
-
 struct ExclW {  // mass(p) with the ids ex[0..n) set to 0: draw n of the candidates
   const float* p;
   const int32_t* ex;
@@ -302,20 +292,20 @@ struct WalkRejectTerms {
 
 // ---- shared per-request procedures (Ops: HostJacobiOps or the CUDA BlockJacobiOps) -------------
 // Ops provides, collectively over the vocabulary (every thread of a block calls them alike):
-//   double sum(w), void sum2(f, &s1, &s2), int32_t draw(w, u),
+//   double sum(w), void sum2(f, &s1, &s2), int32_t draw(w, u), int32_t draw_residual(r, u)
+//   (the draw from ResidW r, -1 when r has no mass),
 //   void candidates(p, row, draw0, k, out) (k draws without replacement from raw row p into
 //   out[0..k), uniform j = draw draw0 + j of `row`), bool leader(), void sync() (a block
 //   barrier: the leader's shared-memory stores are then visible to every thread).
 
-// t ~ norm(max(p - q, 0)), or ~ p when the residual has no mass.
+// t ~ norm(r), r = max(p - q, 0), drawn from r itself (the inverse CDF scales u by sum(r): the
+// same law without norm(r)'s pass and divisions); t ~ p when r has no mass.
 SPECOPS_EXEC_CHECK_DISABLE
 template <class Ops>
 SPECOPS_HD int32_t jacobi_residual_draw(Ops& ops, const float* p, const float* q, int64_t x,
                                         float u) {
-  const ResidW r{p, q, x};
-  const double s = ops.sum(r);
-  if (s > 0.0) return ops.draw(NormResidW{r, s}, u);
-  return ops.draw(PosW{p}, u);
+  const int32_t t = ops.draw_residual(ResidW{p, q, x}, u);  // -1: r has no mass
+  return t >= 0 ? t : ops.draw(PosW{p}, u);
 }
 
 // Chain mode, slot i of request b, given the accepted prefix a: next_window[i] and the slot's
