@@ -56,9 +56,9 @@ SPECOPS_HD float uint_to_unit_float(uint32_t bits) {
 }
 
 SPECOPS_HD float philox_uniform(uint64_t seed, uint64_t offset, uint32_t row, uint32_t draw) {
-  Philox4 r = philox4x32_10(draw, row, static_cast<uint32_t>(offset),
-                            static_cast<uint32_t>(offset >> 32), static_cast<uint32_t>(seed),
-                            static_cast<uint32_t>(seed >> 32));
+  Philox4 r =
+      philox4x32_10(draw, row, static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32),
+                    static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
   return uint_to_unit_float(r.x[0]);
 }
 

@@ -46,7 +46,6 @@ __device__ __forceinline__ void topk_list_push(KeyId (&list)[KT], const KeyId& e
   }
 }
 
-
 template <int BLOCK>
 using GumbelReduce = cub::BlockReduce<KeyId, BLOCK>;
 
