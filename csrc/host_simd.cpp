@@ -3,7 +3,7 @@
 
 #include "host_simd_inl.h"
 #include "specops/jacobi.h"  // WalkRow (scalar fallback)
-#include "specops/verify.h"  // mass, clamp0, residual_at, normalised
+#include "specops/verify.h"  // mass, clamp0, residual_at, scaled
 
 namespace specops {
 
@@ -131,18 +131,19 @@ SPECOPS_AVX512 double drop_sum_avx512(const float* q, int64_t x, int64_t n) {
   return t;
 }
 
-// float32(float64(r) / d) for 16 entries
-SPECOPS_AVX512 inline __m512 norm16(__m512 r, __m512d d) {
-  const __m256 lo = _mm512_cvtpd_ps(_mm512_div_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(r)), d));
+// float32(float64(r) * inv) for 16 entries (scaled)
+SPECOPS_AVX512 inline __m512 scaled16(__m512 r, __m512d inv) {
+  const __m256 lo = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(r)), inv));
   const __m256 hi =
-      _mm512_cvtpd_ps(_mm512_div_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(r, 1)), d));
+      _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(r, 1)), inv));
   return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
 }
 
 SPECOPS_AVX512 void resid_update_avx512(const float* p, const float* q, int64_t x, double s,
                                         double sq, float* wp, float* wq, int64_t n) {
   const __m512i step = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  const __m512d sv = _mm512_set1_pd(s), sqv = _mm512_set1_pd(sq);
+  const double ip = s > 0.0 ? inverse_of(s) : 0.0, iq = sq > 0.0 ? inverse_of(sq) : 0.0;
+  const __m512d sv = _mm512_set1_pd(ip), sqv = _mm512_set1_pd(iq);
   int64_t v = 0;
   for (; v + 16 <= n; v += 16) {
     const __m512 mq = mass16(_mm512_loadu_ps(q + v));
@@ -152,14 +153,14 @@ SPECOPS_AVX512 void resid_update_avx512(const float* p, const float* q, int64_t 
     if (x >= v && x < v + 16)
       d = _mm512_maskz_mov_ps(
           static_cast<__mmask16>(~_mm512_cmpeq_epi32_mask(step, _mm512_set1_epi32(int(x - v)))), d);
-    if (s > 0.0) _mm512_storeu_ps(wp + v, norm16(r, sv));
-    if (wq) _mm512_storeu_ps(wq + v, sq > 0.0 ? norm16(d, sqv) : _mm512_setzero_ps());
+    if (s > 0.0) _mm512_storeu_ps(wp + v, scaled16(r, sv));
+    if (wq) _mm512_storeu_ps(wq + v, sq > 0.0 ? scaled16(d, sqv) : _mm512_setzero_ps());
   }
   for (; v < n; ++v) {
     const float r = residual_at(p, q, x, v);
     const float d = v == x ? 0.f : mass(q[v]);
-    if (s > 0.0) wp[v] = normalised(r, s);
-    if (wq) wq[v] = sq > 0.0 ? normalised(d, sq) : 0.f;
+    if (s > 0.0) wp[v] = scaled(r, ip);
+    if (wq) wq[v] = sq > 0.0 ? scaled(d, iq) : 0.f;
   }
 }
 
@@ -183,9 +184,9 @@ SPECOPS_AVX512 inline void walk16(const float* p0, const float* q0, __m512i id, 
   __m512 p = mass16(_mm512_loadu_ps(p0 + v)), q = mass16(_mm512_loadu_ps(q0 + v));
   for (int64_t i = 0; i < j; ++i) {
     const __m512 r = _mm512_max_ps(_mm512_sub_ps(p, q), _mm512_setzero_ps());
-    if (S[i] > 0.0) p = norm16(r, _mm512_set1_pd(S[i]));
+    if (S[i] > 0.0) p = scaled16(r, _mm512_set1_pd(S[i]));  // S, T: reciprocal sums
     if (T[i] > 0.0) {
-      q = norm16(_mm512_maskz_mov_ps(not_id16(id, xs[i]), q), _mm512_set1_pd(T[i]));
+      q = scaled16(_mm512_maskz_mov_ps(not_id16(id, xs[i]), q), _mm512_set1_pd(T[i]));
     } else {
       q = _mm512_setzero_ps();
     }
@@ -329,10 +330,11 @@ void resid_update_host(const float* p, const float* q, int64_t x, double s, doub
 #if defined(SPECOPS_HOST_AVX512)
   if (q != nullptr && have_avx512()) return resid_update_avx512(p, q, x, s, sq, wp, wq, n);
 #endif
+  const double ip = s > 0.0 ? inverse_of(s) : 0.0, iq = sq > 0.0 ? inverse_of(sq) : 0.0;
   for (int64_t v = 0; v < n; ++v) {
     const float r = residual_at(p, q, x, v);
-    if (s > 0.0) wp[v] = normalised(r, s);
-    if (wq) wq[v] = sq > 0.0 ? normalised(v == x ? 0.f : mass(q[v]), sq) : 0.f;
+    if (s > 0.0) wp[v] = scaled(r, ip);
+    if (wq) wq[v] = sq > 0.0 ? scaled(v == x ? 0.f : mass(q[v]), iq) : 0.f;
   }
 }
 

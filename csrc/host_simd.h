@@ -25,8 +25,9 @@ double resid_sum_host(const float* p, const float* q, int64_t x, int64_t lo, int
 // sum over v != x of float64(mass(q_v)) (the draft row without the rejected token)
 double drop_sum_host(const float* q, int64_t x, int64_t n);
 // verify_tree's update after a rejected x (in place allowed: wp == p, wq == q):
-//   wp_v = float32(float64(r_v) / s) when s > 0 (wp untouched otherwise);
-//   wq_v = float32(float64(q_v without x) / sq) when sq > 0, else 0 (only when wq != nullptr).
+//   wp_v = float32(float64(r_v) * (1 / s)) when s > 0 (wp untouched otherwise);
+//   wq_v = float32(float64(q_v without x) * (1 / sq)) when sq > 0, else 0 (only when wq !=
+//   nullptr).
 void resid_update_host(const float* p, const float* q, int64_t x, double s, double sq, float* wp,
                        float* wq, int64_t n);
 // verify_jacobi's tree walk after j rejected children x_0..x_{j-1} (specops/jacobi.h WalkRow):

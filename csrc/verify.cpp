@@ -50,8 +50,8 @@ struct BlockResidual {  // r(y) = max(float32(w p(y) - q(y)), 0)
 
 struct NormBlockResidual {
   BlockResidual r;
-  double s;
-  float operator()(int64_t i) const { return normalised(r(i), s); }
+  double inv;  // 1 / sum(r)
+  float operator()(int64_t i) const { return scaled(r(i), inv); }
 };
 
 // Block verification of request b (specops/verify.h): the accepted prefix length in *tau and
@@ -76,7 +76,7 @@ int32_t chain_block_host(const VerifyChainArgs& a, int64_t b, int64_t n_valid, i
   if (*tau < n_valid) {  // t ~ norm(r_tau), or p_{tau+1} when r_tau has no mass
     const BlockResidual r = residual(*tau, chain_block_weight(a, b, *tau));
     const double s = sum_range_host(r, 0, a.vocab);
-    if (s > 0.0) return draw_host(NormBlockResidual{r, s}, a.vocab, u);
+    if (s > 0.0) return draw_host(NormBlockResidual{r, inverse_of(s)}, a.vocab, u);
   }
   return draw_positive(pt, a.vocab, u);  // the bonus p_{n+1}, or the fallback
 }

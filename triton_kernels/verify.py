@@ -45,8 +45,9 @@ def _weights(p_row, q_row, x, s, wt, idx, vocab, MODE: tl.constexpr, HAS_Q: tl.c
     """One tile of a weight row (float32, 0 past the vocabulary), p and q read through _mass.
     MODE 0: w_i = p_i; MODE 1: block verification's residual r_i = max(float32(wt * p_i - q_i),
     0) (float64 wt, product and difference in float64); MODE 2: its normalised form
-    float32(float64(r_i) / s).  q = one-hot of x without draft probabilities (x may be out of
-    range: then q = 0).  (A chain's token-wise draw reads _chain_w.)"""
+    float32(float64(r_i) * (1 / s)) (1 / s rounded to float64, as on every backend).  q =
+    one-hot of x without draft probabilities (x may be out of range: then q = 0).  (A chain's
+    token-wise draw reads _chain_w.)"""
     m = idx < vocab
     p = _mass(tl.load(p_row + idx, mask=m, other=0.0).to(tl.float32))
     if MODE == 0:
@@ -58,7 +59,8 @@ def _weights(p_row, q_row, x, s, wt, idx, vocab, MODE: tl.constexpr, HAS_Q: tl.c
             q = tl.where(idx == x, 1.0, 0.0)
         w = tl.maximum((wt * p.to(tl.float64) - q.to(tl.float64)).to(tl.float32), 0.0)
         if MODE == 2:
-            w = (w.to(tl.float64) / s).to(tl.float32)  # division in float64, rounded per entry
+            inv = 1.0 / s  # float64 division: div.rn.f64 (IEEE), as 1.0 / s in C++
+            w = (w.to(tl.float64) * inv).to(tl.float32)  # rounded per entry
     return tl.where(m, w, 0.0)
 
 

@@ -14,7 +14,7 @@ p_i / q_i the target / draft rows of position i:
   h_i = Z_i / (Z_i + 1 - w_i)  for 1 <= i < n (1 where the denominator is 0),  h_n = w_n
   tau = max{i in 1..n : u_{i-1} < h_i}, else 0          (u_j = draw j of the request's row)
   tokens = x_1..x_tau, then t ~ p_{n+1} (the bonus row) if tau = n, else t ~ norm(r_tau)
-        (norm as token-wise: float32(float64(r) / sum); p_{tau+1} when r_tau has no mass),
+        (norm as token-wise: float32(float64(r) * (1 / sum)); p_{tau+1} when r_tau has no mass),
         drawn by ``inverse_cdf`` with draw K (K = the padded draft count).
 
 With tau = 0 the residual is token-wise's (w_0 = 1); with n = 1 the rule is token-wise's.  The
@@ -76,6 +76,6 @@ def block_accept(p, q_rows, x, n_eff, u):
     r_tau = r[rows, at]
     p_tau = p[rows, at]
     s = r_tau.double().sum(-1, keepdim=True)
-    norm = torch.where(s > 0, (r_tau.double() / s.clamp_min(1e-300)).float(), p_tau)
+    norm = torch.where(s > 0, (r_tau.double() * (1.0 / s.clamp_min(1e-300))).float(), p_tau)
     dist = torch.where((tau < n_eff)[:, None], norm, p[rows, n_eff])
     return tau, dist

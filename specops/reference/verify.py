@@ -21,9 +21,9 @@ Conventions shared by all ops here
   p(x) = 0).  The product and comparison are float32.  With deterministic drafts (``draft_probs``
   None) ``q`` is the one-hot of ``x``: accept iff ``u < p(x)``.
 * Residual after a rejection: ``r = max(p - q, 0)`` (float32), as ``norm(r) = float32(float64(r)
-  / sum(float64(r)))`` where later tests read it (the tree walks); a chain's corrected token and
-  verify_jacobi's resamples are drawn from ``r`` itself (inverse CDF scales u by the sum: the
-  same law, a pass fewer).  If
+  * (1 / sum(float64(r))))`` (a float64 reciprocal, then a product per entry) where later tests
+  read it (the tree walks); a chain's corrected token and verify_jacobi's resamples are drawn
+  from ``r`` itself (inverse CDF scales u by the sum: the same law, a pass fewer).  If
   ``r`` has no positive mass (rounding, or inputs that are not distributions) ``p`` is used.
 * Sampling a token from a row ``w`` with a uniform ``u`` is ``reference.inverse_cdf``:
   ``min{i : w_0 + ... + w_i > u * sum(w), w_i > 0}`` with float64 sums (rounding past the end
@@ -71,9 +71,9 @@ def _residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 
 def _normalise(r: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
-    """r / sum(r) per row (sum in float64, result float32); rows without mass -> fallback."""
+    """r / sum(r) per row as float32(float64(r) * (1 / s)); rows without mass -> fallback."""
     s = r.double().sum(-1, keepdim=True)
-    return torch.where(s > 0, (r.double() / s.clamp_min(1e-300)).float(), fallback)
+    return torch.where(s > 0, (r.double() * (1.0 / s.clamp_min(1e-300))).float(), fallback)
 
 
 def _residual_or(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

@@ -210,16 +210,16 @@ struct WalkRow {
   const float* q0;  // nullptr: deterministic drafts (residual against one-hot(x_i))
   int64_t j;
   const int64_t* xs;  // rejected ids x_0..x_{j-1}
-  const double* S;    // S_i = sum max(p_i - q_i, 0)
-  const double* T;    // T_i = sum of q_i without x_i (draft probabilities only)
+  const double* S;    // S_i = 1 / sum max(p_i - q_i, 0), 0 without mass
+  const double* T;    // T_i = 1 / sum of q_i without x_i (draft probabilities only), 0 likewise
 
   // p, q = p_0(v), q_0(v) on entry, p_j(v), q_j(v) on exit, with the reference's roundings.
   SPECOPS_HD void steps(int64_t v, float& p, float& q) const {
     for (int64_t i = 0; i < j; ++i) {
       const int64_t x = xs[i];
       const float r = relu(p - (q0 ? q : (v == x ? 1.f : 0.f)));
-      if (S[i] > 0.0) p = normalised(r, S[i]);
-      if (q0) q = T[i] > 0.0 ? normalised(v == x ? 0.f : q, T[i]) : 0.f;
+      if (S[i] > 0.0) p = scaled(r, S[i]);
+      if (q0) q = T[i] > 0.0 ? scaled(v == x ? 0.f : q, T[i]) : 0.f;
     }
   }
   SPECOPS_HD void eval(int64_t v, float* pv, float* qv) const {
@@ -450,15 +450,16 @@ SPECOPS_HD void jacobi_tree_walk(const JacobiArgs& A, int64_t b, const TreeView&
       cand = tv.first_child(c);
       continue;
     }
-    // rejected: p <- norm(max(p - q, 0)), q <- norm(q without x); only the sums are stored.
+    // rejected: p <- norm(max(p - q, 0)), q <- norm(q without x); only the sums' reciprocals
+    // are stored (a later pass multiplies by them).
     double s = 0.0, t = 0.0;
     ops.sum2(WalkRejectTerms{row, x}, &s, &t);
     // the walk's rejection state, in shared memory: stored once and published (stores of the
     // same value by every thread would race; found by cuda_sim's ThreadSanitizer stage)
     if (ops.leader()) {
       xs[j] = x;
-      S[j] = s;
-      T[j] = t;
+      S[j] = s > 0.0 ? inverse_of(s) : 0.0;
+      T[j] = t > 0.0 ? inverse_of(t) : 0.0;
     }
     ops.sync();
     ++j;

@@ -38,8 +38,8 @@ struct BlockResidualDev {  // r(y) = max(float32(w p(y) - q(y)), 0); q == nullpt
 
 struct NormBlockResidualDev {
   BlockResidualDev r;
-  double s;
-  __device__ float operator()(int64_t i) const { return normalised(r(i), s); }
+  double inv;  // 1 / sum(r)
+  __device__ float operator()(int64_t i) const { return scaled(r(i), inv); }
 };
 
 // Both block sums (valid on every thread) of two per-thread partials.
@@ -110,7 +110,7 @@ __global__ void verify_chain_kernel(VerifyChainArgs a) {
     if (acc < n_valid) {  // t ~ norm(r_tau), or p_{tau+1} when r_tau has no mass
       const BlockResidualDev r = residual(acc, chain_block_weight(a, b, acc));
       const double s = sampler.sum(r, a.vocab);
-      if (s > 0.0) t = sampler.draw(NormBlockResidualDev{r, s}, a.vocab, u);
+      if (s > 0.0) t = sampler.draw(NormBlockResidualDev{r, inverse_of(s)}, a.vocab, u);
     }
     if (t < 0)
       t = sampler.draw(PositiveDev{a.target + b * a.target_sb + acc * a.target_sk}, a.vocab, u);
@@ -171,11 +171,12 @@ __global__ void verify_tree_kernel(VerifyTreeArgs a) {
       if (wor) lq += i == x ? 0.0 : static_cast<double>(mass(q[i]));
     }
     const double2 s = block_sum2<BLOCK>(tmp, lp, lq);
+    const double ip = s.x > 0.0 ? inverse_of(s.x) : 0.0, iq = s.y > 0.0 ? inverse_of(s.y) : 0.0;
     for (int64_t i = threadIdx.x; i < V; i += BLOCK) {
       const float ri = r(i);
       const float qi = wor ? (i == x ? 0.f : mass(q[i])) : 0.f;
-      if (s.x > 0.0) wp[i] = normalised(ri, s.x);
-      if (wor) wq[i] = s.y > 0.0 ? normalised(qi, s.y) : 0.f;
+      if (s.x > 0.0) wp[i] = scaled(ri, ip);
+      if (wor) wq[i] = s.y > 0.0 ? scaled(qi, iq) : 0.f;
     }
     __syncthreads();
     if (threadIdx.x == 0) tree_walk_rejected(a, s_w, s.x > 0.0);

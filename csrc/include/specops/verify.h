@@ -2,13 +2,14 @@
 // CUDA kernels.  The semantics (and which Philox draw every decision uses) are those of
 // specops/reference/verify.py, token for token:
 //   accept x  iff  u * q(x) < p(x) + pool(x)          (float32; q = one-hot of x without q)
-//   on reject r = max(p - q, 0) (float32), p <- norm(r) = float32(float64(r) / sum(float64(r)))
+//   on reject r = max(p - q, 0) (float32), p <- norm(r) = float32(float64(r) * (1 / s)),
+//   s = sum(float64(r)) (1 / s the float64 reciprocal, so a pass multiplies instead of dividing)
 //   (p unchanged if r has no mass); the final token t ~ p by inverse CDF (float64 sums).  A
 //   chain draws its corrected token from r itself (inverse CDF scales u by sum(r): same law).
 //   pool(x) (LANTERN): sum of p(n_j) over the neighbours n_1..n_k of x whose cumulative
 //   mass c_j = p(n_1) + ... + p(n_j) stays <= delta (float64), 0 without relaxation.
-// The normalisation is replicated exactly (division in float64, rounded to float32 per entry):
-// the rounded row, not r / s, is what the reference samples from and tests against.
+// The normalisation is replicated exactly (product by the float64 reciprocal, rounded to float32
+// per entry): the rounded row, not r / s, is what the reference samples from and tests against.
 // NaN policy: every entry of p and q is read through mass() (specops/mass.h): NaN, negative and
 // +inf entries count as 0 everywhere above; a row left without mass gives token 0.
 #pragma once
@@ -83,9 +84,11 @@ SPECOPS_HD float residual_at(const float* p, const float* q, int64_t x, int64_t 
   return clamp0(mass(p[i]) - qi);
 }
 
-// norm(r)_i = float32(float64(r_i) / s), s = sum of float64(r) (the reference's _normalise).
-SPECOPS_HD float normalised(float r, double s) {
-  return static_cast<float>(static_cast<double>(r) / s);
+// norm(r)_i = float32(float64(r_i) * inv), inv = 1 / s (float64), s = sum of float64(r): the
+// reference's _normalise.  Passes take inv once (inverse_of) and call scaled per entry.
+SPECOPS_HD double inverse_of(double s) { return 1.0 / s; }
+SPECOPS_HD float scaled(float r, double inv) {
+  return static_cast<float>(static_cast<double>(r) * inv);
 }
 
 // ---- chain ----------------------------------------------------------------------------------
