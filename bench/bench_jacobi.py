@@ -4,7 +4,10 @@ Cases at the issue's shape B=2 (CFG rows share the window), L=64, V=65536 (Lumin
   sjd        chain window, break at the first rejection (plain SJD)
   sjd_ac     chain window with adaptive continuation
   sjd_pac    the whole SJD-PAC step: Tree.kary_chain(3, 3, 64) window, continuation and 3
-             proactive-drafting candidates per position (issue target on GPU: < 100 us)
+             proactive-drafting candidates per position
+  sjd_pac root  the same on an input whose every child of the root is rejected for sure
+             (bench_acceptance's "root" rows, both requests): the issue's target input (on a
+             GPU: < 100 us): three rejections at the root, then 53 line positions with candidates
 Distributions are what a visual AR model samples from: softmax of top-k 2000 filtered logits
 (CFG/top-k as in probs_from_logits); the draft q is the previous iteration's (stale) target, p a
 perturbation of it, window tokens drawn from q.  ``sjd_pac dense`` uses unfiltered rows (every
@@ -46,6 +49,7 @@ def _cases(quick: bool):
         ("sjd", b, L, v, 2000, None, False, 1),
         ("sjd_ac", b, L, v, 2000, None, True, 1),
         ("sjd_pac", b, L, v, 2000, (3, 3, L), True, 3),
+        ("sjd_pac root", b, L, v, 2000, (3, 3, L), True, 3),
         ("sjd_pac dense", b, L, v, None, (3, 3, L), True, 3),
     ]
 
@@ -57,8 +61,14 @@ def run(device: str, quick: bool) -> list[Row]:
     for name, b, L, v, top_k, shape, cont, k in _cases(quick):
         gen = torch.Generator(device=device).manual_seed(0)
         copies = 4 if device == "cuda" else 1  # rotated inputs: the L2 does not hold them
-        inputs = [_rows(b, L, v, gen, device, top_k) for _ in range(copies)]
         tree = Tree.kary_chain(*shape, device=device) if shape else None
+        if name.endswith("root"):
+            from .bench_acceptance import _tree_case
+
+            cases = [_tree_case(tree, b, v, "root", gen, device, top_k) for _ in range(copies)]
+            inputs = [(p, x, q) for p, q, x, _, _ in cases]
+        else:
+            inputs = [_rows(b, L, v, gen, device, top_k) for _ in range(copies)]
         nbytes = 2 * b * L * v * 4
         desc = f"{name} B={b} L={L} V={v}" + (f" kary_chain{shape} k={k}" if shape else "")
         for be in backends:
