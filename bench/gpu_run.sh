@@ -4,22 +4,27 @@
 #
 #   bash bench/gpu_run.sh [OUT_DIR] [STAGES]   (default: $OUT, else ./gpu_out; all stages)
 #
-# STAGES is a comma list of build,tests,bench,demo,sanitize (default build,tests,bench,demo), so
+# STAGES is a comma list of build,tests,bench,demo,sanitize,profile (default
+# build,tests,bench,demo), so
 # a lease can be split into calls that each fit a 10-minute limit: e.g. `build,tests` then
 # `build,bench,demo` (the build is incremental when the build folder survived).  BENCH_OPS
 # limits the benchmark to some ops.  `sanitize` runs the CUDA-kernel GPU tests under
 # compute-sanitizer (memcheck, then racecheck on the shared-memory kernels) with PyTorch's
 # caching allocator off, so an out-of-bounds access or a shared-memory race fails the stage.
+# `profile` times the SJD-PAC step's variants (bench/profile_kernels.py --variants: its time
+# placed without counters) into profile.log, then runs Nsight Compute (--clock-control none) on
+# one captured call of each missed target's kernels into ncu.csv (details page, CSV).
 #
 # DRY_RUN=1 rehearses every stage on a machine without a GPU (CI does, tests/test_gpu_run.py):
 # the stage list and paths are checked, `build` imports the installed specops instead of
 # building, `tests` collects the suite, `bench` runs the same ops with --device cpu --quick and
 # checks the CSV's header and every row's schema (bench.harness.check_csv), `demo` parses its
-# arguments, `sanitize` resolves compute-sanitizer and collects its GPU tests.
+# arguments, `sanitize` resolves compute-sanitizer and collects its GPU tests, `profile` resolves
+# ncu and runs bench/profile_kernels.py's cases and variants on the CPU backends.
 #
 # Needs a python3 with torch, triton, nvcc, cmake, ninja, pybind11 and scikit-build-core.
 # Peer packages (flashinfer-python, sgl-kernel, ...) are picked up from wheels in ./.whl
-# (git-ignored; see bench/README.md).  At most 8 files are written to OUT_DIR.
+# (git-ignored; see bench/README.md).  At most 10 files are written to OUT_DIR.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -28,9 +33,9 @@ STAGES=",${2:-build,tests,bench,demo},"
 DRY="${DRY_RUN:-0}"
 for s in ${STAGES//,/ }; do
   case "$s" in
-    build | tests | bench | demo | sanitize) ;;
+    build | tests | bench | demo | sanitize | profile) ;;
     *)
-      echo "gpu_run.sh: unknown stage '$s' (stages: build,tests,bench,demo,sanitize)" >&2
+      echo "gpu_run.sh: unknown stage '$s' (stages: build,tests,bench,demo,sanitize,profile)" >&2
       exit 2
       ;;
   esac
@@ -38,7 +43,7 @@ done
 mkdir -p "$OUT_DIR" || { echo "gpu_run.sh: cannot create $OUT_DIR" >&2; exit 2; }
 want() { [[ "$STAGES" == *",$1,"* ]]; }
 [ "$DRY" = "1" ] && echo "== dry run (no GPU work): $OUT_DIR, stages ${STAGES:1:-1}"
-build_rc=skipped test_rc=skipped bench_rc=skipped demo_rc=skipped san_rc=skipped
+build_rc=skipped test_rc=skipped bench_rc=skipped demo_rc=skipped san_rc=skipped prof_rc=skipped
 PY="${PY:-python3}"
 export PYTHONUNBUFFERED=1
 export SPECOPS_CUDA_ARCHS="${SPECOPS_CUDA_ARCHS:-90}"
@@ -167,6 +172,28 @@ if want bench; then
   fi
 fi
 
+if want profile; then
+  echo "== profile"
+  NCU_BIN="$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu \
+    2>/dev/null | head -n 1)"
+  if [ "$DRY" = "1" ]; then
+    echo "dry run: ncu = ${NCU_BIN:-not found}" > "$OUT_DIR/profile.log"
+    "$PY" -m bench.profile_kernels --device cpu --variants >> "$OUT_DIR/profile.log" 2>&1 &&
+      "$PY" -m bench.profile_kernels --device cpu >> "$OUT_DIR/profile.log" 2>&1
+    prof_rc=$?
+  else
+    timeout "${VARIANTS_TIMEOUT:-120}" "$PY" -m bench.profile_kernels --variants \
+      > "$OUT_DIR/profile.log" 2>&1
+    prof_rc=$?
+    timeout "${PROFILE_TIMEOUT:-240}" "${NCU_BIN:-ncu}" --clock-control none \
+      --profile-from-start off --target-processes all --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+      --section WarpStateStats --section SchedulerStats --csv --page details \
+      --log-file "$OUT_DIR/ncu.csv" "$PY" -m bench.profile_kernels >> "$OUT_DIR/profile.log" 2>&1
+    prof_rc="$prof_rc/$?"
+  fi
+fi
+
 if want demo && "$PY" -c "import specops.demo" 2>/dev/null; then
   echo "== demo"
   if [ "$DRY" = "1" ]; then
@@ -182,6 +209,7 @@ echo "== summary"
 [ -f "$OUT_DIR/tests.log" ] && tail -n 3 "$OUT_DIR/tests.log" && grep -E "^(FAILED|ERROR)" "$OUT_DIR/tests.log" | head -20
 [ -f "$OUT_DIR/bench.log" ] && tail -n 60 "$OUT_DIR/bench.log"
 [ -f "$OUT_DIR/demo.log" ] && tail -n 15 "$OUT_DIR/demo.log"
+[ -f "$OUT_DIR/profile.log" ] && tail -n 12 "$OUT_DIR/profile.log"
 [ -f "$OUT_DIR/sanitize.log" ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK|INITCHECK|passed|failed" \
   "$OUT_DIR/sanitize.log" | tail -n 12
-echo "build=$build_rc tests=$test_rc bench=$bench_rc demo=$demo_rc sanitize=$san_rc"
+echo "build=$build_rc tests=$test_rc bench=$bench_rc demo=$demo_rc sanitize=$san_rc profile=$prof_rc"

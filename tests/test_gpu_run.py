@@ -40,9 +40,10 @@ def _drives_this_checkout():
 
 @pytest.mark.skipif(not _drives_this_checkout(), reason="specops is not this checkout's install")
 def test_dry_run_every_stage(tmp_path):
-    r = _run(tmp_path, "build,tests,bench,demo,sanitize")
+    r = _run(tmp_path, "build,tests,bench,demo,sanitize,profile")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "build=0 tests=0 bench=0 demo=0 sanitize=0" in r.stdout, r.stdout[-3000:]
+    assert "build=0 tests=0 bench=0 demo=0 sanitize=0 profile=0" in r.stdout, r.stdout[-3000:]
+    assert "whole step" in (tmp_path / "profile.log").read_text()
     assert os.path.exists(tmp_path / "build_info.json")
     with open(tmp_path / "bench.csv", newline="") as f:
         rows = list(csv.DictReader(f))
