@@ -86,6 +86,56 @@ def _row_x(c_row, u_row, idx, valid, s, t_div, CFG: tl.constexpr):
 
 
 @triton.jit
+def _block_stats(x, idx, valid, vocab, m, arg, ssum, hist, topk_on, TOPK: tl.constexpr):
+    """Pass 0 over one block of x: running max m, arg-max (lowest index on ties), the online
+    softmax sum (rows without top-k) and the radix level-0 histogram (top-k rows)."""
+    bm = tl.max(x, 0)
+    barg = tl.min(tl.where(x == bm, idx, vocab), 0).to(tl.int32)
+    arg = tl.where(bm > m, barg, arg)  # strict: an earlier block keeps ties
+    m_new = tl.maximum(m, bm)
+    if ~topk_on:
+        # s <- s e^(m - m') + sum e^(x - m'); nothing to add while m' = -inf
+        fin = m_new > -float("inf")
+        m_safe = tl.where(fin, m_new, 0.0)
+        ssum = tl.where(fin, ssum * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe), 0), 0.0)
+    if TOPK:
+        if topk_on:
+            hist += tl.histogram((_key(x) >> 24).to(tl.int32), 256, mask=valid)
+    return m_new, arg, ssum, hist
+
+
+@triton.jit
+def _request_params(req, vocab, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val, s_ptr,
+                    s_stride, s_val, CFG: tl.constexpr, TOPK: tl.constexpr,
+                    T_PTR: tl.constexpr, K_PTR: tl.constexpr, S_PTR: tl.constexpr):  # fmt: skip
+    """(cfg scale s, temperature divisor, greedy, k, top-k on) of request ``req``: a NaN
+    temperature is 1.0, T < 1e-5 is greedy (no top-k), k outside [1, V) is no top-k."""
+    if T_PTR:
+        temp = tl.load(t_ptr + req * t_stride).to(tl.float32)
+    else:
+        temp = tl.full([], t_val, tl.float32)
+    temp = tl.where(temp != temp, 1.0, temp)  # NaN temperature: 1.0
+    greedy = temp < 1e-5
+    t_div = tl.where(greedy, 1.0, temp)
+    s = 1.0
+    if CFG:
+        if S_PTR:
+            s = tl.load(s_ptr + req * s_stride).to(tl.float32)
+        else:
+            s = tl.full([], s_val, tl.float32)
+    if TOPK:
+        if K_PTR:
+            k = tl.load(k_ptr + req * k_stride).to(tl.int32)
+        else:
+            k = tl.full([], k_val, tl.int32)
+        topk_on = (k >= 1) & (k < vocab) & ~greedy
+    else:
+        k = tl.full([], 0, tl.int32)
+        topk_on = greedy & ~greedy
+    return s, t_div, greedy, k, topk_on
+
+
+@triton.jit
 def _pick_digit(hist, r, NB: tl.constexpr):
     """Radix step: the digit j with #(digit > j) < r <= #(digit >= j); returns
     (j, r - #(digit > j), whether exactly the whole bin j is needed)."""
@@ -138,29 +188,10 @@ def _probs_kernel(
     o_row = out + row * o_stride
     cols = tl.arange(0, BLOCK)
 
-    # per-request parameters
-    if T_PTR:
-        temp = tl.load(t_ptr + req * t_stride).to(tl.float32)
-    else:
-        temp = tl.full([], t_val, tl.float32)
-    temp = tl.where(temp != temp, 1.0, temp)  # NaN temperature: 1.0
-    greedy = temp < 1e-5
-    t_div = tl.where(greedy, 1.0, temp)
-    s = 1.0
-    if CFG:
-        if S_PTR:
-            s = tl.load(s_ptr + req * s_stride).to(tl.float32)
-        else:
-            s = tl.full([], s_val, tl.float32)
-    if TOPK:
-        if K_PTR:
-            k = tl.load(k_ptr + req * k_stride).to(tl.int32)
-        else:
-            k = tl.full([], k_val, tl.int32)
-        topk_on = (k >= 1) & (k < vocab) & ~greedy
-    else:
-        k = tl.full([], 0, tl.int32)
-        topk_on = greedy & ~greedy
+    s, t_div, greedy, k, topk_on = _request_params(
+        req, vocab, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val, s_ptr, s_stride, s_val, CFG,
+        TOPK, T_PTR, K_PTR, S_PTR,
+    )  # fmt: skip
 
     # pass 0: max, arg-max, min finite, online softmax sum, radix level 0 ---------------------
     m = tl.full([], -float("inf"), tl.float32)
@@ -172,20 +203,8 @@ def _probs_kernel(
         idx = base + cols
         valid = idx < vocab
         x = _row_x(c_row, u_row, idx, valid, s, t_div, CFG)
-        bm = tl.max(x, 0)
-        barg = tl.min(tl.where(x == bm, idx, vocab), 0)
-        arg = tl.where(bm > m, barg, arg)  # strict: an earlier block keeps ties
-        m_new = tl.maximum(m, bm)
         mn = tl.minimum(mn, tl.min(tl.where(x > -float("inf"), x, float("inf")), 0))
-        if ~topk_on:
-            # s <- s e^(m - m') + sum e^(x - m'); nothing to add while m' = -inf
-            fin = m_new > -float("inf")
-            m_safe = tl.where(fin, m_new, 0.0)
-            ssum = tl.where(fin, ssum * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe), 0), 0.0)
-        if TOPK:
-            if topk_on:
-                hist += tl.histogram((_key(x) >> 24).to(tl.int32), 256, mask=valid)
-        m = m_new
+        m, arg, ssum, hist = _block_stats(x, idx, valid, vocab, m, arg, ssum, hist, topk_on, TOPK)
     onehot = greedy | (m == -float("inf"))
     m_safe = tl.where(onehot, 0.0, m)
 
@@ -283,6 +302,26 @@ def _probs_kernel(
         tl.store(o_row + idx, pr, mask=valid)
 
 
+def launch_rows(cond, uncond, out, block):
+    """Both launchers' normalisation: logits rows with a unit last stride, ``out`` checked, and
+    the tile (default: the vocabulary's power of two, 16 to 4096)."""
+    check_unit_last("probs_from_logits", "out", out)
+    uncond = unit_rows(uncond) if uncond is not None else None
+    if block is None:
+        block = min(4096, max(16, triton.next_power_of_2(cond.shape[-1])))
+    return unit_rows(cond), uncond, block
+
+
+def param_arg(v, default, cond):
+    """A per-request parameter as the kernels take it: (pointer, stride, value, is a tensor).
+    A tensor is read with its stride (``value`` unused); a Python number or None (``default``)
+    is passed by value (the pointer, ``cond``, never read)."""
+    if isinstance(v, torch.Tensor):
+        ptr, stride = vec(v, cond)
+        return ptr, stride, default, True
+    return Strided(cond), 0, (default if v is None else v), False
+
+
 def probs_triton(cond, uncond, t, k, p, s, rows_per_req, out, *, block=None, pblock=None, npiv=8):
     """cond/uncond [R, V] (any strides), out [R, V] float32 (any row stride, unit stride in V).
     t, k, p, s: a [B] tensor (float32 / int32, any stride) or a Python scalar; k None = no
@@ -290,26 +329,16 @@ def probs_triton(cond, uncond, t, k, p, s, rows_per_req, out, *, block=None, pbl
     rows, vocab = cond.shape
     if rows == 0:
         return out
-    check_unit_last("probs_from_logits", "out", out)
-    cond = unit_rows(cond)
-    uncond = unit_rows(uncond) if uncond is not None else None
-    if block is None:
-        block = min(4096, max(16, triton.next_power_of_2(vocab)))
+    cond, uncond, block = launch_rows(cond, uncond, out, block)
     # the top-p passes hold [PBLOCK, NPIV] tiles: smaller on a GPU (registers); the interpreter
     # pays per loop iteration, so there it keeps the big block
     if pblock is None:
         pblock = block if cond.device.type == "cpu" else min(block, 8192 // npiv)
 
-    def split(v, default):
-        if isinstance(v, torch.Tensor):
-            ptr, stride = vec(v, cond)
-            return ptr, stride, default, True
-        return Strided(cond), 0, (default if v is None else v), False
-
-    t_ptr, t_st, t_val, t_is = split(t, 1.0)
-    k_ptr, k_st, k_val, k_is = split(k, 0)
-    p_ptr, p_st, p_val, p_is = split(p, 1.0)
-    s_ptr, s_st, s_val, s_is = split(s, 1.0)
+    t_ptr, t_st, t_val, t_is = param_arg(t, 1.0, cond)
+    k_ptr, k_st, k_val, k_is = param_arg(k, 0, cond)
+    p_ptr, p_st, p_val, p_is = param_arg(p, 1.0, cond)
+    s_ptr, s_st, s_val, s_is = param_arg(s, 1.0, cond)
     launch(
         _probs_kernel,
         (rows,),
@@ -349,4 +378,4 @@ def probs_triton(cond, uncond, t, k, p, s, rows_per_req, out, *, block=None, pbl
     return out
 
 
-__all__ = ["probs_triton"]
+__all__ = ["probs_triton", "param_arg", "launch_rows"]

@@ -26,41 +26,19 @@ Rows with top-p go to probs.py (its pivot search takes a data-dependent number o
 import torch
 import triton
 import triton.language as tl
-from specops.triton_kernels._args import Strided, check_unit_last, launch, unit_rows, vec
-from specops.triton_kernels.probs import _key, _pick_digit, _row_x
+from specops.triton_kernels._args import Strided, launch
+from specops.triton_kernels.probs import (
+    _block_stats,
+    _key,
+    _pick_digit,
+    _request_params,
+    _row_x,
+    launch_rows,
+    param_arg,
+)
 
 _NB = 256  # bins a radix level (8 bits)
 _LEVELS = 4
-
-
-@triton.jit
-def _params(req, vocab, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val, s_ptr, s_stride, s_val,
-            CFG: tl.constexpr, TOPK: tl.constexpr, T_PTR: tl.constexpr, K_PTR: tl.constexpr,
-            S_PTR: tl.constexpr):  # fmt: skip
-    """(cfg scale, temperature divisor, greedy, k, top-k on) of request ``req``, as probs.py."""
-    if T_PTR:
-        temp = tl.load(t_ptr + req * t_stride).to(tl.float32)
-    else:
-        temp = tl.full([], t_val, tl.float32)
-    temp = tl.where(temp != temp, 1.0, temp)  # NaN temperature: 1.0
-    greedy = temp < 1e-5
-    t_div = tl.where(greedy, 1.0, temp)
-    s = 1.0
-    if CFG:
-        if S_PTR:
-            s = tl.load(s_ptr + req * s_stride).to(tl.float32)
-        else:
-            s = tl.full([], s_val, tl.float32)
-    if TOPK:
-        if K_PTR:
-            k = tl.load(k_ptr + req * k_stride).to(tl.int32)
-        else:
-            k = tl.full([], k_val, tl.int32)
-        topk_on = (k >= 1) & (k < vocab) & ~greedy
-    else:
-        k = tl.full([], 0, tl.int32)
-        topk_on = greedy & ~greedy
-    return s, t_div, greedy, k, topk_on
 
 
 @triton.jit
@@ -72,6 +50,21 @@ def _row_max(part_m, part_arg, row, G, GB: tl.constexpr):
     first = tl.min(tl.where(pm == m, g, GB), 0)
     arg = tl.load(part_arg + row * G + first)
     return m, arg
+
+
+@triton.jit
+def _pass_state(part_m, part_arg, vocab, rows_per_req, G, t_ptr, t_stride, t_val, k_ptr,
+                k_stride, k_val, TOPK: tl.constexpr, T_PTR: tl.constexpr, K_PTR: tl.constexpr,
+                GB: tl.constexpr):  # fmt: skip
+    """A later pass's program: (row, chunk g, greedy, k, top-k on, m, arg-max)."""
+    row = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
+    _s, _t, greedy, k, topk_on = _request_params(
+        row // rows_per_req, vocab, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val, t_ptr, 0,
+        1.0, False, TOPK, T_PTR, K_PTR, False,
+    )  # fmt: skip
+    m, arg = _row_max(part_m, part_arg, row, G, GB)
+    return row, g, greedy, k, topk_on, m, arg
 
 
 @triton.jit
@@ -98,7 +91,7 @@ def _split_stats(cond, uncond, c_stride, u_stride, out, o_stride, vocab, rows_pe
                  BLOCK: tl.constexpr):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1)
-    s, t_div, greedy, k, topk_on = _params(
+    s, t_div, greedy, k, topk_on = _request_params(
         row // rows_per_req, vocab, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val, s_ptr,
         s_stride, s_val, CFG, TOPK, T_PTR, K_PTR, S_PTR,
     )  # fmt: skip
@@ -116,18 +109,7 @@ def _split_stats(cond, uncond, c_stride, u_stride, out, o_stride, vocab, rows_pe
         valid = idx < vocab
         x = _row_x(c_row, u_row, idx, valid, s, t_div, CFG)
         tl.store(o_row + idx, x, mask=valid)
-        bm = tl.max(x, 0)
-        barg = tl.min(tl.where(x == bm, idx, vocab), 0).to(tl.int32)
-        arg = tl.where(bm > m, barg, arg)  # strict: an earlier block keeps ties
-        m_new = tl.maximum(m, bm)
-        # s <- s e^(m - m') + sum e^(x - m'); nothing to add while m' = -inf
-        fin = m_new > -float("inf")
-        m_safe = tl.where(fin, m_new, 0.0)
-        ssum = tl.where(fin, ssum * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe), 0), 0.0)
-        if TOPK:
-            if topk_on:
-                h += tl.histogram((_key(x) >> 24).to(tl.int32), 256, mask=valid)
-        m = m_new
+        m, arg, ssum, h = _block_stats(x, idx, valid, vocab, m, arg, ssum, h, topk_on, TOPK)
     tl.store(part_m + row * G + g, m)
     tl.store(part_arg + row * G + g, arg)
     tl.store(part_s + row * G + g, ssum)
@@ -142,13 +124,10 @@ def _split_radix(out, o_stride, vocab, rows_per_req, chunk, G, part_m, part_arg,
                  t_stride, t_val, k_ptr, k_stride, k_val, T_PTR: tl.constexpr,
                  K_PTR: tl.constexpr, LEVEL: tl.constexpr, GB: tl.constexpr,
                  BLOCK: tl.constexpr):  # fmt: skip
-    row = tl.program_id(0).to(tl.int64)
-    g = tl.program_id(1)
-    s, t_div, greedy, k, topk_on = _params(
-        row // rows_per_req, vocab, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val, t_ptr, 0,
-        1.0, False, True, T_PTR, K_PTR, False,
+    row, g, greedy, k, topk_on, m, arg = _pass_state(
+        part_m, part_arg, vocab, rows_per_req, G, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val,
+        True, T_PTR, K_PTR, GB,
     )  # fmt: skip
-    m, arg = _row_max(part_m, part_arg, row, G, GB)
     hist_row = hist + row * (4 * 256)
     if topk_on & (m > -float("inf")):
         prefix, r, done, tau = _replay(hist_row, k, LEVEL)
@@ -172,13 +151,10 @@ def _split_radix(out, o_stride, vocab, rows_per_req, chunk, G, part_m, part_arg,
 def _split_z(out, o_stride, vocab, rows_per_req, chunk, G, part_m, part_arg, part_z, hist, t_ptr,
              t_stride, t_val, k_ptr, k_stride, k_val, T_PTR: tl.constexpr, K_PTR: tl.constexpr,
              GB: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
-    row = tl.program_id(0).to(tl.int64)
-    g = tl.program_id(1)
-    s, t_div, greedy, k, topk_on = _params(
-        row // rows_per_req, vocab, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val, t_ptr, 0,
-        1.0, False, True, T_PTR, K_PTR, False,
+    row, g, greedy, k, topk_on, m, arg = _pass_state(
+        part_m, part_arg, vocab, rows_per_req, G, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val,
+        True, T_PTR, K_PTR, GB,
     )  # fmt: skip
-    m, arg = _row_max(part_m, part_arg, row, G, GB)
     z = tl.full([], 0.0, tl.float32)
     if topk_on & (m > -float("inf")):
         prefix, r, done, tau = _replay(hist + row * (4 * 256), k, 4)
@@ -200,13 +176,10 @@ def _split_write(out, o_stride, vocab, rows_per_req, chunk, G, part_m, part_arg,
                  hist, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val, TOPK: tl.constexpr,
                  T_PTR: tl.constexpr, K_PTR: tl.constexpr, GB: tl.constexpr,
                  BLOCK: tl.constexpr):  # fmt: skip
-    row = tl.program_id(0).to(tl.int64)
-    g = tl.program_id(1)
-    s, t_div, greedy, k, topk_on = _params(
-        row // rows_per_req, vocab, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val, t_ptr, 0,
-        1.0, False, TOPK, T_PTR, K_PTR, False,
+    row, g, greedy, k, topk_on, m, arg = _pass_state(
+        part_m, part_arg, vocab, rows_per_req, G, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val,
+        TOPK, T_PTR, K_PTR, GB,
     )  # fmt: skip
-    m, arg = _row_max(part_m, part_arg, row, G, GB)
     onehot = greedy | (m == -float("inf"))
     m_safe = tl.where(onehot, 0.0, m)
     gs = tl.arange(0, GB)
@@ -260,11 +233,7 @@ def probs_split_triton(cond, uncond, t, k, s, rows_per_req, out, *, block=None, 
     rows, vocab = cond.shape
     if rows == 0:
         return out
-    check_unit_last("probs_from_logits", "out", out)
-    cond = unit_rows(cond)
-    uncond = unit_rows(uncond) if uncond is not None else None
-    if block is None:
-        block = min(4096, max(16, triton.next_power_of_2(vocab)))
+    cond, uncond, block = launch_rows(cond, uncond, out, block)
     g = chunks if chunks is not None else split_chunks(rows, vocab, block, cond.device)
     chunk = triton.cdiv(triton.cdiv(vocab, g), block) * block
     g = triton.cdiv(vocab, chunk)
@@ -276,15 +245,9 @@ def probs_split_triton(cond, uncond, t, k, s, rows_per_req, out, *, block=None, 
     topk = k is not None
     hist = torch.zeros(rows if topk else 1, 4 * _NB, dtype=torch.int32, device=dev)
 
-    def split(v, default):
-        if isinstance(v, torch.Tensor):
-            ptr, stride = vec(v, cond)
-            return ptr, stride, default, True
-        return Strided(cond), 0, (default if v is None else v), False
-
-    t_ptr, t_st, t_val, t_is = split(t, 1.0)
-    k_ptr, k_st, k_val, k_is = split(k, 0)
-    s_ptr, s_st, s_val, s_is = split(s, 1.0)
+    t_ptr, t_st, t_val, t_is = param_arg(t, 1.0, cond)
+    k_ptr, k_st, k_val, k_is = param_arg(k, 0, cond)
+    s_ptr, s_st, s_val, s_is = param_arg(s, 1.0, cond)
     grid = (rows, g)
     o = Strided(out)
     o_st = out.stride(0)
