@@ -65,3 +65,25 @@ def test_step_compiles_once_and_matches_eager(demo, method):
         ref_stats.target_passes,
         ref_stats.drafter_passes,
     )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", list(RUNS))
+def test_gpu_step_replayed_as_a_cuda_graph_matches_eager(method):
+    """The GPU issue's target: each method's whole decoding step (the demo model on the GPU)
+    captured as a CUDA graph and replayed (torch.compile backend "cudagraphs": the step's graph
+    recorded once, then replayed every step) with the Philox offsets and counters advanced on
+    the device: the eager run's tokens, and no step left out of the graph."""
+    demo = load_default("cuda")
+    with specops.validation(False):
+        ref, ref_stats = RUNS[method](demo, seed=3)
+        dynamo.reset()
+        dynamo.utils.counters.clear()
+        patch = dict(error_on_recompile=True, cudagraph_backend_support_input_mutation=True)
+        with dynamo.config.patch(**patch):
+            got, stats = RUNS[method](demo, seed=3, compile_step="cudagraphs")
+    skips = dynamo.utils.counters["inductor"]["cudagraph_skips"]
+    assert skips == 0, f"{skips} graph(s) ran outside a CUDA graph (see the log's skip reason)"
+    assert stats.target_passes >= 14
+    assert torch.equal(got.cpu(), ref.cpu())
+    assert stats.accept_hist == ref_stats.accept_hist
