@@ -14,7 +14,8 @@
 // workspace, writes the outputs (jacobi_tree_finish) and resets the counter.  Bytes: the walk
 // reads its rows once per rejection plus once (and the hit chunk) for the final draw; a line node
 // reads p and q once for a resample (the draw from the unnormalised residual: its chunk sums,
-// then the hit chunk) and p once per candidate (k draws).
+// then the hit chunk) and p once for its k candidates (chunk sums once; after each draw the
+// chunk that lost the drawn id is summed again and only the hit chunk is scanned).
 //
 // Vocabulary passes are block-wide with float64 sums and 16-byte loads.  A draw t ~ w
 // (u * total) is one pass of per-chunk sums (a warp per chunk, the chunks' sum is the total) and a
@@ -154,69 +155,92 @@ struct BlockJacobiOps {
     *s2 = block_sum(b);
   }
 
-  // t = min{i : w_0 + ... + w_i > u * total, w_i > 0}; else the last i with w_i > 0; else `none`.
-  // Pass 1: chunk sums (a warp per chunk of a multiple of 128 entries; their sum is the total)
-  // and the last positive entry.  Pass 2: a block scan of the chunk holding u * total only
-  // (it runs on into later chunks only if float64 rounding disagrees with pass 1's sums).
+  // A draw's chunks: at most kJacobiChunks of a multiple of 128 entries each.
+  __device__ int64_t chunk_size() const {
+    const int64_t per = (vocab + kJacobiChunks - 1) / kJacobiChunks;
+    return (per + 127) / 128 * 128;
+  }
+
+  // The calling warp's float64 sum of chunk c of w (the V % 4 tail belongs to the last chunk),
+  // the same on every lane; `last` <- the lane's last positive entry seen.  Pass 1 and the
+  // candidates' re-sums both call it, so a chunk's sum does not depend on who took it.
   template <class W>
-  __device__ int32_t draw(const W& w, float u, int32_t none = 0) {
-    const int64_t V = vocab;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t per = (V + kJacobiChunks - 1) / kJacobiChunks;
-    const int64_t chunk = (per + 127) / 128 * 128;
-    const int64_t nchunks = (V + chunk - 1) / chunk;
-    const int64_t full_quads = V / 4;
-    int last = -1;
-    for (int64_t c = warp; c < nchunks; c += BLOCK / 32) {
-      const int64_t q_lo = c * chunk / 4;
-      const int64_t q_hi = (c + 1) * chunk / 4 < full_quads ? (c + 1) * chunk / 4 : full_quads;
-      double acc = 0.0;
-      quads(w, q_lo + lane, 32, q_hi, [&](int64_t i, const float* o) {
+  __device__ double chunk_sum(const W& w, int64_t c, int64_t chunk, int64_t nchunks,
+                              int& last) const {
+    const int lane = threadIdx.x & 31;
+    const int64_t full_quads = vocab / 4;
+    const int64_t q_lo = c * chunk / 4;
+    const int64_t q_hi = (c + 1) * chunk / 4 < full_quads ? (c + 1) * chunk / 4 : full_quads;
+    double acc = 0.0;
+    quads(w, q_lo + lane, 32, q_hi, [&](int64_t i, const float* o) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if (o[e] > 0.f) {
-            acc += static_cast<double>(o[e]);
-            last = static_cast<int>(i + e);
-          }
-        }
-      });
-      if (c == nchunks - 1) {  // the V % 4 tail belongs to the last chunk
-        for (int64_t v = full_quads * 4 + lane; v < V; v += 32) {
-          const float wv = w(v);
-          if (wv > 0.f) {
-            acc += static_cast<double>(wv);
-            last = last > v ? last : static_cast<int>(v);
-          }
+      for (int e = 0; e < 4; ++e) {
+        if (o[e] > 0.f) {
+          acc += static_cast<double>(o[e]);
+          last = static_cast<int>(i + e);
         }
       }
-      acc = warp_sum(acc);
+    });
+    if (c == nchunks - 1) {
+      for (int64_t v = full_quads * 4 + lane; v < vocab; v += 32) {
+        const float wv = w(v);
+        if (wv > 0.f) {
+          acc += static_cast<double>(wv);
+          last = last > v ? last : static_cast<int>(v);
+        }
+      }
+    }
+    return warp_sum(acc);
+  }
+
+  // Pass 1: sm.chunk[c] = chunk c's sum (a warp per chunk); returns the last positive entry
+  // (-1: none) on every thread.
+  template <class W>
+  __device__ int chunk_pass(const W& w, int64_t chunk, int64_t nchunks) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int last = -1;
+    for (int64_t c = warp; c < nchunks; c += BLOCK / 32) {
+      const double acc = chunk_sum(w, c, chunk, nchunks, last);
       if (lane == 0) sm.chunk[c] = acc;
     }
-    last = block_max(last);  // its barrier publishes the chunk sums
+    return block_max(last);  // its barrier publishes the chunk sums
+  }
+
+  // The chunk holding u * total (total = the sum of the chunk sums): its index (nchunks when
+  // none: no mass, or float64 rounding past the end), the sum of the chunks before it and the
+  // target, the same on every thread.
+  __device__ int64_t locate(float u, int64_t nchunks, double* running, double* target) {
     if (threadIdx.x == 0) {
       double total = 0.0;
       for (int64_t c = 0; c < nchunks; ++c) total += sm.chunk[c];
-      const double target = static_cast<double>(u) * total;
-      double running = 0.0;
+      const double t = static_cast<double>(u) * total;
+      double run = 0.0;
       int64_t hit = nchunks;
       for (int64_t c = 0; c < nchunks; ++c) {
-        if (sm.chunk[c] > 0.0 && running + sm.chunk[c] > target) {
+        if (sm.chunk[c] > 0.0 && run + sm.chunk[c] > t) {
           hit = c;
           break;
         }
-        running += sm.chunk[c];
+        run += sm.chunk[c];
       }
       sm.i0 = static_cast<int>(hit);
-      sm.d1 = running;
-      sm.d2 = target;
+      sm.d1 = run;
+      sm.d2 = t;
     }
     __syncthreads();
+    *running = sm.d1;
+    *target = sm.d2;
     const int64_t hit = sm.i0;
-    double running = sm.d1;
-    const double target = sm.d2;
-    const int fallback = last >= 0 ? last : none;
-    if (hit >= nchunks) return fallback;  // rounding ran past the end, or no mass
-    // pass 2: tiles of 4 * BLOCK entries, 4 consecutive per thread, from the chunk's start
+    __syncthreads();  // sm.i0 / d1 / d2 are reused by the next locate
+    return hit;
+  }
+
+  // Pass 2: min{i >= start of chunk `hit` : running + w_(chunk start) + ... + w_i > target,
+  // w_i > 0} in tiles of 4 * BLOCK entries (4 consecutive a thread, one block scan a tile; it
+  // runs on past the chunk only if float64 rounding disagrees with pass 1); INT32_MAX if none.
+  template <class W>
+  __device__ int scan(const W& w, int64_t hit, int64_t chunk, double running, double target) {
+    const int64_t V = vocab;
     int found = INT32_MAX;
     for (int64_t base = hit * chunk; base < V; base += 4 * BLOCK) {
       const int64_t i = base + 4 * threadIdx.x;
@@ -246,6 +270,22 @@ struct BlockJacobiOps {
       if (found != INT32_MAX) break;
       running += tile;
     }
+    return found;
+  }
+
+  // t = min{i : w_0 + ... + w_i > u * total, w_i > 0}; else the last i with w_i > 0; else `none`.
+  // Pass 1: chunk sums and the last positive entry; pass 2: a block scan from the chunk holding
+  // u * total.
+  template <class W>
+  __device__ int32_t draw(const W& w, float u, int32_t none = 0) {
+    const int64_t chunk = chunk_size();
+    const int64_t nchunks = (vocab + chunk - 1) / chunk;
+    const int last = chunk_pass(w, chunk, nchunks);
+    double running, target;
+    const int64_t hit = locate(u, nchunks, &running, &target);
+    const int fallback = last >= 0 ? last : none;
+    if (hit >= nchunks) return fallback;  // rounding ran past the end, or no mass
+    const int found = scan(w, hit, chunk, running, target);
     return found != INT32_MAX ? found : fallback;
   }
 
@@ -254,16 +294,44 @@ struct BlockJacobiOps {
 
   // k draws without replacement from row p into out[0..k): draw j samples mass(p) with out[0..j)
   // set to 0 (ExclW), uniform = draw draw0 + j of `row`; -1 once no positive entry is left (c is
-  // block-uniform).  The barrier after thread 0's store publishes out[j] (global memory) to the
-  // next draw's readers.
+  // block-uniform).  Exactly the k draws `draw` would make, with one pass over p instead of k:
+  // the chunk sums are taken once, and after draw j only the chunk that lost out[j] is summed
+  // again (by the same warp routine, so every sum equals a fresh pass's).  The barrier after
+  // thread 0's store publishes out[j] (global memory) to the next draw's readers.
   __device__ void candidates(const float* p, int64_t row, int64_t draw0, int64_t k, int32_t* out) {
+    if (k <= 0) return;
+    const int64_t chunk = chunk_size();
+    const int64_t nchunks = (vocab + chunk - 1) / chunk;
+    int last = chunk_pass(PosW{p}, chunk, nchunks);
     for (int64_t j = 0; j < k; ++j) {
-      const int32_t c = draw(ExclW{p, out, j}, rng.uniform(row, draw0 + j), -1);
+      const ExclW w{p, out, j};
+      double running, target;
+      const int64_t hit = locate(rng.uniform(row, draw0 + j), nchunks, &running, &target);
+      int c = hit < nchunks ? scan(w, hit, chunk, running, target) : INT32_MAX;
+      if (c == INT32_MAX) {  // rounding past the end, or no mass: the last positive entry left
+        if (j > 0) last = last_positive(w);
+        c = last;
+      }
       if (threadIdx.x == 0)
         for (int64_t jj = j; jj < (c < 0 ? k : j + 1); ++jj) out[jj] = c;
       __syncthreads();
       if (c < 0) break;
+      if (j + 1 < k && (threadIdx.x >> 5) == 0) {  // warp 0 re-sums the chunk that lost c
+        int unused = -1;
+        const double s = chunk_sum(ExclW{p, out, j + 1}, c / chunk, chunk, nchunks, unused);
+        if (threadIdx.x == 0) sm.chunk[c / chunk] = s;
+      }
+      __syncthreads();
     }
+  }
+
+  // The last i with w_i > 0, -1 when none (a block pass; the rare fallback of `candidates`).
+  template <class W>
+  __device__ int last_positive(const W& w) {
+    int last = -1;
+    for (int64_t v = threadIdx.x; v < vocab; v += BLOCK)
+      if (w(v) > 0.f) last = static_cast<int>(v);
+    return block_max(last);
   }
 };
 
