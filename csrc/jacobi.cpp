@@ -79,6 +79,9 @@ struct HostJacobiOps {
   void sum2(const F& f, double* s1, double* s2) const {
     sum2_range_host(f, 0, vocab, s1, s2);
   }
+  // The walk's last rejection: nothing to keep here (draw_final draws afresh).
+  void sum2_final(const WalkRejectTerms& f, double* s1, double* s2) { sum2(f, s1, s2); }
+  int32_t draw_final(const WalkResidW& w, float u) const { return draw(w, u); }
 
   template <class W>
   int32_t draw(const W& w, float u) const {

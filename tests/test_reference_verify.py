@@ -652,7 +652,8 @@ def test_jacobi_tree_mode(cont):
     r = rv.verify_jacobi(
         tp, tok, dp, tree=t, continue_after_reject=cont, num_candidates=k, seed=6, offset=2
     )
-    # 1. the accepted prefix is verify_tree without replacement, with the same draws
+    # 1. the accepted prefix is verify_tree without replacement, with the same draws (t: from
+    # the unnormalised residual, equal but at rounding ties, none among these inputs)
     vt = rv.verify_tree(tp, t, tok, dp, without_replacement=True, seed=6, offset=2)
     w = vt.path.shape[1]
     assert torch.equal(r.path[:, :w], vt.path) and (r.path[:, w:] == -1).all()

@@ -1,5 +1,5 @@
-"""The result types of the verification ops and LANTERN's ``Relaxation`` (re-exported by
-``specops.reference.verify`` and ``specops``)."""
+"""The result types of the verification ops and LANTERN's ``Relaxation`` with its pooled mass
+``pool`` (re-exported by ``specops.reference.verify`` and ``specops``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["Relaxation", "ChainResult", "TreeResult", "JacobiResult"]
+__all__ = ["Relaxation", "pool", "ChainResult", "TreeResult", "JacobiResult"]
 
 
 class Relaxation(NamedTuple):
@@ -26,6 +26,20 @@ class Relaxation(NamedTuple):
 
     neighbors: torch.Tensor
     delta: float
+
+
+def pool(p: torch.Tensor, x: torch.Tensor, relax: Relaxation | None) -> torch.Tensor:
+    """LANTERN pooled neighbour mass of x under p [R, V] (see ``Relaxation``), float32 [R]."""
+    if relax is None:
+        return torch.zeros(p.shape[0], dtype=torch.float32, device=p.device)
+    v = p.shape[-1]
+    nb = relax.neighbors.to(p.device).long()
+    ok = (x >= 0) & (x < v)
+    rows = nb[x.clamp(0, v - 1)]  # [R, k]
+    valid = (rows >= 0) & (rows < v) & (rows != x[:, None]) & ok[:, None]
+    pn = torch.where(valid, p.gather(-1, rows.clamp(0, v - 1)), 0.0).double()
+    cum = pn.cumsum(-1)
+    return torch.where(cum <= float(relax.delta), pn, 0.0).sum(-1).float()
 
 
 class ChainResult(NamedTuple):

@@ -49,7 +49,7 @@ import torch
 
 from specops.reference.block import block_accept
 from specops.reference.philox import row_uniforms
-from specops.reference.results import ChainResult, JacobiResult, Relaxation, TreeResult
+from specops.reference.results import ChainResult, JacobiResult, Relaxation, TreeResult, pool
 from specops.reference.sampling import inverse_cdf, mass, rows_per_seed, successive_draws
 
 __all__ = [
@@ -104,25 +104,11 @@ def _at(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return torch.where(ok, val, torch.zeros((), dtype=w.dtype, device=w.device))
 
 
-def _pool(p: torch.Tensor, x: torch.Tensor, relax: Relaxation | None) -> torch.Tensor:
-    """LANTERN pooled neighbour mass of x under p [R, V] (see ``Relaxation``), float32 [R]."""
-    if relax is None:
-        return torch.zeros(p.shape[0], dtype=torch.float32, device=p.device)
-    v = p.shape[-1]
-    nb = relax.neighbors.to(p.device).long()
-    ok = (x >= 0) & (x < v)
-    rows = nb[x.clamp(0, v - 1)]  # [R, k]
-    valid = (rows >= 0) & (rows < v) & (rows != x[:, None]) & ok[:, None]
-    pn = torch.where(valid, p.gather(-1, rows.clamp(0, v - 1)), 0.0).double()
-    cum = pn.cumsum(-1)
-    return torch.where(cum <= float(relax.delta), pn, 0.0).sum(-1).float()
-
-
 def _accept(u, p, q, x, relax) -> torch.Tensor:
     """u * q(x) < p(x) + pool(x) per row; q None = one-hot of x (q(x) = 1)."""
     px = _at(p, x)
     qx = torch.ones_like(px) if q is None else _at(q, x)
-    return u * qx < px + _pool(p, x, relax)
+    return u * qx < px + pool(p, x, relax)
 
 
 def _draws(seed, offset, rows: int, draws: int, device, uniforms) -> torch.Tensor:
@@ -260,14 +246,14 @@ class _Walk(NamedTuple):
     rejected: torch.Tensor  # [B] bool: a child of `end` was tested and rejected
 
 
-def _tree_walk(
-    p_all, q_all, tok, first_child, next_sibling, u, final_draw, *, wor, relax, greedy, width
-) -> _Walk:
+def _tree_walk(p_all, q_all, tok, first_child, next_sibling, u, final_draw, *, wor, relax, greedy,
+               width, resid_final=False) -> _Walk:  # fmt: skip
     """Recursive rejection sampling down a batch of trees (see verify_tree).
 
     p_all/q_all [B, N, V] float32 (q_all None = deterministic drafts), tok [B, N] long,
     first_child/next_sibling [B, N] long, u [B, >= N] float32 (node n's test = column n - 1,
-    the final sample = column ``final_draw``)."""
+    the final sample = column ``final_draw``).  ``resid_final``: a final token after a rejection
+    is drawn from that rejection's unnormalised residual (p = its norm: the same law)."""
     b, n, v = p_all.shape
     dev = p_all.device
     rows = torch.arange(b, device=dev)
@@ -279,6 +265,7 @@ def _tree_walk(
     a = torch.zeros(b, dtype=torch.long, device=dev)
     done = torch.zeros(b, dtype=torch.bool, device=dev)
     rej = torch.zeros(b, dtype=torch.bool, device=dev)
+    r_last = p  # the last rejection's residual (p where it has no mass)
     path = torch.where(col == 0, 0, torch.full((b, width), -1, dtype=torch.long, device=dev))
     tokens = torch.full((b, width), -1, dtype=torch.long, device=dev)
     # Each iteration a live row either tests one child or emits its final token; at most N - 1
@@ -298,6 +285,7 @@ def _tree_walk(
             # rejected child x: p <- norm(max(p - q, 0)); without replacement the next sibling's
             # draft dist also drops x: q <- norm(q without x)  (SJD-PAC Eqs. 7-8).
             qx = q if q is not None else _one_hot(x, v)
+            r_last = torch.where(no[:, None], _residual_or(p, qx), r_last)
             p = torch.where(no[:, None], _normalise(_residual(p, qx), p), p)
             if wor and q is not None:
                 q = torch.where(no[:, None], _drop_and_renormalise(q, x), q)
@@ -316,7 +304,8 @@ def _tree_walk(
     if greedy:
         t = p_all[rows, cur].argmax(-1)
     else:
-        t = inverse_cdf(p, u[:, final_draw]).long()
+        dist = torch.where(rej[:, None], r_last, p) if resid_final else p
+        t = inverse_cdf(dist, u[:, final_draw]).long()
     tokens = torch.where(col == a[:, None], t[:, None], tokens)
     return _Walk(path, tokens, a, cur, rej)
 
@@ -427,10 +416,10 @@ def verify_jacobi(
     Tree mode (``tree``, e.g. ``Tree.kary_chain(K, D, L)`` with N = L nodes).  Arguments follow
     ``verify_tree``: node 0 = the last committed token (window_tokens[:, 0] ignored), row n of
     target_probs/draft_probs = the dists of the children of node n, -1 tokens = padding nodes.
-      * The accepted path is ``verify_tree(..., without_replacement=True)`` with the same draws,
-        exactly: a = its num_accepted, m = its last node, t = its final token; path [B, L] its
-        node ids root first.  first_reject = a if a child of m was tested and rejected (t is a
-        correction), else -1 (m had no real child: t is a bonus).
+      * The accepted path is ``verify_tree(..., without_replacement=True)`` with the same draws:
+        a = its num_accepted, m = its last node, path [B, L] its node ids root first; t = its final
+        token (after a rejection drawn from the unnormalised residual: same law, equal but at
+        rounding ties).  first_reject = a if a child of m was rejected, else -1 (t is a bonus).
       * Positions: next_window[d] holds the token at depth d + 1.  d < a: the accepted tokens;
         d = a: t.  Continuation runs down the first-child line below the rejected slot:
         l_{a+1} = first child of m, l_{d+1} = first child of l_d; for d > a while l_{d+1} exists
@@ -492,7 +481,18 @@ def verify_jacobi(
     else:
         fc, ns = _tree_arrays(tree, b, dev)
         w = _tree_walk(
-            p_all, q_all, x_all, fc, ns, u, L - 1, wor=True, relax=relax, greedy=False, width=L
+            p_all,
+            q_all,
+            x_all,
+            fc,
+            ns,
+            u,
+            L - 1,
+            wor=True,
+            relax=relax,
+            greedy=False,
+            width=L,
+            resid_final=True,
         )
         a = w.num_accepted
         first_reject = torch.where(w.rejected, a, -1)

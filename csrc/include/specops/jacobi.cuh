@@ -12,7 +12,8 @@
 // candidates) if n is a first child, i.e. could lie on the continuation line, without waiting
 // for the walk.  Every block bumps the request's counter after a fence; the last one reads the
 // workspace, writes the outputs (jacobi_tree_finish) and resets the counter.  Bytes: the walk
-// reads its rows once per rejection plus once (and the hit chunk) for the final draw; a line node
+// reads its rows once per rejection (its last rejection's pass keeps the residual's chunk sums,
+// so the final draw after it scans one chunk) or once for a final draw without; a line node
 // reads p and q once for a resample (the draw from the unnormalised residual: its chunk sums,
 // then the hit chunk) and p once for its k candidates (chunk sums once; after each draw the
 // chunk that lost the drawn id is summed again and only the hit chunk is scanned).
@@ -62,6 +63,7 @@ struct BlockJacobiOps {
   JacobiSmem<BLOCK>& sm;
   int64_t vocab;
   const RngArgs& rng;
+  int final_last = -1;  // sum2_final's last positive entry of r (every thread)
 
   __device__ bool leader() const { return threadIdx.x == 0; }
   __device__ void sync() const { __syncthreads(); }
@@ -153,6 +155,84 @@ struct BlockJacobiOps {
     }
     *s1 = block_sum(a);
     *s2 = block_sum(b);
+  }
+
+  // sum2 of the walk's last rejection, chunk by chunk (a warp per chunk, as chunk_pass): also
+  // keeps sm.chunk[c] = chunk c's sum of r (f's first term) and r's last positive entry, so
+  // that draw_final(WalkResidW{f}, u) is draw's locate and scan alone.  Every chunk sum equals
+  // chunk_pass's (the same lanes, order and reduction); s1 = the sum of the chunk sums.
+  template <class F>
+  __device__ void sum2_final(const F& f, double* s1, double* s2) {
+    const int64_t chunk = chunk_size();
+    const int64_t nchunks = (vocab + chunk - 1) / chunk;
+    const int64_t full_quads = vocab / 4;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    double b = 0.0;
+    int last = -1;
+    for (int64_t c = warp; c < nchunks; c += BLOCK / 32) {
+      const int64_t q_lo = c * chunk / 4;
+      const int64_t q_hi = (c + 1) * chunk / 4 < full_quads ? (c + 1) * chunk / 4 : full_quads;
+      double a = 0.0;
+      int64_t qd = q_lo + lane;
+      for (; qd + 32 < q_hi; qd += 64) {  // two quads of p and q in flight a lane
+        float r0[4], d0[4], r1[4], d1[4];
+        f.quad(4 * qd, r0, d0);
+        f.quad(4 * (qd + 32), r1, d1);
+        add_positive(r0, 4 * qd, &a, &last);
+        add_positive(r1, 4 * (qd + 32), &a, &last);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) b += static_cast<double>(d0[e]) + static_cast<double>(d1[e]);
+      }
+      for (; qd < q_hi; qd += 32) {
+        float r0[4], d0[4];
+        f.quad(4 * qd, r0, d0);
+        add_positive(r0, 4 * qd, &a, &last);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) b += static_cast<double>(d0[e]);
+      }
+      if (c == nchunks - 1) {  // the V % 4 tail belongs to the last chunk
+        for (int64_t v = full_quads * 4 + lane; v < vocab; v += 32) {
+          float r, d;
+          f(v, &r, &d);
+          if (r > 0.f) {
+            a += static_cast<double>(r);
+            last = last > v ? last : static_cast<int>(v);
+          }
+          b += static_cast<double>(d);
+        }
+      }
+      a = warp_sum(a);
+      if (lane == 0) sm.chunk[c] = a;
+    }
+    final_last = block_max(last);  // its barrier publishes the chunk sums
+    double total = 0.0;
+    for (int64_t c = 0; c < nchunks; ++c) total += sm.chunk[c];
+    *s1 = total;
+    *s2 = block_sum(b);
+  }
+
+  // draw(w, u) on the chunk sums sum2_final kept (w = WalkResidW of its f).
+  template <class W>
+  __device__ int32_t draw_final(const W& w, float u) {
+    const int64_t chunk = chunk_size();
+    const int64_t nchunks = (vocab + chunk - 1) / chunk;
+    double running, target;
+    const int64_t hit = locate(u, nchunks, &running, &target);
+    const int fallback = final_last >= 0 ? final_last : 0;
+    if (hit >= nchunks) return fallback;
+    const int found = scan(w, hit, chunk, running, target);
+    return found != INT32_MAX ? found : fallback;
+  }
+
+  // acc += the positive entries of o (ids i..i+3) in order; last <- the last of them.
+  __device__ static void add_positive(const float* o, int64_t i, double* acc, int* last) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (o[e] > 0.f) {
+        *acc += static_cast<double>(o[e]);
+        *last = static_cast<int>(i + e);
+      }
+    }
   }
 
   // A draw's chunks: at most kJacobiChunks of a multiple of 128 entries each.

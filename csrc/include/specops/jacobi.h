@@ -290,10 +290,27 @@ struct WalkRejectTerms {
   }
 };
 
+// r_v = max(p_j - q_j, 0) of the rejection of x at state j (WalkRejectTerms' first term): what the
+// walk's final token is drawn from after a rejection (unnormalised; p_{j+1} is its norm).
+struct WalkResidW {
+  WalkRejectTerms f;
+  SPECOPS_HD float operator()(int64_t v) const {
+    float r, qd;
+    f(v, &r, &qd);
+    return r;
+  }
+  SPECOPS_HD void quad(int64_t i, float* o) const {
+    float qd[4];
+    f.quad(i, o, qd);
+  }
+};
+
 // ---- shared per-request procedures (Ops: HostJacobiOps or the CUDA BlockJacobiOps) -------------
 // Ops provides, collectively over the vocabulary (every thread of a block calls them alike):
 //   double sum(w), void sum2(f, &s1, &s2), int32_t draw(w, u), int32_t draw_residual(r, u)
-//   (the draw from ResidW r, -1 when r has no mass),
+//   (the draw from ResidW r, -1 when r has no mass), void sum2_final(f, &s1, &s2) (sum2 of the
+//   walk's last rejection, which may keep what draw_final(w, u) = draw(w, u) needs of f's first
+//   term, w = WalkResidW{f}),
 //   void candidates(p, row, draw0, k, out) (k draws without replacement from raw row p into
 //   out[0..k), uniform j = draw draw0 + j of `row`), bool leader(), void sync() (a block
 //   barrier: the leader's shared-memory stores are then visible to every thread).
@@ -403,6 +420,14 @@ SPECOPS_HD bool jacobi_on_line(const TreeView& tv, const int32_t* parent, int64_
   return n >= 1 && parent[n] >= 0 && tv.first_child(parent[n]) == n;
 }
 
+// The next sibling of c that is not padding, -1 when none.
+SPECOPS_HD int64_t jacobi_next_real(const JacobiArgs& A, const TreeView& tv, int64_t c) {
+  int64_t n = tv.next_sibling(c);
+  for (int64_t hops = 0; n >= 0 && tv.token(A, n) == -1 && hops < tv.len; ++hops)
+    n = tv.next_sibling(n);
+  return n >= 0 && tv.token(A, n) == -1 ? -1 : n;
+}
+
 // The walk (verify_tree without replacement, draws n - 1 and L - 1).  Writes the walk's result
 // and its path/tokens into the request's workspace ws (leader only).  Scratch xs/S/T hold the
 // rejections at the current node (at most L - 1 entries).
@@ -421,7 +446,7 @@ SPECOPS_HD void jacobi_tree_walk(const JacobiArgs& A, int64_t b, const TreeView&
   }
   int64_t cur = 0, a = 0, j = 0;
   int64_t cand = tv.first_child(0);
-  bool rej = false;
+  bool rej = false, last_kept = false;
   for (int64_t step = 0; step < L && cand >= 0; ++step) {
     const int64_t c = cand;
     const int64_t x = tv.token(A, c);
@@ -451,9 +476,15 @@ SPECOPS_HD void jacobi_tree_walk(const JacobiArgs& A, int64_t b, const TreeView&
       continue;
     }
     // rejected: p <- norm(max(p - q, 0)), q <- norm(q without x); only the sums' reciprocals
-    // are stored (a later pass multiplies by them).
+    // are stored (a later pass multiplies by them).  Without a real sibling left the walk ends
+    // here: the pass also keeps what the final draw from r needs (sum2_final).
     double s = 0.0, t = 0.0;
-    ops.sum2(WalkRejectTerms{row, x}, &s, &t);
+    last_kept = jacobi_next_real(A, tv, c) < 0;
+    if (last_kept) {
+      ops.sum2_final(WalkRejectTerms{row, x}, &s, &t);
+    } else {
+      ops.sum2(WalkRejectTerms{row, x}, &s, &t);
+    }
     // the walk's rejection state, in shared memory: stored once and published (stores of the
     // same value by every thread would race; found by cuda_sim's ThreadSanitizer stage)
     if (ops.leader()) {
@@ -466,8 +497,18 @@ SPECOPS_HD void jacobi_tree_walk(const JacobiArgs& A, int64_t b, const TreeView&
     rej = true;
     cand = tv.next_sibling(c);
   }
-  const WalkRow row{jacobi_p(A, b, cur), jacobi_q(A, b, cur), j, xs, S, T};
-  const int32_t tok = ops.draw(WalkPosW{row}, A.rng.uniform(b, L - 1));
+  // the final token: after a rejection with mass, from its residual r (p_j = norm(r): the same
+  // law); else from p_j (row cur, or p_{j-1} when the last residual had no mass)
+  const float* p = jacobi_p(A, b, cur);
+  const float* q = jacobi_q(A, b, cur);
+  const float u = A.rng.uniform(b, L - 1);
+  int32_t tok;
+  if (rej && S[j - 1] > 0.0) {
+    const WalkResidW w{WalkRejectTerms{WalkRow{p, q, j - 1, xs, S, T}, xs[j - 1]}};
+    tok = last_kept ? ops.draw_final(w, u) : ops.draw(w, u);
+  } else {
+    tok = ops.draw(WalkPosW{WalkRow{p, q, j, xs, S, T}}, u);
+  }
   if (ops.leader()) {
     toks[a < L ? a : L - 1] = tok;
     ws[kWsA] = static_cast<int32_t>(a);
