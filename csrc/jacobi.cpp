@@ -79,9 +79,31 @@ struct HostJacobiOps {
   void sum2(const F& f, double* s1, double* s2) const {
     sum2_range_host(f, 0, vocab, s1, s2);
   }
-  // The walk's last rejection: nothing to keep here (draw_final draws afresh).
+  // The walk's last rejection: nothing to keep (draw_final draws afresh, over the union lists
+  // the rejection's sum2 built when the node has draft rows).
   void sum2_final(const WalkRejectTerms& f, double* s1, double* s2) { sum2(f, s1, s2); }
-  int32_t draw_final(const WalkResidW& w, float u) const { return draw(w, u); }
+  int32_t draw_final(const WalkResidW& w, float u) {
+    const WalkRow& r = w.f.row;
+    if (r.q0 == nullptr) return draw(w, u);
+    union_lists(r.p0, r.q0);
+    if (lists.m == 0) return 0;  // no mass: the fallback token
+    const ListBuffers& b = *lists.buf;
+    const float *pl = b.pos.data(), *ql = b.res.data();
+    const int32_t* ids = b.idx.data();
+    const WalkRejectTerms lf{WalkRow{pl, ql, r.j, r.xs, r.S, r.T}, w.f.x};
+    const auto weight = [&](int64_t i) {  // r of list entry i (WalkResidW at its id)
+      float p = pl[i], q = ql[i], res, qd;
+      lf.row.steps(ids[i], p, q);
+      lf.terms(ids[i], p, q, &res, &qd);
+      return res;
+    };
+    const auto chunk_sum = [&](int64_t lo, int64_t hi) {
+      double s = 0.0, t = 0.0;
+      walk_terms_sum_host(pl + lo, ql + lo, ids + lo, r.j, r.xs, r.S, r.T, w.f.x, hi - lo, &s, &t);
+      return s;
+    };
+    return ids[draw_host_chunked(weight, lists.m, u, chunk_sum)];
+  }
 
   template <class W>
   int32_t draw(const W& w, float u) const {
