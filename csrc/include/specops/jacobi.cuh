@@ -164,14 +164,13 @@ struct BlockJacobiOps {
   template <class F>
   __device__ void sum2_final(const F& f, double* s1, double* s2) {
     const int64_t chunk = chunk_size();
-    const int64_t nchunks = (vocab + chunk - 1) / chunk;
-    const int64_t full_quads = vocab / 4;
+    const int64_t nchunks = num_chunks(chunk);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     double b = 0.0;
     int last = -1;
     for (int64_t c = warp; c < nchunks; c += BLOCK / 32) {
-      const int64_t q_lo = c * chunk / 4;
-      const int64_t q_hi = (c + 1) * chunk / 4 < full_quads ? (c + 1) * chunk / 4 : full_quads;
+      int64_t q_lo, q_hi;
+      chunk_quads(c, chunk, &q_lo, &q_hi);
       double a = 0.0;
       int64_t qd = q_lo + lane;
       for (; qd + 32 < q_hi; qd += 64) {  // two quads of p and q in flight a lane
@@ -191,7 +190,7 @@ struct BlockJacobiOps {
         for (int e = 0; e < 4; ++e) b += static_cast<double>(d0[e]);
       }
       if (c == nchunks - 1) {  // the V % 4 tail belongs to the last chunk
-        for (int64_t v = full_quads * 4 + lane; v < vocab; v += 32) {
+        for (int64_t v = vocab / 4 * 4 + lane; v < vocab; v += 32) {
           float r, d;
           f(v, &r, &d);
           if (r > 0.f) {
@@ -214,11 +213,17 @@ struct BlockJacobiOps {
   // draw(w, u) on the chunk sums sum2_final kept (w = WalkResidW of its f).
   template <class W>
   __device__ int32_t draw_final(const W& w, float u) {
+    return draw_on_chunks(w, u, final_last >= 0 ? final_last : 0);
+  }
+
+  // The draw's second half, on the chunk sums in sm.chunk: the chunk holding u * total, then
+  // the scan in it; `fallback` when rounding ran past the end or there is no mass.
+  template <class W>
+  __device__ int32_t draw_on_chunks(const W& w, float u, int fallback) {
     const int64_t chunk = chunk_size();
-    const int64_t nchunks = (vocab + chunk - 1) / chunk;
+    const int64_t nchunks = num_chunks(chunk);
     double running, target;
     const int64_t hit = locate(u, nchunks, &running, &target);
-    const int fallback = final_last >= 0 ? final_last : 0;
     if (hit >= nchunks) return fallback;
     const int found = scan(w, hit, chunk, running, target);
     return found != INT32_MAX ? found : fallback;
@@ -240,6 +245,13 @@ struct BlockJacobiOps {
     const int64_t per = (vocab + kJacobiChunks - 1) / kJacobiChunks;
     return (per + 127) / 128 * 128;
   }
+  __device__ int64_t num_chunks(int64_t chunk) const { return (vocab + chunk - 1) / chunk; }
+  // Chunk c's whole quads [*q_lo, *q_hi) (the V % 4 tail entries belong to the last chunk).
+  __device__ void chunk_quads(int64_t c, int64_t chunk, int64_t* q_lo, int64_t* q_hi) const {
+    const int64_t full_quads = vocab / 4;
+    *q_lo = c * chunk / 4;
+    *q_hi = (c + 1) * chunk / 4 < full_quads ? (c + 1) * chunk / 4 : full_quads;
+  }
 
   // The calling warp's float64 sum of chunk c of w (the V % 4 tail belongs to the last chunk),
   // the same on every lane; `last` <- the lane's last positive entry seen.  Pass 1 and the
@@ -248,21 +260,13 @@ struct BlockJacobiOps {
   __device__ double chunk_sum(const W& w, int64_t c, int64_t chunk, int64_t nchunks,
                               int& last) const {
     const int lane = threadIdx.x & 31;
-    const int64_t full_quads = vocab / 4;
-    const int64_t q_lo = c * chunk / 4;
-    const int64_t q_hi = (c + 1) * chunk / 4 < full_quads ? (c + 1) * chunk / 4 : full_quads;
+    int64_t q_lo, q_hi;
+    chunk_quads(c, chunk, &q_lo, &q_hi);
     double acc = 0.0;
-    quads(w, q_lo + lane, 32, q_hi, [&](int64_t i, const float* o) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (o[e] > 0.f) {
-          acc += static_cast<double>(o[e]);
-          last = static_cast<int>(i + e);
-        }
-      }
-    });
+    quads(w, q_lo + lane, 32, q_hi,
+          [&](int64_t i, const float* o) { add_positive(o, i, &acc, &last); });
     if (c == nchunks - 1) {
-      for (int64_t v = full_quads * 4 + lane; v < vocab; v += 32) {
+      for (int64_t v = vocab / 4 * 4 + lane; v < vocab; v += 32) {
         const float wv = w(v);
         if (wv > 0.f) {
           acc += static_cast<double>(wv);
@@ -359,14 +363,8 @@ struct BlockJacobiOps {
   template <class W>
   __device__ int32_t draw(const W& w, float u, int32_t none = 0) {
     const int64_t chunk = chunk_size();
-    const int64_t nchunks = (vocab + chunk - 1) / chunk;
-    const int last = chunk_pass(w, chunk, nchunks);
-    double running, target;
-    const int64_t hit = locate(u, nchunks, &running, &target);
-    const int fallback = last >= 0 ? last : none;
-    if (hit >= nchunks) return fallback;  // rounding ran past the end, or no mass
-    const int found = scan(w, hit, chunk, running, target);
-    return found != INT32_MAX ? found : fallback;
+    const int last = chunk_pass(w, chunk, num_chunks(chunk));
+    return draw_on_chunks(w, u, last >= 0 ? last : none);
   }
 
   // The draw from r = max(p - q, 0); -1 when r has no mass.
@@ -381,7 +379,7 @@ struct BlockJacobiOps {
   __device__ void candidates(const float* p, int64_t row, int64_t draw0, int64_t k, int32_t* out) {
     if (k <= 0) return;
     const int64_t chunk = chunk_size();
-    const int64_t nchunks = (vocab + chunk - 1) / chunk;
+    const int64_t nchunks = num_chunks(chunk);
     int last = chunk_pass(PosW{p}, chunk, nchunks);
     for (int64_t j = 0; j < k; ++j) {
       const ExclW w{p, out, j};
