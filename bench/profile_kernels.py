@@ -31,8 +31,9 @@ def _jacobi_case(device, small, shape=(3, 3, 64), k=3, cont=True, b=2):
     from .bench_acceptance import _tree_case
 
     v = 1000 if small else 65536
-    if small:
-        shape = (shape[0], shape[1], max(13 if shape[1] == 3 else 4, shape[2] // 5))
+    if small:  # a fifth of the window, but at least the k-ary part's nodes
+        k_ary, depth, length = shape
+        shape = (k_ary, depth, max(sum(k_ary**i for i in range(depth)), length // 5))
     tree = Tree.kary_chain(*shape, device=device)
     gen = torch.Generator(device=device).manual_seed(0)
     p, q, x, _, _ = _tree_case(tree, b, v, "root", gen, device, 2000)
@@ -69,12 +70,13 @@ def _probs_case(device, small, lead, v, cfg, k):
 
 
 def _chain_case(device, small, b=64, k=8, v=128256):
+    """bench_verify's chain inputs (drafts near the target, so rejections happen)."""
+    from .bench_verify import _chain_inputs
+
     if small:
         b, v = 2, 1000
-    g = torch.Generator().manual_seed(0)
-    p = torch.softmax(torch.randn(b, k + 1, v, generator=g) * 3, -1).to(device)
-    q = torch.softmax(torch.randn(b, k, v, generator=g) * 3, -1).to(device)
-    x = torch.multinomial(q.reshape(-1, v).cpu(), 1, generator=g).reshape(b, k).to(device)
+    g = torch.Generator(device=device).manual_seed(0)
+    p, x, q = _chain_inputs(b, k, v, device, g)
     be = "cuda" if device == "cuda" else "cpu"
     return lambda: specops.verify_chain(p, x, q, seed=1, backend=be)
 
