@@ -127,3 +127,120 @@ def test_bad_counters_are_named():
         chain_speculative_sampling(q, ids, p, torch.zeros(2, dtype=torch.int64))
     with pytest.raises(ValueError, match="maybe_output_emitted_draft_token_num"):
         chain_speculative_sampling(q, ids, p, None, torch.zeros(3, dtype=torch.int32))
+
+
+# issue 38: edges -------------------------------------------------------------------------------
+def _inputs(b=4, n=3, v=9, seed=8):
+    g = gen(seed)
+    draft, target = random_probs(b, n, v, generator=g), random_probs(b, n + 1, v, generator=g)
+    return draft, torch.randint(0, v, (b, n), generator=g), target
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_out_of_range_draft_is_a_draft_of_target_probability_zero(dtype):
+    """Fast mode: a draft id >= vocab (or < -1) stays in bounds and is rejected, exactly as a draft
+    whose target probability is 0 (same residual, same draws, same counters)."""
+    draft, ids, target = _inputs()
+    v = target.shape[-1]
+    target[..., v - 1] = 0.0  # token v - 1: target probability 0 everywhere
+    target /= target.sum(-1, keepdim=True)
+    big = 2**31 - 1 if dtype == torch.int32 else 2**40
+    bad, alike = ids.clone().to(dtype), ids.clone().to(dtype)
+    where = [(0, 0, v), (1, 1, v + 3), (2, 2, big), (3, 1, -7)]
+    for row, col, x in where:
+        bad[row, col], alike[row, col] = x, v - 1
+    with specops.validation(False):
+        for kw in ({"seed": 5, "offset": 2}, {"seed": torch.tensor([1, 2, 3, 4]), "offset": 0}):
+            got = chain_speculative_sampling(draft, bad, target, **kw)
+            want = chain_speculative_sampling(draft, alike, target, **kw)
+            assert all(torch.equal(x, y) for x, y in zip(got, want))
+            out, acc, emit = got
+            assert bool((out < v).all()) and all(int(emit[r]) <= c for r, c, _ in where)
+
+
+def test_out_of_range_draft_is_named_under_validation():
+    draft, ids, target = _inputs()
+    for x in (target.shape[-1], -2):
+        bad = ids.clone()
+        bad[1, 2] = x
+        with pytest.raises(ValueError, match=rf"draft_token_ids holds id {x} outside"):
+            chain_speculative_sampling(draft, bad, target, seed=0, offset=0)
+
+
+def test_seed_and_offset_forms_flashinfer_takes():
+    """0.7.2: an int, or a 1-D int64/uint64 tensor of length 1 (the batch) or B (per request)."""
+    draft, ids, target = _inputs(b=3)
+    one = chain_speculative_sampling(draft, ids, target, seed=7, offset=4)[0]
+    for s, o in (
+        (torch.tensor([7]), torch.tensor([4])),
+        (torch.tensor([7], dtype=torch.uint64), torch.tensor([4], dtype=torch.uint64)),
+        (torch.tensor([7, 7, 7]), torch.tensor([4, 4, 4])),
+        (torch.tensor(7), 4),
+        (7, torch.tensor([4])),
+    ):
+        assert torch.equal(chain_speculative_sampling(draft, ids, target, seed=s, offset=o)[0], one)
+    # 64-bit patterns: 2**64 - 1 is the uint64 of int64 -1
+    top = torch.tensor([2**64 - 1], dtype=torch.uint64)
+    a = chain_speculative_sampling(draft, ids, target, seed=2**64 - 1, offset=0)[0]
+    assert torch.equal(a, chain_speculative_sampling(draft, ids, target, seed=-1, offset=0)[0])
+    assert torch.equal(a, chain_speculative_sampling(draft, ids, target, seed=top, offset=0)[0])
+    # one value per request: request r is the batch call's row r under (seed_r, offset_r)
+    seeds, offsets = torch.tensor([3, 2**40, -5]), torch.tensor([0, 9, 2**33])
+    per = chain_speculative_sampling(draft, ids, target, seed=seeds, offset=offsets)[0]
+    for r in range(3):
+        row = chain_speculative_sampling(draft, ids, target, seed=int(seeds[r]),
+                                         offset=int(offsets[r]))[0][r]  # fmt: skip
+        assert torch.equal(per[r], row)
+    same_offset = chain_speculative_sampling(draft, ids, target, seed=seeds, offset=0)[0]
+    assert torch.equal(same_offset, specops.verify_chain(target, ids, draft, seed=seeds).tokens)
+
+
+@pytest.mark.parametrize(
+    "kw, err, name",
+    [
+        ({"seed": 1.5, "offset": 0}, TypeError, "seed"),
+        ({"seed": 1, "offset": 0.5}, TypeError, "offset"),
+        ({"seed": True, "offset": 0}, TypeError, "seed"),
+        ({"seed": 3, "offset": "0"}, TypeError, "offset"),
+        ({"seed": torch.tensor([1.0]), "offset": 0}, TypeError, "seed"),
+        ({"seed": torch.tensor([1], dtype=torch.int32), "offset": 0}, TypeError, "seed"),
+        ({"seed": torch.tensor([1, 2]), "offset": 0}, ValueError, "seed"),
+        ({"seed": 1, "offset": torch.tensor([[1]])}, ValueError, "offset"),
+        ({"seed": 2**64, "offset": 0}, ValueError, "seed"),
+        ({"seed": 0, "offset": -(2**63) - 1}, ValueError, "offset"),
+        ({"generator": 3}, TypeError, "generator"),
+    ],
+)
+def test_bad_seed_offset_generator_are_named(kw, err, name):
+    draft, ids, target = _inputs(b=3)
+    with pytest.raises(err, match=rf"chain_speculative_sampling: {name} "):
+        chain_speculative_sampling(draft, ids, target, **kw)
+
+
+def test_shape_errors_name_the_argument_at_fault():
+    draft, ids, target = _inputs(b=3, n=2, v=6)
+    cases = [
+        ((draft, ids, target[:, :2]), ValueError, "target_probs"),  # one row short
+        ((draft, ids, target[..., :5]), ValueError, "target_probs"),  # vocab differs
+        ((draft, ids, target[:2]), ValueError, "target_probs"),
+        ((draft, ids, target[0]), ValueError, "target_probs"),
+        ((draft[:, :1], ids, target), ValueError, "draft_probs"),
+        ((draft[0], ids, target), ValueError, "draft_probs"),
+        ((draft, ids[0], target), ValueError, "draft_token_ids"),
+        ((draft, ids.float(), target), TypeError, "draft_token_ids"),
+        ((draft, ids, target.int()), TypeError, "target_probs"),
+        (([[0.5]], ids, target), TypeError, "draft_probs"),
+    ]
+    for args, err, name in cases:
+        with pytest.raises(err, match=rf"chain_speculative_sampling: {name} "):
+            chain_speculative_sampling(*args)
+
+
+def test_float64_is_cast_and_mixed_dtypes_run():
+    """FlashInfer casts the probabilities to float32; so does the compat layer."""
+    draft, ids, target = _inputs()
+    want = chain_speculative_sampling(draft.float(), ids, target.float(), seed=2, offset=0)[0]
+    got = chain_speculative_sampling(draft.double(), ids.int(), target.double(), seed=2, offset=0)
+    assert torch.equal(got[0], want)
+    half = chain_speculative_sampling(draft.half(), ids, target, seed=2, offset=0)[0]
+    assert half.shape == (4, 4)
