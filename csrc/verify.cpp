@@ -185,6 +185,8 @@ void gumbel_topk_host(const float* p, int64_t vocab, const RngArgs& rng, int64_t
     }
     const int64_t m = compact_above_host(p, base, hi, thr, idx, pos);
     uniforms_at(rng, row, draw0, idx, m, u);
+    if (rng.uniforms != nullptr)  // Philox's own are in range already
+      for (int64_t i = 0; i < m; ++i) u[i] = gumbel_uniform(u[i]);
     int64_t ns = m;
     if (n == kk) {  // vectorised pre-filter at this block's scale (it only shrinks later)
       const float sf = std::nextafter(static_cast<float>(scale * (1.0 + 1e-6)), HUGE_VALF);

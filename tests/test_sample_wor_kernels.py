@@ -165,6 +165,22 @@ def test_exact_ties_and_unit_uniforms(be):
     assert torch.equal(got, wor(p, 4, uniforms=u)) and got[0].tolist() == [5, 17, 300, 0]
 
 
+@pytest.mark.parametrize("be", ["reference", *BACKENDS])
+def test_zero_and_nan_uniforms_count_as_the_smallest(be):
+    # a caller's u below 2^-24 (0, NaN) counts as 2^-24, Philox's smallest: an entry with mass
+    # keeps a finite key and is chosen before -1 padding, on every backend alike
+    dev = _dev(be)
+    p = torch.tensor([[0.1, 0.0, 0.6, 0.3, 0.0], [0.25] * 5, [0.0, 0.5, 0.0, 0.5, 0.0]])
+    u = torch.zeros(3, 5)
+    u[1, 3] = float("nan")
+    u[2, 3] = 0.5
+    got = specops.sample_without_replacement(p.to(dev), 4, uniforms=u.to(dev), backend=be).cpu()
+    # equal u: keys rank by p (ties by id); row 2: u = 0.5 beats u = 2^-24 at equal p
+    assert got.tolist() == [[2, 3, 0, -1], [0, 1, 2, 3], [3, 1, -1, -1]]
+    small = torch.full((3, 5), 2.0**-24)
+    assert torch.equal(got, wor(p, 4, uniforms=small.where(u.isnan() | (u == 0), u)))
+
+
 @pytest.mark.parametrize("be", BACKENDS)
 def test_top_keys_in_one_thread(be):
     # the heavy entries sit at stride 256 (one CUDA thread owns all of them): forces the

@@ -93,7 +93,8 @@ def sample_without_replacement(probs: torch.Tensor, k: int, *, seed=0, offset=0,
     mass is all -1); k > V pads likewise.
 
     Random draws: flat row r (row-major over the leading dims; ``seed`` [B] = one per request
-    along dim 0), draw v = u_v for entry v.  ``uniforms`` [..., V] float32 replaces them."""
+    along dim 0), draw v = u_v for entry v.  ``uniforms`` [..., V] float32 replaces them; one
+    below 2^-24 (the stream's smallest), 0 and NaN included, counts as 2^-24."""
     lead = probs.shape[:-1]
     v = probs.shape[-1]
     p = mass(probs.reshape(-1, v))
@@ -104,6 +105,9 @@ def sample_without_replacement(probs: torch.Tensor, k: int, *, seed=0, offset=0,
         u = row_uniforms(
             seed, offset, r, v, rows_per_seed=rows_per_seed(seed, r), device=probs.device
         )
+    # Philox's uniforms lie in [2^-24, 1 - 2^-24]; a caller's below 2^-24 (0, NaN) counts as
+    # 2^-24, so every entry with mass has a key > -inf and can be chosen (every backend alike)
+    u = torch.where(u > 2.0**-24, u, torch.full((), 2.0**-24, device=u.device))
     keys = torch.log(p) - torch.log(-torch.log(u))
     keys = torch.where(p > 0, keys, float("-inf"))
     kk = min(k, v)

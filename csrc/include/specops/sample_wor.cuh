@@ -67,7 +67,7 @@ __device__ void block_gumbel_topk(const float* p, int64_t vocab, const RngArgs& 
     for (int64_t v = threadIdx.x; v < vocab; v += BLOCK) {
       const float pv = mass(p[v]);
       if (!(pv > 0.f)) continue;
-      const float u = rng.uniform(row, draw0 + v);
+      const float u = gumbel_uniform(rng.uniform(row, draw0 + v));
       const KeyId e = {logf(pv) - logf(-logf(u)), static_cast<int32_t>(v)};
       topk_list_push(list, e, thr, dropped);
     }
