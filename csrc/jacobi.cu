@@ -5,14 +5,16 @@
 namespace specops {
 namespace SPECOPS_LAUNCH_NS {
 
-// Chain mode: grid (L, B); tree mode: grid (L, B) with dynamic shared memory for the walk's
+// Chain mode: grid B * L; tree mode: grid B * L with dynamic shared memory for the walk's
 // rejection state and the tree shape (see specops/jacobi.cuh).
 std::string launch_verify_jacobi(const JacobiArgs& args, void* stream) {
   if (args.batch == 0 || args.len == 0) return std::string();
-  if (args.batch > 65535) return std::string("batch > 65535 is not supported by the CUDA kernel");
+  // one block per (request, slot), flat: block x = b * L + i (x reaches 2^31 - 1; y only 65535)
+  if (args.batch > 2147483647 / args.len)
+    return std::string("batch * len > 2^31 - 1 blocks is not supported by the CUDA kernel");
   constexpr int kBlock = 512;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const dim3 grid(static_cast<unsigned>(args.len), static_cast<unsigned>(args.batch));
+  const dim3 grid(static_cast<unsigned>(args.batch * args.len));
   cudaError_t err;
   if (args.first_child == nullptr) {
     err = launch_kernel("jacobi_chain_kernel", jacobi_chain_kernel<kBlock>, grid, dim3(kBlock), 0,

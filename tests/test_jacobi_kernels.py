@@ -355,6 +355,14 @@ def test_tree_batched_trees(be):
     check(be, p, x, q, tree=t, num_candidates=2, seed=4)
 
 
+@pytest.mark.parametrize("be", [pytest.param("cuda", marks=pytest.mark.gpu), CUDA_SIM])
+def test_batch_beyond_a_grid_dimension(be):
+    # the CUDA grid is 1-D (block b * L + i): B = 65537 (> a grid y/z limit) runs as cpu does
+    gen = _gen(12)
+    p, x, q = chain_case(65537, 1, 4, gen, kind="far")
+    check(be, p, x, q, seed=3)
+
+
 # --------------------------------------------------------------------------------------------
 # randomness, relaxation, dtypes, fast mode
 # --------------------------------------------------------------------------------------------

@@ -1,12 +1,12 @@
 // CUDA verify_jacobi: one launch per step, no host sync.  The maths and the draws are those of
 // specops/jacobi.h (shared with the CPU twin) and specops/reference/verify.py.
 //
-// Chain mode: grid (L, B), one block per (slot i, request b).  Each block recomputes the accepted
-// prefix a from the L scalar tests (one per thread, L loads of p(x) and q(x)), then finishes its
-// slot: the residual or fresh draw and the candidates.  Slots never wait on each
-// other.
+// Chain mode: grid B * L (1-D, block b * L + i), one block per (slot i, request b).  Each block
+// recomputes the accepted prefix a from the L scalar tests (one per thread, L loads of p(x) and
+// q(x)), then finishes its slot: the residual or fresh draw and the candidates.  Slots never wait
+// on each other.
 //
-// Tree mode (SJD-PAC window): grid (L, B).  Block 0 of a request walks the tree (its passes
+// Tree mode (SJD-PAC window): grid B * L likewise.  Block 0 of a request walks the tree (its passes
 // over the vocabulary are the rejections' residual sums and the final draw); block n >= 1 does
 // node n's continuation work (the kept-or-resampled token of its first child and its
 // candidates) if n is a first child, i.e. could lie on the continuation line, without waiting
@@ -416,7 +416,7 @@ struct BlockJacobiOps {
 template <int BLOCK>
 __global__ void __launch_bounds__(BLOCK, 1) jacobi_chain_kernel(JacobiArgs A) {
   __shared__ JacobiSmem<BLOCK> sm;
-  const int64_t i = blockIdx.x, b = blockIdx.y;
+  const int64_t i = blockIdx.x % A.len, b = blockIdx.x / A.len;  // 1-D grid: any batch
   BlockJacobiOps<BLOCK> ops{sm, A.vocab, A.rng};
   // a = the first slot that fails its test (L when all pass): one scalar test per thread
   int first = static_cast<int>(A.len);
@@ -451,7 +451,7 @@ __global__ void __launch_bounds__(BLOCK) jacobi_tree_kernel(JacobiArgs A) {
   int64_t* xs = tok + L;
   double* S = reinterpret_cast<double*>(xs + L);
   double* T = S + L;
-  const int64_t item = blockIdx.x, b = blockIdx.y;
+  const int64_t item = blockIdx.x % L, b = blockIdx.x / L;  // 1-D grid: any batch
   int32_t* ws = A.workspace + b * A.ws_stride;
   BlockJacobiOps<BLOCK> ops{sm, A.vocab, A.rng};
 
@@ -491,7 +491,7 @@ __global__ void __launch_bounds__(BLOCK) jacobi_tree_kernel(JacobiArgs A) {
   __syncthreads();
   if (threadIdx.x == 0) {
     const int done = atomicAdd(A.counters + b, 1);
-    s_last = done == static_cast<int>(gridDim.x) - 1;
+    s_last = done == static_cast<int>(L) - 1;
   }
   __syncthreads();
   if (!s_last) return;
