@@ -25,10 +25,26 @@ or correction token).  Other entries are left as given.
   r > 0, else V - 1.  The walk is exact; the final id can differ from SGLang's kernel only where
   u * sum(r) falls within float32 rounding of a cumsum boundary (the sums run in another order).
 
-Malformed trees (a child or sibling index outside [-1, N), a node reached twice: a sibling cycle
-or a node with two parents, a slot outside ``predicts``) raise a ValueError naming the tensor in
-validation mode (``specops.validation()``, ``SPECOPS_VALIDATE=1``); in fast mode every index is
-clamped and every walk bounded, so no access leaves its tensor whatever the lists hold.
+Checks.  Always (no host sync): every argument's rank, shape, dtype and device against SGLang's
+contract, named in SGLang's words (``candidates`` [bs, N >= 1] int, ``retrive_*`` [bs, N] int,
+``accept_index`` [bs, >= 1] int (the chain: >= K + 1), ``accept_token_num`` [bs] int,
+``predicts`` a contiguous int buffer, ``uniform_samples`` / ``target_probs`` / ``draft_probs``
+[bs, N, ...] float, ``uniform_samples_for_final_sampling`` one float per request): a
+ValueError/TypeError, never an IndexError from inside.  In validation mode
+(``specops.validation()``, ``SPECOPS_VALIDATE=1``) also the values: a child or sibling index
+outside [-1, N), a node reached twice (a sibling cycle, or a node with two parents), a slot of
+``retrive_index`` outside ``predicts`` (greedy: or ``target_predict``) or repeated within a
+request, a draft in ``candidates`` (every column but the root's) outside [0, vocab) where the
+function knows the vocabulary.
+
+Fast mode, whatever the values (one rule in all these functions): no access leaves its tensor
+and every walk is bounded.  A child or sibling index outside [-1, N) ends the sibling list; a
+draft id outside [0, vocab) has target probability 0 (never accepted, never written, nothing
+copied into ``draft_probs`` for it); a slot outside ``predicts`` is recorded in ``accept_index``
+as given (SGLang copies ``retrive_index`` there) but nothing is written through it (no clamp
+onto another slot), and greedy's read of ``target_predict`` through a slot outside it finds no
+token (no child matches, nothing written).  A slot repeated within a request gets the larger of
+its tokens (SGLang: the later write).
 
 Nothing here imports SGLang; ``specops.sglang.install()`` puts these in SGLang's place."""
 
@@ -48,35 +64,108 @@ __all__ = [
 ]
 
 
-def _check_tree(op, candidates, retrive_index, nxt, sib, predicts, accept_index, extra=()):
-    """Shapes always; the lists' values in validation mode (host reads)."""
-    if candidates.dim() != 2:
+_OP = "compat.sglang."  # error messages: "specops.compat.sglang.<function>: ..."
+INF = float("inf")
+
+
+def _check_outputs(op, predicts, accept_index, accept_token_num, bs, min_cols, dev):
+    """The three outputs every function writes: dtypes, shapes, device, writability."""
+    c.check_ids(op, "predicts", predicts, device=dev)
+    if not predicts.is_contiguous():
         raise ValueError(
-            f"{op}: candidates must be [bs, num_draft_tokens], got {list(candidates.shape)}"
+            f"specops.{op}: predicts must be contiguous (its flat slots are written), got shape "
+            f"{list(predicts.shape)} with strides {predicts.stride()}"
         )
-    bs, n = candidates.shape
+    c.check_ids(op, "accept_index", accept_index, ndim=2, device=dev)
+    if accept_index.shape[0] != bs or accept_index.shape[1] < min_cols:
+        raise ValueError(
+            f"specops.{op}: accept_index must be [{bs}, >= {min_cols}] (one row per request), got "
+            f"{list(accept_index.shape)}"
+        )
+    c.check_ids(op, "accept_token_num", accept_token_num, device=dev, shape=(bs,))
+    for name, t in (("predicts", predicts), ("accept_index", accept_index),
+                    ("accept_token_num", accept_token_num)):  # fmt: skip
+        c.check_writable(op, name, t)
+
+
+def _check_candidates(op, candidates):
+    c.check_ids(op, "candidates", candidates, ndim=2)
+    if candidates.shape[1] == 0:
+        raise ValueError(
+            f"specops.{op}: candidates must be [bs, num_draft_tokens >= 1] (column 0 the root), "
+            f"got {list(candidates.shape)}"
+        )
+    return candidates.shape
+
+
+def _check_final(op, u, bs, dev):
+    c.check_probs(op, "uniform_samples_for_final_sampling", u, device=dev)
+    if u.numel() != bs:
+        raise ValueError(
+            f"specops.{op}: uniform_samples_for_final_sampling must hold one coin per request "
+            f"[{bs}], got {list(u.shape)}"
+        )
+
+
+def _check_slots(op, retrive_index, limit, what="predicts"):
+    """Validation mode: every slot inside [0, limit), none twice within a request."""
+    if not c.validating() or retrive_index.numel() == 0:
+        return
+    bad = (retrive_index < 0) | (retrive_index >= limit)
+    if bool(bad.any()):
+        b, i = (int(j) for j in bad.nonzero()[0])
+        raise ValueError(
+            f"specops.{op}: retrive_index[{b}, {i}] = {int(retrive_index[b, i])} is a slot "
+            f"outside {what} [0, {limit})"
+        )
+    srt = retrive_index.sort(-1).values
+    if retrive_index.shape[1] > 1 and bool((srt[:, 1:] == srt[:, :-1]).any()):
+        raise ValueError(f"specops.{op}: retrive_index repeats a slot within a request")
+
+
+def _check_vocab(op, candidates, vocab):
+    """Validation mode: the drafts (every column but the root's, which no kernel reads) are ids
+    in [0, vocab)."""
+    if not c.validating() or candidates.shape[1] < 2 or candidates.shape[0] == 0:
+        return
+    x = candidates[:, 1:]
+    bad = (x < 0) | (x >= vocab)
+    if bool(bad.any()):
+        b, i = (int(j) for j in bad.nonzero()[0])
+        raise ValueError(
+            f"specops.{op}: candidates[{b}, {i + 1}] = {int(x[b, i])} is outside the vocabulary "
+            f"[0, {vocab})"
+        )
+
+
+def _check_tree(op, predicts, accept_index, accept_token_num, candidates, retrive_index, nxt,
+                sib, extra=(), read_through=None):  # fmt: skip
+    """Shapes, dtypes and devices always; the lists' values in validation mode (host reads).
+    ``extra``: (name, tensor, check) triples whose first two dims are [bs, N];
+    ``read_through``: a tensor also indexed by slot (greedy's ``target_predict``)."""
+    bs, n = _check_candidates(op, candidates)
+    dev = candidates.device
     for name, t in (("retrive_index", retrive_index), ("retrive_next_token", nxt),
-                    ("retrive_next_sibling", sib), *extra):  # fmt: skip
-        if tuple(t.shape[:2]) != (bs, n):
+                    ("retrive_next_sibling", sib)):  # fmt: skip
+        c.check_ids(op, name, t, device=dev, shape=(bs, n))
+    _check_outputs(op, predicts, accept_index, accept_token_num, bs, 1, dev)
+    for name, t, check in extra:
+        check(op, name, t, device=dev)
+        if tuple(t.shape[:2]) != (bs, n) or t.dim() < 2:
             raise ValueError(
-                f"{op}: {name} must have the shape of candidates {[bs, n]}, got {list(t.shape)}"
+                f"specops.{op}: {name} must be [{bs}, {n}, ...] like candidates, got "
+                f"{list(t.shape)}"
             )
-    if accept_index.dim() != 2 or accept_index.shape[0] != bs:
-        raise ValueError(
-            f"{op}: accept_index must be [{bs}, spec_tokens], got {list(accept_index.shape)}"
-        )
-    if not c.validating() or bs * n == 0:
+    if not c.validating() or bs == 0:
         return
     for name, t in (("retrive_next_token", nxt), ("retrive_next_sibling", sib)):
         if bool(((t < -1) | (t >= n)).any()):
-            raise ValueError(f"{op}: {name} holds an index outside [-1, {n})")
-    if bool(((retrive_index < 0) | (retrive_index >= predicts.numel())).any()):
-        raise ValueError(
-            f"{op}: retrive_index holds a slot outside predicts [0, {predicts.numel()})"
-        )
-    srt = retrive_index.sort(-1).values
-    if n > 1 and bool((srt[:, 1:] == srt[:, :-1]).any()):
-        raise ValueError(f"{op}: retrive_index repeats a slot within a request")
+            raise ValueError(f"specops.{op}: {name} holds an index outside [-1, {n})")
+    if read_through is None:
+        _check_slots(op, retrive_index, predicts.numel())
+    else:
+        _check_slots(op, retrive_index, min(predicts.numel(), read_through.numel()),
+                     "predicts and target_predict")  # fmt: skip
     # every node is reached at most once from the root through first-child / next-sibling links
     nx, sb = nxt.tolist(), sib.tolist()
     for b in range(bs):
@@ -91,63 +180,66 @@ def _check_tree(op, candidates, retrive_index, nxt, sib, predicts, accept_index,
                     continue
                 if link in seen:
                     raise ValueError(
-                        f"{op}: request {b}: node {link} is reached twice through "
+                        f"specops.{op}: request {b}: node {link} is reached twice through "
                         f"{name} (a cycle, or a node with two parents)"
                     )
                 seen.add(link)
                 stack.append(link)
 
 
-def _write(flat: torch.Tensor, at: torch.Tensor, value: torch.Tensor, where: torch.Tensor):
-    """flat[at] = value where ``where``, unchanged elsewhere (no host sync)."""
-    flat.scatter_(0, at, torch.where(where, value, flat.gather(0, at).long()).to(flat.dtype))
+def _ids_2d(op, name, t, device):
+    c.check_ids(op, name, t, device=device, ndim=2)
 
 
-def _write_path(predicts, accept_index, accept_token_num, retrive_index, path, tokens, num):
-    """SGLang's outputs from a specops result: ``path`` [bs, W] tree-local node ids root first
-    (-1 padded), ``tokens`` [bs, W] the token after each path node, ``num`` [bs] accepted
-    drafts.  accept_index[b, j] = slot of path[b, j] and predicts[that slot] = tokens[b, j] for
-    j <= num[b]; everything else left as given."""
-    bs, n = retrive_index.shape
-    w = path.shape[1]
+def _put(flat: torch.Tensor, at: torch.Tensor, value: torch.Tensor, keep: torch.Tensor) -> None:
+    """flat[at] = value where ``keep`` and ``at`` lies inside ``flat``; the other writes are
+    dropped (never clamped onto another slot).  No host sync, and the result does not depend on
+    the order the writes run in: min, then max (kept: min(old, v) then max(., v) = v; dropped:
+    the dtype's extremes, neutral).  A slot written twice gets the larger value."""
+    size = flat.numel()
+    if size == 0 or at.numel() == 0:
+        return
+    keep = keep & (at.clamp(0, size - 1) == at)
+    at = torch.where(keep, at.long(), 0)
+    v = value.to(flat.dtype)
+    info = torch.iinfo(flat.dtype)
+    flat.scatter_reduce_(0, at, torch.where(keep, v, info.max), "amin")
+    flat.scatter_reduce_(0, at, torch.where(keep, v, info.min), "amax")
+
+
+def _write_path(predicts, accept_index, accept_token_num, at, tokens, num):
+    """SGLang's outputs from a specops result: ``at`` [bs, W] the slots (``retrive_index``
+    values, as given) of the path's nodes root first, ``tokens`` [bs, W] the token after each
+    path node, ``num`` [bs] accepted drafts.  accept_index[b, j] = at[b, j] and predicts[at[b,
+    j]] = tokens[b, j] for j <= num[b], writes through slots outside ``predicts`` dropped;
+    everything else left as given."""
+    w = at.shape[1]
     a = num.long()
-    on_path = torch.arange(w, device=a.device)[None, :] <= a[:, None]
-    slot = retrive_index.long()
-    rows = torch.arange(bs, device=a.device)[:, None]
+    on_path = torch.arange(w, device=a.device) <= a[:, None]
     cols = accept_index[:, :w]
-    cols.copy_(
-        torch.where(on_path, slot[rows, path.long().clamp(min=0)], cols.long()).to(cols.dtype)
-    )
-    # per node: the token after it when it is on the path (off-path entries: a spare column)
-    node = torch.where(on_path, path.long(), n)
-    after = torch.zeros(bs, n + 1, dtype=torch.long, device=a.device).scatter_(
-        1, node, tokens.long()
-    )[:, :n]
-    hit = torch.zeros(bs, n + 1, dtype=torch.bool, device=a.device).scatter_(1, node, on_path)
-    flat = predicts.view(-1)
-    at = slot.clamp(0, max(flat.numel() - 1, 0)).reshape(-1)
-    old = flat.gather(0, at).view(bs, n).long()
-    flat.scatter_(0, at, torch.where(hit[:, :n], after, old).reshape(-1).to(flat.dtype))
-    accept_token_num.copy_(a.to(accept_token_num.dtype))
+    cols.copy_(torch.where(on_path, at, cols))
+    _put(predicts.view(-1), at.reshape(-1), tokens.reshape(-1), on_path.reshape(-1))
+    accept_token_num.copy_(a)
 
 
 class _Walk:
-    """The state of the per-request walk, as tensors [bs]."""
+    """The state of the per-request walk, as tensors [bs].  The ``predicts`` writes are
+    collected and made once at the end (``finish``)."""
 
     def __init__(self, candidates, retrive_index, nxt, sib, predicts, accept_index):
         self.bs, self.n = candidates.shape
         dev = candidates.device
         self.rows = torch.arange(self.bs, device=dev)
         self.cand = candidates.long()
-        self.slot = retrive_index.long().clamp(0, max(predicts.numel() - 1, 0))
+        self.slot = retrive_index.long()  # as given: accept_index records it, _put bounds it
         self.nxt, self.sib = nxt.long(), sib.long()
         self.flat = predicts.view(-1)
         self.accept_index = accept_index
         self.last = torch.zeros(self.bs, dtype=torch.long, device=dev)  # tree-local node
         self.alive = torch.ones(self.bs, dtype=torch.bool, device=dev)
         self.num = torch.zeros(self.bs, dtype=torch.long, device=dev)
-        if accept_index.shape[1] > 0:
-            accept_index[:, 0] = self.slot[:, 0].to(accept_index.dtype)
+        self.writes: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        accept_index[:, 0] = self.slot[:, 0].to(accept_index.dtype)
 
     def node(self, i: torch.Tensor) -> torch.Tensor:
         return i.clamp(0, self.n - 1)
@@ -156,7 +248,7 @@ class _Walk:
         """Rows with hit >= 0 accept tree-local node ``hit`` at ``step``."""
         found = hit >= 0
         h = self.node(hit)
-        _write(self.flat, self.slot[self.rows, self.last], self.cand[self.rows, h], found)
+        self.writes.append((self.slot[self.rows, self.last], self.cand[self.rows, h], found))
         col = self.accept_index[:, step]
         self.accept_index[:, step] = torch.where(found, self.slot[self.rows, h], col.long()).to(
             col.dtype
@@ -164,6 +256,13 @@ class _Walk:
         self.last = torch.where(found, h, self.last)
         self.num += found.long()
         self.alive &= found
+
+    def finish(self, token: torch.Tensor, keep: torch.Tensor, accept_token_num: torch.Tensor):
+        """The last node's token, then every collected write, then the counts."""
+        self.writes.append((self.slot[self.rows, self.last], token, keep))
+        at, value, kept = (torch.cat(t) for t in zip(*self.writes))
+        _put(self.flat, at, value, kept)
+        accept_token_num.copy_(self.num.to(accept_token_num.dtype))
 
 
 def verify_tree_greedy(
@@ -177,27 +276,31 @@ def verify_tree_greedy(
     target_predict: torch.Tensor,
 ) -> None:
     """sgl_kernel's ``verify_tree_greedy`` (module docstring); outputs written in place."""
-    op = "specops.compat.sglang.verify_tree_greedy"
-    _check_tree(op, candidates, retrive_index, retrive_next_token, retrive_next_sibling, predicts,
-                accept_index, (("target_predict", target_predict),))  # fmt: skip
+    op = _OP + "verify_tree_greedy"
+    _check_tree(op, predicts, accept_index, accept_token_num, candidates, retrive_index,
+                retrive_next_token, retrive_next_sibling,
+                (("target_predict", target_predict, _ids_2d),), target_predict)  # fmt: skip
     w = _Walk(candidates, retrive_index, retrive_next_token, retrive_next_sibling, predicts,
               accept_index)  # fmt: skip
     if w.bs == 0:
         return
-    tp = target_predict.reshape(-1).long()
-    tp_at = lambda node: tp[w.slot[w.rows, node].clamp(0, tp.numel() - 1)]  # noqa: E731
+    tp = target_predict.reshape(-1)
+    # the target's token after each node, read through its slot (none where the slot is outside
+    # target_predict: no child matches there and nothing is written)
+    readable = (w.slot >= 0) & (w.slot < tp.numel())
+    after = tp[torch.where(readable, w.slot, 0)].long()
     for step in range(1, accept_index.shape[1]):
-        want = tp_at(w.last)
+        want = after[w.rows, w.last]
+        live = w.alive & readable[w.rows, w.last]
         cur = w.nxt[w.rows, w.last]
         hit = torch.full_like(cur, -1)
         for _ in range(w.n):  # the current node's sibling list, N hops at most
-            valid = w.alive & (hit < 0) & (cur >= 0) & (cur < w.n)
+            valid = live & (hit < 0) & (cur >= 0) & (cur < w.n)
             match = valid & (w.cand[w.rows, w.node(cur)] == want)
             hit = torch.where(match, cur, hit)
             cur = torch.where(valid & ~match, w.sib[w.rows, w.node(cur)], -1)
         w.accept(step, hit)
-    _write(w.flat, w.slot[w.rows, w.last], tp_at(w.last), torch.ones_like(w.alive))
-    accept_token_num.copy_(w.num.to(accept_token_num.dtype))
+    w.finish(after[w.rows, w.last], readable[w.rows, w.last], accept_token_num)
 
 
 def tree_speculative_sampling_target_only(
@@ -219,29 +322,31 @@ def tree_speculative_sampling_target_only(
     """SGLang 0.5.23's ``tree_speculative_sampling_target_only`` (module docstring): ``predicts``,
     ``accept_index``, ``accept_token_num`` and ``draft_probs`` written in place.
     ``deterministic`` is accepted and ignored (this is always deterministic)."""
-    op = "specops.compat.sglang.tree_speculative_sampling_target_only"
+    op = _OP + "tree_speculative_sampling_target_only"
     if not (0.0 <= float(threshold_single) <= 1.0 and 0.0 <= float(threshold_acc) <= 1.0):
         raise ValueError(
-            f"{op}: threshold_single and threshold_acc must be in [0, 1], got "
+            f"specops.{op}: threshold_single and threshold_acc must be in [0, 1], got "
             f"{threshold_single} and {threshold_acc}"
         )
-    _check_tree(op, candidates, retrive_index, retrive_next_token, retrive_next_sibling, predicts,
-                accept_index, (("uniform_samples", uniform_samples), ("target_probs", target_probs),
-                               ("draft_probs", draft_probs)))  # fmt: skip
-    if uniform_samples_for_final_sampling.numel() != candidates.shape[0]:
-        raise ValueError(
-            f"{op}: uniform_samples_for_final_sampling must hold one coin per request "
-            f"({candidates.shape[0]}), got {list(uniform_samples_for_final_sampling.shape)}"
-        )
-    if target_probs.dim() != 3 or draft_probs.shape != target_probs.shape:
-        raise ValueError(
-            f"{op}: target_probs and draft_probs must be [bs, num_draft_tokens, vocab] alike, got "
-            f"{list(target_probs.shape)} and {list(draft_probs.shape)}"
-        )
+    _check_tree(op, predicts, accept_index, accept_token_num, candidates, retrive_index,
+                retrive_next_token, retrive_next_sibling,
+                (("uniform_samples", uniform_samples, c.check_probs),
+                 ("target_probs", target_probs, c.check_probs),
+                 ("draft_probs", draft_probs, c.check_probs)))  # fmt: skip
+    bs = candidates.shape[0]
+    _check_final(op, uniform_samples_for_final_sampling, bs, candidates.device)
+    for name, t in (("target_probs", target_probs), ("draft_probs", draft_probs)):
+        if t.dim() != 3 or t.shape != target_probs.shape or t.shape[2] == 0:
+            raise ValueError(
+                f"specops.{op}: {name} must be [bs, num_draft_tokens, vocab >= 1] like "
+                f"target_probs, got {list(t.shape)} (target_probs {list(target_probs.shape)})"
+            )
+    c.check_writable(op, "draft_probs", draft_probs)
+    vocab = target_probs.shape[2]
+    _check_vocab(op, candidates, vocab)
     w = _Walk(candidates, retrive_index, retrive_next_token, retrive_next_sibling, predicts,
               accept_index)  # fmt: skip
-    vocab = target_probs.shape[2]
-    if w.bs == 0 or vocab == 0:
+    if w.bs == 0:
         return
     dev = target_probs.device
     # (torch.full: no host-to-device copy; the kernel clamps threshold_acc to 1e-9 as here)
@@ -249,6 +354,10 @@ def tree_speculative_sampling_target_only(
     ta = torch.full((), max(float(threshold_acc), 1e-9), dtype=torch.float32, device=dev)
     coins = uniform_samples.float()
     rows = w.rows
+    # an id outside the vocabulary has no target probability (never accepted, never copied into
+    # draft_probs); only in-vocabulary ids are used as an index
+    in_vocab_all = (w.cand >= 0) & (w.cand < vocab)
+    tok_all = torch.where(in_vocab_all, w.cand, 0)
     for step in range(1, accept_index.shape[1]):
         coin = coins[rows, w.last]
         acc = torch.zeros(w.bs, dtype=torch.float32, device=dev)
@@ -257,14 +366,16 @@ def tree_speculative_sampling_target_only(
         for _ in range(w.n):  # siblings in list order, N hops at most
             valid = w.alive & (hit < 0) & (cur >= 0) & (cur < w.n)
             node = w.node(cur)
-            tok = w.cand[rows, node].clamp(0, vocab - 1)
-            p = target_probs[rows, w.last, tok].float()
+            tok, in_vocab = tok_all[rows, node], in_vocab_all[rows, node]
+            p = torch.where(in_vocab, target_probs[rows, w.last, tok].float(), 0.0)
             acc = torch.where(valid, acc + p, acc)
             take = valid & (p > 0) & ((coin < acc / ta) | (p >= ts))
             # a rejected sibling's mass leaves the final draw: draft_probs[b, last, tok] = p(tok)
             rejected = valid & ~take
             old = draft_probs[rows, w.last, tok]
-            draft_probs.index_put_((rows, w.last, tok), torch.where(rejected, p.to(old.dtype), old))
+            draft_probs.index_put_(
+                (rows, w.last, tok), torch.where(rejected & in_vocab, p.to(old.dtype), old)
+            )
             hit = torch.where(take, cur, hit)
             cur = torch.where(rejected, w.sib[rows, node], -1)
         w.accept(step, hit)
@@ -279,8 +390,7 @@ def tree_speculative_sampling_target_only(
     first, has_first = past.int().argmax(-1), past.any(-1)
     last_pos = vocab - 1 - pos.flip(-1).int().argmax(-1)
     token = torch.where(has_first, first, torch.where(pos.any(-1), last_pos, vocab - 1))
-    _write(w.flat, w.slot[rows, w.last], token, torch.ones_like(w.alive))
-    accept_token_num.copy_(w.num.to(accept_token_num.dtype))
+    w.finish(token, torch.ones_like(w.alive), accept_token_num)
 
 
 def chain_speculative_sampling_triton(
@@ -305,47 +415,74 @@ def chain_speculative_sampling_triton(
     ``--speculative-use-rejection-sampling``, topk 1), on ``specops.verify_chain``.
 
     ``candidates`` [bs, K+1] (slot 0 the root, slots 1..K the drafts x_1..x_K),
-    ``target_probs`` [bs, K+1, V], ``draft_probs`` [bs, >= K, V] (rows 0..K-1 read),
-    ``uniform_samples`` [bs, >= K] (column i-1 tests draft i),
-    ``uniform_samples_for_final_sampling`` [bs].  Token-wise: accept x_i while
+    ``retrive_index`` [bs, K+1], ``target_probs`` [bs, K+1, V], ``draft_probs`` [bs, >= K, V]
+    (rows 0..K-1 read), ``uniform_samples`` [bs, >= K] (column i-1 tests draft i),
+    ``uniform_samples_for_final_sampling`` [bs], ``accept_index`` [bs, >= K+1],
+    ``accept_token_num`` [bs].  Token-wise: accept x_i while q(x_i) is in (0, 1] and
     u * q(x_i) < p(x_i), the correction drawn from max(p - q, 0).  ``block_verification``:
-    Sun et al.'s block verification (``verify_chain(block=True)``).
+    Sun et al.'s block verification (``verify_chain(block=True)``); a draft whose q(x_i) is not
+    in (0, 1] zeroes the prefix weight from position i on, as in SGLang.
+
+    A draft whose draft probability is not in (0, 1] (0, negative, NaN, +-inf, above 1: no
+    sampler proposes it) is rejected, as SGLang's kernel rejects it, where specops's own test
+    would accept it (min(1, p/q) = 1 at q = 0): it and every later draft get a coin of +inf,
+    which fails the test u * q < p (inf, or NaN where q = 0) and block verification's u < h on
+    every backend.  A draft id outside [0, V) counts as one without probability (rejected;
+    SGLang reads out of bounds there); validation mode raises naming ``candidates`` instead.
 
     Written as SGLang writes them: ``accept_token_num[b]`` = tau, ``accept_index[b, j]`` =
-    ``retrive_index[b, j]`` for j <= tau, ``predicts`` at ``retrive_index[b, j - 1]`` = x_j and
-    at ``retrive_index[b, tau]`` the final token; the rest left as given.  The thresholds,
-    ``deterministic`` and the sibling lists are ignored, as in SGLang.  Same law as SGLang's
-    kernel and the same decisions on the same coins; the final token can differ where
-    u * sum lies within rounding of a cumulative-sum boundary, and where the residual has no
-    mass (SGLang emits V - 1, specops draws from the target row), and for a draft whose draft
-    probability is 0 (impossible for a sampled draft: SGLang rejects it, specops accepts it when
-    its target probability is positive, as min(1, p/q) = 1)."""
-    op = "specops.compat.sglang.chain_speculative_sampling_triton"
-    bs, k1 = candidates.shape
+    ``retrive_index[b, j]`` (as given) for j <= tau, ``predicts`` at ``retrive_index[b, j - 1]``
+    = x_j and at ``retrive_index[b, tau]`` the final token; the rest left as given.  A slot
+    outside ``predicts``: validation mode raises naming ``retrive_index``, fast mode drops the
+    write.  The thresholds, ``deterministic`` and the sibling lists are ignored, as in SGLang.
+    Same law as SGLang's kernel and the same decisions on the same coins; the final token can
+    differ where u * sum lies within rounding of a cumulative-sum boundary, where the residual
+    has no mass (SGLang emits V - 1, specops draws from the target row), and where the rows
+    hold entries that are not probabilities: specops reads NaN, negative and +-inf entries as 0
+    and subtracts draft entries above 1, SGLang's final draw counts draft entries outside
+    [0, 1] as 0 (and its block-verification sums read them raw)."""
+    op = _OP + "chain_speculative_sampling_triton"
+    bs, k1 = _check_candidates(op, candidates)
     k = k1 - 1
-    if target_probs.dim() != 3 or tuple(target_probs.shape[:2]) != (bs, k1):
+    dev = candidates.device
+    c.check_ids(op, "retrive_index", retrive_index, device=dev, shape=(bs, k1))
+    _check_outputs(op, predicts, accept_index, accept_token_num, bs, k1, dev)
+    c.check_probs(op, "target_probs", target_probs, ndim=3, device=dev)
+    v = target_probs.shape[2]
+    if tuple(target_probs.shape[:2]) != (bs, k1) or v == 0:
         raise ValueError(
-            f"{op}: target_probs must be [{bs}, {k1}, V], got {list(target_probs.shape)}"
+            f"specops.{op}: target_probs must be [{bs}, {k1}, V >= 1] (one row per slot of "
+            f"candidates), got {list(target_probs.shape)}"
         )
-    if draft_probs.dim() != 3 or draft_probs.shape[0] != bs or draft_probs.shape[1] < k:
+    c.check_probs(op, "draft_probs", draft_probs, ndim=3, device=dev)
+    if draft_probs.shape[0] != bs or draft_probs.shape[1] < k or draft_probs.shape[2] != v:
         raise ValueError(
-            f"{op}: draft_probs must be [{bs}, >= {k}, V], got {list(draft_probs.shape)}"
+            f"specops.{op}: draft_probs must be [{bs}, >= {k}, {v}] (the vocabulary of "
+            f"target_probs), got {list(draft_probs.shape)}"
         )
-    if uniform_samples.dim() != 2 or uniform_samples.shape[0] != bs or uniform_samples.shape[1] < k:
+    c.check_probs(op, "uniform_samples", uniform_samples, ndim=2, device=dev)
+    if uniform_samples.shape[0] != bs or uniform_samples.shape[1] < k:
         raise ValueError(
-            f"{op}: uniform_samples must be [{bs}, >= {k}], got {list(uniform_samples.shape)}"
+            f"specops.{op}: uniform_samples must be [{bs}, >= {k}], got "
+            f"{list(uniform_samples.shape)}"
         )
+    _check_final(op, uniform_samples_for_final_sampling, bs, dev)
+    _check_vocab(op, candidates, v)
+    _check_slots(op, retrive_index, predicts.numel())
     if bs == 0:
         return
-    u = torch.cat(
-        [uniform_samples[:, :k].float(), uniform_samples_for_final_sampling.reshape(bs, 1).float()],
-        1,
-    )
-    r = specops.verify_chain(target_probs, candidates[:, 1:], draft_probs[:, :k], uniforms=u,
+    # drafts without draft probability (SGLang: q not in (0, 1]) fail, and so does every later
+    # one: a coin of +inf from there on (see the docstring); ids outside [0, V) are among them
+    x = candidates[:, 1:].long()
+    xc = x.clamp(0, v - 1)
+    qx = draft_probs[:, :k].gather(2, xc[:, :, None])[:, :, 0]
+    ok = (xc == x) & (qx > 0) & (qx <= 1)
+    coins = uniform_samples[:, :k].float().masked_fill(ok.logical_not_().cumsum(1) > 0, INF)
+    u = torch.cat([coins, uniform_samples_for_final_sampling.reshape(bs, 1).float()], 1)
+    r = specops.verify_chain(target_probs, xc, draft_probs[:, :k], uniforms=u,
                              block=bool(block_verification))  # fmt: skip
-    path = torch.arange(k1, device=candidates.device).expand(bs, k1)  # a chain: node j = slot j
-    _write_path(predicts, accept_index, accept_token_num, retrive_index, path, r.tokens,
-                r.num_accepted)  # fmt: skip
+    # a chain: node j has slot retrive_index[b, j]
+    _write_path(predicts, accept_index, accept_token_num, retrive_index, r.tokens, r.num_accepted)
 
 
 def linked_tree_parents(retrive_next_token: torch.Tensor, retrive_next_sibling: torch.Tensor):
@@ -392,10 +529,21 @@ def tree_speculative_sampling(
     tree builder links them so); nodes deeper than S - 1 levels and nodes no link reaches are
     left out.  Outputs as ``tree_speculative_sampling_target_only`` writes them; ``draft_probs``
     is only read."""
-    op = "specops.compat.sglang.tree_speculative_sampling"
-    _check_tree(op, candidates, retrive_index, retrive_next_token, retrive_next_sibling, predicts,
-                accept_index, (("uniform_samples", uniform_samples), ("target_probs", target_probs),
-                               ("draft_probs", draft_probs)))  # fmt: skip
+    op = _OP + "tree_speculative_sampling"
+    _check_tree(op, predicts, accept_index, accept_token_num, candidates, retrive_index,
+                retrive_next_token, retrive_next_sibling,
+                (("uniform_samples", uniform_samples, c.check_probs),
+                 ("target_probs", target_probs, c.check_probs),
+                 ("draft_probs", draft_probs, c.check_probs)))  # fmt: skip
+    _check_final(op, uniform_samples_for_final_sampling, candidates.shape[0], candidates.device)
+    for name, t in (("target_probs", target_probs), ("draft_probs", draft_probs)):
+        if t.dim() != 3 or t.shape != target_probs.shape or t.shape[2] == 0:
+            raise ValueError(
+                f"specops.{op}: {name} must be [bs, num_draft_tokens, vocab >= 1] like "
+                f"target_probs, got {list(t.shape)} (target_probs {list(target_probs.shape)})"
+            )
+    vocab = target_probs.shape[2]
+    _check_vocab(op, candidates, vocab)
     bs, n = candidates.shape
     steps = accept_index.shape[1]
     if bs == 0 or steps == 0:
@@ -407,11 +555,14 @@ def tree_speculative_sampling(
     par = torch.where(node == 0, -1, torch.where(keep, parents, 0))  # the root has none
     tree = specops.Tree.from_parents(par.int(), validate=False)
     keep &= tree.depth <= steps - 1
-    tokens = torch.where(keep, candidates.long(), -1)
+    # an id outside the vocabulary (fast mode) is a draft of target probability 0: id vocab,
+    # which verify_tree rejects (-1 would remove the node)
+    cand = candidates.long()
+    tokens = torch.where(keep, torch.where((cand >= 0) & (cand < vocab), cand, vocab), -1)
     tree._path_width = min(steps, n)  # known statically: no host read
     u = torch.cat([uniform_samples[:, 1:].float(),
                    uniform_samples_for_final_sampling.reshape(bs, 1).float()], 1)  # fmt: skip
     r = specops.verify_tree(target_probs, tree, tokens, draft_probs, uniforms=u,
                             without_replacement=without_replacement)  # fmt: skip
-    _write_path(predicts, accept_index, accept_token_num, retrive_index, r.path, r.tokens,
-                r.num_accepted)  # fmt: skip
+    at = retrive_index.gather(1, r.path.long().clamp(0, n - 1))  # the path nodes' slots
+    _write_path(predicts, accept_index, accept_token_num, at, r.tokens, r.num_accepted)
