@@ -281,3 +281,88 @@ def test_malformed_input():
                                     nt, ns, 4, 4, 8, FULL_MASK)  # fmt: skip
         want = torch.tensor(_QLEN, dtype=torch.bool)
         assert torch.equal(short[: 8 * 13].view(8, 13)[:, 5:], want[0])
+
+
+# SGLang's jit_kernel tests (python/sglang/jit_kernel/tests/test_eagle_utils.py) ---------------
+def _jit_inputs(bs, topk, depth, n, seq_len, mode, positions_2d):
+    """make_build_tree_inputs of SGLang's jit_kernel test: a chain-like parent list, selected
+    0..n-2, ``positions`` allocated [bs, n] as that test does (or flat, [bs * n])."""
+    width = topk * (depth - 1) + 1
+    parent_list = torch.arange(-1, width - 1).expand(bs, width).clone()
+    parent_list[:, 0] = 0
+    sel = torch.arange(n - 1).expand(bs, n - 1).contiguous()
+    seq = torch.full((bs,), seq_len)
+    if mode == QLEN_ONLY_BITPACKING:
+        mask = torch.zeros(bs * n * (4 if n > 16 else 2 if n > 8 else 1), dtype=torch.uint8)
+    elif mode == QLEN_ONLY:
+        mask = torch.zeros(bs * n * n, dtype=torch.bool)
+    else:
+        mask = torch.zeros(bs * seq_len * n + bs * n * n, dtype=torch.bool)
+    positions = torch.zeros((bs, n) if positions_2d else (bs * n,), dtype=torch.long)
+    ri = torch.zeros(bs, n, dtype=torch.long)
+    nt, ns = torch.full((2, bs, n), -1, dtype=torch.long)
+    return parent_list, sel, seq, mask, positions, ri, nt, ns
+
+
+@pytest.mark.parametrize("bs", [1, 2, 4])
+@pytest.mark.parametrize("mode", [FULL_MASK, QLEN_ONLY, QLEN_ONLY_BITPACKING])
+def test_positions_as_bs_by_n(bs, mode):
+    """SGLang's jit_kernel tests allocate ``positions`` [bs, N] (test_build_tree_smoke,
+    test_build_tree_vs_aot): accepted, written exactly as the flat [bs * N] buffer is; the
+    smoke test's assertions hold."""
+    topk, depth, seq_len = 4, 5, 10
+    n = topk * (depth - 1) + 1
+    flat = _jit_inputs(bs, topk, depth, n, seq_len, mode, False)
+    square = _jit_inputs(bs, topk, depth, n, seq_len, mode, True)
+    build_tree_kernel_efficient(*flat, topk, depth, n, mode)
+    build_tree_kernel_efficient(*square, topk, depth, n, mode)
+    positions = square[4]
+    assert positions.shape == (bs, n)
+    assert (positions[:, 0] == seq_len).all()
+    assert [int(square[5][b, 0]) for b in range(bs)] == [b * n for b in range(bs)]
+    assert torch.equal(positions.flatten(), flat[4])
+    for a, b in zip(flat[3:], square[3:]):
+        assert torch.equal(a.flatten(), b.flatten())
+    with pytest.raises(ValueError, match="positions"):
+        bad = list(_jit_inputs(bs, topk, depth, n, seq_len, mode, True))
+        bad[4] = torch.zeros(bs, n + 1, dtype=torch.long)
+        build_tree_kernel_efficient(*bad, topk, depth, n, mode)
+
+
+@pytest.mark.parametrize("mode", [FULL_MASK, QLEN_ONLY, QLEN_ONLY_BITPACKING])
+@pytest.mark.parametrize("depth", [1, 3])
+def test_one_draft_token(mode, depth):
+    """draft_token_num = 1 (the root alone), as SGLang 0.5.23's kernel runs it: positions =
+    the verified lengths, retrive_index[b, 0] = b, the root's own mask bit set, the lists left
+    as given (SGLang's selected_index is then [bs, 0])."""
+    bs, topk, seq = 3, 2, torch.tensor([4, 0, 7])
+    width = topk * (depth - 1) + 1
+    parent_list = torch.arange(-1, width - 1).expand(bs, width).contiguous()
+    sel = torch.zeros(bs, 0, dtype=torch.long)
+    mask, positions, ri, nt, ns = _buffers(bs, 1, seq, mode)
+    if mode == FULL_MASK:
+        mask.fill_(False)
+    for validate in (True, False):
+        with specops.validation(validate):
+            build_tree_kernel_efficient(parent_list, sel, seq, mask, positions, ri, nt, ns, topk,
+                                        depth, 1, mode)  # fmt: skip
+        assert positions.tolist() == [4, 0, 7]
+        assert ri.tolist() == [[0], [1], [2]]
+        assert nt.tolist() == ns.tolist() == [[-1]] * 3
+        if mode == FULL_MASK:  # row b: seq_b prefix columns (left as filled), then the root
+            assert mask.tolist() == [False] * 4 + [True] + [True] + [False] * 7 + [True]
+        else:
+            assert mask.view(-1).tolist() == [1, 1, 1] if mode == QLEN_ONLY_BITPACKING else (
+                mask.tolist() == [True] * 3)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "index,name,err",
+    [(1, "selected_index", TypeError), (2, "verified_seq_len", TypeError),
+     (4, "positions", TypeError), (5, "retrive_index", TypeError)],
+)  # fmt: skip
+def test_bad_arguments_are_named(index, name, err):
+    args = list(_jit_inputs(2, 2, 3, 5, 4, QLEN_ONLY, False))
+    args[index] = args[index].float()
+    with pytest.raises(err, match=rf"\b{name}\b"):
+        build_tree_kernel_efficient(*args, 2, 3, 5, QLEN_ONLY)

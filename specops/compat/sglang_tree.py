@@ -10,7 +10,8 @@ whose selected index equals ``parent_list[b, g]`` (searched among the N - 1 sele
   smallest node index) and ``retrive_next_sibling[b, i]`` = the next larger child of i's parent,
   for the links that exist (the other entries are left as given: SGLang fills them with -1; a
   parent's entry that was not -1 becomes its last child's sibling, as the kernel chains it);
-- ``positions[b * N + i]`` = ``verified_seq_len[b]`` + depth of node i (root 0);
+- ``positions[b * N + i]`` = ``verified_seq_len[b]`` + depth of node i (root 0); ``positions``
+  is [bs * N] (SGLang's eagle_utils) or [bs, N] (its jit_kernel tests), written alike;
 - ``tree_mask``: row i of request b, draft column k: True iff k = 0 or node k is i or an
   ancestor of i (column k = node k).  ``tree_mask_mode`` 0, FULL_MASK: bool, request b's rows
   start at N*N*b + N*sum(seq_lens[:b]), each row seq_len_b + N long, the prefix columns left as
@@ -41,6 +42,9 @@ def _parents(selected: torch.Tensor, parent_list: torch.Tensor, topk: int) -> to
     """[bs, N] tree-local parent of each node: 0 for the root's children, -1 for node 0 and for
     nodes whose parent is not among the selected."""
     bs, m = selected.shape
+    root = torch.full((bs, 1), -1, dtype=torch.long, device=selected.device)
+    if m == 0:  # draft_token_num = 1: the root alone
+        return root
     g = torch.div(selected, topk, rounding_mode="floor")
     w = parent_list.shape[1]
     want = parent_list.gather(1, g.clamp(0, max(w - 1, 0))) if w else torch.zeros_like(g)
@@ -48,8 +52,7 @@ def _parents(selected: torch.Tensor, parent_list: torch.Tensor, topk: int) -> to
     eq = selected[:, None, :] == want[:, :, None]  # [bs, m (node), m (candidate position)]
     pos = torch.where(eq.any(-1), eq.int().argmax(-1), m)
     par = torch.where(g == 0, 0, torch.where((pos < m) & (g > 0) & (g < w), pos + 1, -1))
-    root = torch.full((bs, 1), -1, dtype=par.dtype, device=par.device)
-    return torch.cat([root, par], 1)
+    return torch.cat([root, par.long()], 1)
 
 
 def _ancestors(par: torch.Tensor, depth: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,13 +81,29 @@ def _check(parent_list, selected_index, seq_lens, tree_mask, positions, r_index,
             f"{_OP}: need topk > 0, depth > 0, 0 < draft_token_num <= 1024 and tree_mask_mode in "
             f"(0, 1, 2), got {topk}, {depth}, {n}, {mode}"
         )
+    op = _OP[len("specops.") :]
+    c.check_ids(op, "verified_seq_len", seq_lens, ndim=1)
+    dev = seq_lens.device
+    for name, t in (("parent_list", parent_list), ("selected_index", selected_index),
+                    ("positions", positions), ("retrive_index", r_index),
+                    ("retrive_next_token", r_next), ("retrive_next_sibling", r_sib)):  # fmt: skip
+        c.check_ids(op, name, t, device=dev)
+    c.check_tensor(op, "tree_mask", tree_mask, device=dev)
     bs = seq_lens.shape[0]
-    shapes = {"selected_index": (selected_index, (bs, n - 1)), "retrive_index": (r_index, (bs, n)),
-              "retrive_next_token": (r_next, (bs, n)), "retrive_next_sibling": (r_sib, (bs, n)),
-              "positions": (positions, (bs * n,))}  # fmt: skip
+    shapes = {
+        "selected_index": (selected_index, (bs, n - 1)),
+        "retrive_index": (r_index, (bs, n)),
+        "retrive_next_token": (r_next, (bs, n)),
+        "retrive_next_sibling": (r_sib, (bs, n)),
+    }
     for name, (t, want) in shapes.items():
         if tuple(t.shape) != want:
             raise ValueError(f"{_OP}: {name} must be {list(want)}, got {list(t.shape)}")
+    if tuple(positions.shape) not in ((bs * n,), (bs, n)):  # SGLang's callers allocate either
+        raise ValueError(
+            f"{_OP}: positions must be [{bs * n}] or [{bs}, {n}] (bs * draft_token_num), got "
+            f"{list(positions.shape)}"
+        )
     if parent_list.dim() != 2 or parent_list.shape[0] != bs:
         raise ValueError(f"{_OP}: parent_list must be [{bs}, W], got {list(parent_list.shape)}")
     if depth > 1 and parent_list.shape[1] != topk * (depth - 1) + 1:
@@ -111,8 +130,16 @@ def _check(parent_list, selected_index, seq_lens, tree_mask, positions, r_index,
             f"{n * int(seq_lens.sum()) + n * n * bs}"
         )
     par = _parents(selected_index.long(), parent_list.long(), topk)
-    if bool((par[:, 1:] < 0).any()):
-        raise ValueError(f"{_OP}: a selected draft's parent is not among the selected")
+    orphan = par[:, 1:] < 0
+    if bool(orphan.any()):
+        b, i = (int(j) for j in orphan.nonzero()[0])
+        g = int(selected_index[b, i]) // topk
+        raise ValueError(
+            f"{_OP}: selected_index[{b}, {i}] = {int(selected_index[b, i])}: a draft whose "
+            f"parent is not among the selected (parent_list[{b}, {g}] is not in "
+            f"selected_index[{b}], or column {g} is outside parent_list's "
+            f"{parent_list.shape[1]})"
+        )
     _, steps = _ancestors(par, n)
     if bool((steps > depth).any()):
         raise ValueError(f"{_OP}: a node lies deeper than depth {depth} (or its parents cycle)")
@@ -168,7 +195,7 @@ def build_tree_kernel_efficient(
     retrive_next_token.copy_(torch.where(has, first, old_next).to(retrive_next_token.dtype))
 
     mask, steps = _ancestors(par, depth)
-    positions.copy_((seq[:, None] + steps).reshape(-1).to(positions.dtype))
+    positions.copy_((seq[:, None] + steps).reshape(positions.shape).to(positions.dtype))
     if mode == QLEN_ONLY_BITPACKING:
         _write_packed(tree_mask, mask, bs, n)
         return
