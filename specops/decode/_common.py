@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 import specops
+from specops.decode._checks import prepare, prompt_tokens
 from specops.decode.progress import current_hook
 from specops.decode.stats import Recorder
 from specops.tree import Tree
@@ -28,6 +29,7 @@ __all__ = [
     "Output",
     "Offsets",
     "prompt_tokens",
+    "prepare",
     "select_tree",
     "start",
     "emit_first",
@@ -62,17 +64,6 @@ def compiled_step(step, how):
         return step
     backend = "inductor" if how is True else how
     return torch.compile(step, fullgraph=True, dynamic=False, backend=backend)
-
-
-def prompt_tokens(model, classes) -> torch.Tensor:
-    """Class ids [B] -> prompt token ids [B, 1] (the class token of a LlamaGen-style model), or a
-    prompt [B, P] of token ids passed through."""
-    classes = torch.as_tensor(classes)
-    if classes.dim() == 2:
-        return classes.long()
-    cfg = getattr(model, "cfg", None)
-    base = cfg.vocab if cfg is not None else 0
-    return (classes.long() + base)[:, None]
 
 
 def start(name, model, prompt, length: int, *, width, slack, cfg_scale, sampling, out_slack=None):

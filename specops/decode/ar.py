@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops.decode._common import compiled_step, prompt_tokens, start
+from specops.decode._checks import prepare
+from specops.decode._common import compiled_step, start
 
 __all__ = ["ar"]
 
@@ -26,10 +27,9 @@ def ar(
     """Sample ``length`` tokens after each prompt: x_{t+1} ~ p(. | x_<=t), one pass each.
     ``temperature=0`` is greedy.  ``compile_step``: see ``specops.decode.compiled_step``.
     -> (tokens [B, length] int32, Stats)."""
-    prompt = prompt_tokens(model, classes)
+    prompt, length = prepare("ar", model, classes, length)
     dev = prompt.device
     b = prompt.shape[0]
-    length = length or model.cfg.grid**2
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     rec, rng, tgt, out, _ = start(
         "ar", model, prompt, length, width=1, slack=1, cfg_scale=cfg_scale, sampling=sampling,

@@ -18,7 +18,8 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops.decode._common import compiled_step, emit_first, init_rows, prompt_tokens, start
+from specops.decode._checks import check_width, prepare
+from specops.decode._common import compiled_step, emit_first, init_rows, start
 
 __all__ = ["sjd", "shift_window"]
 
@@ -59,11 +60,10 @@ def sjd(
     bool mask of the image tokens.  ``compile_step``: see ``specops.decode.compiled_step``.
     -> (tokens [B, length] int32, Stats)."""
 
-    L = window
+    L = check_width("sjd", "window", window)
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
-    prompt = prompt_tokens(model, classes)
+    prompt, length = prepare("sjd", model, classes, length)
     b, dev = prompt.shape[0], prompt.device
-    length = length or model.cfg.grid**2
     rec, rng, tgt, out, _ = start(
         "sjd", model, prompt, length, width=L, slack=2 * L + 1, cfg_scale=cfg_scale,
         sampling=sampling,

@@ -52,14 +52,8 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops.decode._common import (
-    compiled_step,
-    emit_first,
-    init_rows,
-    prompt_tokens,
-    select_tree,
-    start,
-)
+from specops.decode._checks import check_branch, check_int, check_width, prepare
+from specops.decode._common import compiled_step, emit_first, init_rows, select_tree, start
 from specops.tree import Tree
 
 __all__ = ["sjd_pac"]
@@ -116,18 +110,18 @@ def sjd_pac(
     image tokens to draw the first window uniformly from.  ``compile_step``: see
     ``specops.decode.compiled_step``.  -> (tokens [B, length] int32, Stats with
     extra["branch_continuations"])."""
-    L, K = window, branch
+    L = check_width("sjd_pac", "window", window)
+    K = check_branch("sjd_pac", branch, model)
+    depth = check_int("sjd_pac", "depth", depth, 1, L, " (the window)")
     proactive = proactive and K > 1
     n_tree = (K**depth - 1) // (K - 1) if K > 1 else depth
-    if window < n_tree:
+    if L < n_tree:
         raise ValueError(
-            f"sjd_pac: window must hold the {K}-ary depth-{depth} tree ({n_tree} nodes), "
-            f"got {window}"
+            f"sjd_pac: window must hold the {K}-ary depth-{depth} tree ({n_tree} nodes), got {L}"
         )
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
-    prompt = prompt_tokens(model, classes)
+    prompt, length = prepare("sjd_pac", model, classes, length)
     b, dev = prompt.shape[0], prompt.device
-    length = length or model.cfg.grid**2
     rec, rng, tgt, out, _ = start(
         "sjd-pac", model, prompt, length, width=L, slack=2 * L + 1, cfg_scale=cfg_scale,
         sampling=sampling,

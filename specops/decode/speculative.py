@@ -39,15 +39,9 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops.decode._common import (
-    DraftRunner,
-    check_hide,
-    compiled_step,
-    emit_first,
-    prompt_tokens,
-    start,
-)
-from specops.tree import Tree, chain_bits, pack_bits
+from specops.decode._checks import check_branch, check_int, prepare
+from specops.decode._common import DraftRunner, check_hide, compiled_step, emit_first, start
+from specops.tree import MAX_NODES, Tree, chain_bits, pack_bits
 
 __all__ = ["speculative", "draft_dynamic", "Drafted"]
 
@@ -204,6 +198,14 @@ def draft_static(dr: DraftRunner, root, logits, g, plan: StaticPlan, wor, sampli
     return Drafted(plan.tree, tokens, qrows)
 
 
+def tree_sizes(fn: str, model, branch, depth, num_nodes) -> None:
+    """The EAGLE-2 tree's sizes (``speculative``, ``vvs``): ``branch`` children per node (at
+    most the vocabulary), ``depth`` >= 1 levels, ``num_nodes`` in [2, Tree.MAX_NODES]."""
+    check_branch(fn, branch, model)
+    check_int(fn, "depth", depth, 1, MAX_NODES, " (Tree.MAX_NODES)")
+    check_int(fn, "num_nodes", num_nodes, 2, MAX_NODES, " (Tree.MAX_NODES)")
+
+
 @torch.no_grad()
 def speculative(
     model,
@@ -253,7 +255,15 @@ def speculative(
     ``specops.decode.compiled_step`` (the first step, whose drafter update reads the prompt's
     entries, runs eagerly; every later step has the same shapes).
     -> (tokens [B, length], Stats)."""
-    prompt = prompt_tokens(model, classes)
+    tree_sizes("speculative", model, branch, depth, num_nodes)
+    num_draft = check_int("speculative", "num_draft", num_draft, 1, MAX_NODES - 1,
+                          " (Tree.MAX_NODES - 1)")  # fmt: skip
+    if not (tree is None or isinstance(tree, (str, Tree))):
+        raise TypeError(
+            f"speculative: tree must be None, 'dynamic', 'confidence' or a specops.Tree, got "
+            f"{type(tree).__name__}"
+        )
+    prompt, length = prepare("speculative", model, classes, length)
     dev = prompt.device
     hide = check_hide("speculative", prompt, hide, drafter_prefill, hide_positions, drafter)
     if relax is not None:
@@ -261,7 +271,6 @@ def speculative(
             raise ValueError("speculative: relax (LANTERN) needs sampling; greedy is exact")
         relax = specops.Relaxation(relax.neighbors.to(dev), relax.delta)
     b = prompt.shape[0]
-    length = length or model.cfg.grid**2
     greedy = temperature == 0
     if block and (tree is not None or greedy or relax is not None):
         raise ValueError("speculative: block=True verifies a sampled chain (tree=None, no relax)")

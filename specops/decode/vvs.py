@@ -45,15 +45,15 @@ from __future__ import annotations
 import torch
 
 import specops
+from specops.decode._checks import check_int, prepare
 from specops.decode._common import (
     DraftRunner,
     check_hide,
     compiled_step,
     emit_first,
-    prompt_tokens,
     start,
 )
-from specops.decode.speculative import draft_dynamic
+from specops.decode.speculative import draft_dynamic, tree_sizes
 from specops.reference.verify import Relaxation
 from specops.tree import Tree, pack_bits
 
@@ -188,11 +188,13 @@ def vvs(
         raise ValueError(f"vvs: paths must be 'tree' or 'frontier', got {paths!r}")
     if relax is not None and temperature == 0:
         raise ValueError("vvs: relax (LANTERN) needs sampling; greedy (temperature=0) is exact")
-    prompt = prompt_tokens(model, classes)
+    tree_sizes("vvs", model, branch, depth, num_nodes)
+    check_int("vvs", "interval", interval, 1)
+    check_int("vvs", "stride", stride, 1)
+    prompt, length = prepare("vvs", model, classes, length)
     dev = prompt.device
     hide = check_hide("vvs", prompt, hide, drafter_prefill, hide_positions, drafter)
     b = prompt.shape[0]
-    length = length or model.cfg.grid**2
     greedy = temperature == 0
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     G, D, N = depth, depth, num_nodes

@@ -302,6 +302,11 @@ class LlamaGenT2I(Transformer):
             )
         return prompt
 
+    @property
+    def prompt_vocab(self) -> int:
+        """Image codes, then the caption slots V + j (``set_captions``)."""
+        return self.cfg.vocab + self.cfg.prefix
+
     def drafter_positions(self, positions):
         # a drafter starts at the first image token: its entry 0 holds the feature of the last
         # caption row (T - 1), as a c2i drafter's holds the class row's

@@ -279,6 +279,11 @@ class Transformer(Fp32Rope, nn.Module):
         return self.head(h).float(), h
 
     # decoding --------------------------------------------------------------------------------
+    @property
+    def prompt_vocab(self) -> int:
+        """Token ids a prompt may hold: image codes, class tokens and the null class."""
+        return self.cfg.num_embeddings
+
     def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """Token ids [R, N] -> embeddings (a model with per-request prompt embeddings, such as
         LlamaGen's text-conditional GPT, overrides this)."""
