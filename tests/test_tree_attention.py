@@ -158,6 +158,25 @@ def test_out_of_range_values_stay_in_bounds():
     torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("page", [None, 4])
+def test_negative_seqlens_read_what_the_reference_reads(page):
+    """Fast mode: a negative cache_seqlens leaves no prefix and puts tree slot j at position
+    L + j, visible only from 0 on (L = -2: slots 0-1 hidden, the rest seen), as the reference
+    and the C++ twin do; int64 lengths far below zero hide every slot (rows out: 0)."""
+    q, k, v, _, tree, bt = _inputs(3, 5, 2, 1, 16, [4, 4, 4], "random", torch.float32, page=page)
+    L = torch.tensor([-2, -(2**40), -1], dtype=torch.int64, device=DEV)
+    with specops.validation(False):
+        got, lse = specops.tree_attention(
+            q, k, v, L, tree, block_table=bt, return_lse=True, backend="triton"
+        )
+        want, want_lse = specops.tree_attention(
+            q, k, v, L, tree, block_table=bt, return_lse=True, backend="reference"
+        )
+    torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
+    torch.testing.assert_close(lse, want_lse, atol=2e-6, rtol=1e-5)
+    assert (want[1] == 0).all() and want[0].abs().sum() > 0
+
+
 # append_kv ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("page", [None, 1, 16])
 def test_append_kv_matches_reference(page):

@@ -178,9 +178,12 @@ def _tree_attn_fwd(
     q_ptrs = Q + b64 * s_qb + row_n[:, None] * s_qn + head[:, None] * s_qh + offs_d[None, :] * s_qd
     q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
 
-    # clamped in its own dtype: an int64 never wraps into range
+    # clamped in its own dtype (an int64 never wraps into range) to [-N, CAP]: the tree slots
+    # sit at seqlen + j, visible only inside [0, CAP) (a negative length hides the slots below
+    # 0, as in the reference); the prefix is [0, max(seqlen, 0))
     seqlen = tl.load(SEQLENS + b64 * s_sl)
-    seqlen = tl.minimum(tl.maximum(seqlen, 0), CAP).to(tl.int32)
+    seqlen = tl.minimum(tl.maximum(seqlen, -N), CAP).to(tl.int32)
+    prefix_len = tl.maximum(seqlen, 0)
 
     if PAGED:
         k_base = K + h.to(tl.int64) * s_kh
@@ -199,9 +202,9 @@ def _tree_attn_fwd(
 
     if not TREE_ONLY:  # tree-only mode (the cascade's tree part) skips the prefix
         # prefix chunk of this split: [lo, hi), chunk a multiple of BLOCK_N
-        chunk = tl.cdiv(tl.cdiv(seqlen, NUM_SPLITS), BLOCK_N) * BLOCK_N
+        chunk = tl.cdiv(tl.cdiv(prefix_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
         lo = split * chunk
-        hi = tl.minimum(lo + chunk, seqlen)
+        hi = tl.minimum(lo + chunk, prefix_len)
         full_end = lo + tl.maximum(hi - lo, 0) // BLOCK_N * BLOCK_N
         for start in range(lo, full_end, BLOCK_N):  # full prefix tiles: no mask
             kpos = start + offs_n
@@ -236,7 +239,7 @@ def _tree_attn_fwd(
         for t0 in range(0, N, BLOCK_N):
             j = t0 + offs_n
             kpos = seqlen + j
-            col_ok = (j < N) & (kpos < CAP)
+            col_ok = (j < N) & (kpos >= 0) & (kpos < CAP)
             k = _load_kv_tile(
                 k_base, bt_row, kpos, col_ok, offs_d, s_kp, s_ks, s_kd, s_btp, NUM_PAGES,
                 D, BLOCK_D, PAGED, PAGE_SIZE, True,
