@@ -27,6 +27,8 @@ AppendKVArgs append_args(bool cuda, T k_cache, T v_cache, T k, T v, T seqlens, T
   c.distinct(c.need(k_cache, "k_cache", k.dtype, 4, {-1, -1, a.hkv, a.d}), "k_cache");
   c.distinct(c.need(v_cache, "v_cache", k.dtype, 4, {k_cache.size[0], k_cache.size[1], a.hkv, a.d}),
              "v_cache");
+  for (const auto& [w, wn] : {std::pair{&k_cache, "k_cache"}, std::pair{&v_cache, "v_cache"}})
+    for (const auto& [r, rn] : {std::pair{&k, "k"}, std::pair{&v, "v"}}) c.disjoint(*w, wn, *r, rn);
   c.need(seqlens, "cache_seqlens", seqlens.dtype == DType::i64 ? DType::i64 : DType::i32, 1,
          {a.batch});
   a.elem_bytes = dtype_size(k.dtype);

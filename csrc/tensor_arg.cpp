@@ -331,6 +331,18 @@ void* current_stream(int device) {
   return reinterpret_cast<void*>(static_cast<intptr_t>(s.attr("cuda_stream").cast<int64_t>()));
 }
 
+// The bytes [lo, hi) a tensor with data spans, and its device (-1: the CPU).
+static Outputs::Span byte_span(const TensorArg& t) {
+  const int64_t es = dtype_size(t.dtype);
+  intptr_t lo = 0, hi = es;
+  for (int i = 0; i < t.ndim; ++i) {
+    const intptr_t span = static_cast<intptr_t>((t.size[i] - 1) * t.stride[i] * es);
+    (span < 0 ? lo : hi) += span;
+  }
+  const uintptr_t base = reinterpret_cast<uintptr_t>(t.data);
+  return {base + lo, base + hi, t.cuda ? t.device : -1, nullptr};
+}
+
 Outputs::Outputs() : prev(g_outputs) { g_outputs = this; }
 Outputs::~Outputs() { g_outputs = prev; }
 Outputs* Outputs::active() { return g_outputs; }
@@ -431,16 +443,19 @@ const TensorArg& ArgCheck::need(const TensorArg& t, const char* name, DType dtyp
       fail(name, "has a negative size or stride");
   if (!t.data && t.numel() > 0) fail(name, "has no data (a meta tensor?)");
   if (Outputs* o = Outputs::active(); o && t.numel() > 0) {
-    const int64_t es = dtype_size(t.dtype);
-    intptr_t lo = 0, hi = es;
-    for (i = 0; i < t.ndim; ++i) {
-      const intptr_t span = static_cast<intptr_t>((t.size[i] - 1) * t.stride[i] * es);
-      (span < 0 ? lo : hi) += span;
-    }
-    const uintptr_t base = reinterpret_cast<uintptr_t>(t.data);
-    o->spans.push_back({base + lo, base + hi, t.cuda ? t.device : -1, name});
+    const Outputs::Span s = byte_span(t);
+    o->spans.push_back({s.lo, s.hi, s.device, name});
   }
   return t;
+}
+
+void ArgCheck::disjoint(const TensorArg& w, const char* wn, const TensorArg& r,
+                        const char* rn) const {
+  if (!w.defined() || !r.defined() || w.numel() == 0 || r.numel() == 0) return;
+  const Outputs::Span a = byte_span(w), b = byte_span(r);
+  if (a.device == b.device && a.lo < b.hi && b.lo < a.hi)
+    fail(wn, std::string("shares memory with ") + rn +
+                 " (a tensor the op writes must not alias one it reads)");
 }
 
 const TensorArg& ArgCheck::maybe(const TensorArg& t, const char* name, DType dtype, int ndim,

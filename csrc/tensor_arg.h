@@ -111,6 +111,9 @@ struct ArgCheck {
   const TensorArg& inner_contiguous(const TensorArg& t, const char* name) const;
   // No two elements at one address (no stride-0 dim of size > 1): tensors that are written.
   const TensorArg& distinct(const TensorArg& t, const char* name) const;
+  // A tensor `w` written in place shares no byte with a tensor `r` the kernel reads (their byte
+  // spans on one device do not meet).
+  void disjoint(const TensorArg& w, const char* wn, const TensorArg& r, const char* rn) const;
   // Every dim in row-major order with no gaps or overlaps (outputs and written tensors).
   const TensorArg& contiguous(const TensorArg& t, const char* name) const;
   // An output: the caller's buffer `t` (this dtype and these sizes, contiguous), or, when it is

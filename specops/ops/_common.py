@@ -177,14 +177,18 @@ def _shape(t) -> tuple:
     return tuple(t.shape)
 
 
-def check_tensor(op: str, name: str, t, *, ndim=None, dtypes=None, device=None, shape=None):
+def check_tensor(
+    op: str, name: str, t, *, ndim=None, dtypes=None, device=None, shape=None, backend=None
+):
     """Raise TypeError/ValueError naming the argument when ``t`` is not as expected.
-    ``shape`` entries may be None (any size).  The passing path is a handful of attribute reads
-    (it runs several times per op call)."""
+    ``shape`` entries may be None (any size); ``backend`` (the one asked for) is named when
+    ``t`` is a meta tensor.  The passing path is a handful of attribute reads (it runs several
+    times per op call)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"specops.{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.is_meta:
-        raise ValueError(f"specops.{op}: {name} is a meta tensor {_META}")
+        asked = f" (backend {backend!r} was asked for)" if backend is not None else ""
+        raise ValueError(f"specops.{op}: {name} is a meta tensor{asked} {_META}")
     if ndim is not None:
         nd = t.dim()
         if (nd != ndim) if isinstance(ndim, int) else (nd not in ndim):
@@ -231,6 +235,17 @@ def check_no_alias(op: str, outs, others) -> None:
     tensors (``others``, and the other outputs): a clear error on every backend, which the
     compiled bindings repeat (csrc/tensor_arg.cpp, ArgCheck::output).  Not while torch.compile
     traces: fake tensors have no addresses (and functionalization owns the buffers)."""
+    _check_disjoint(op, outs, others, outs_apart=True)
+
+
+def check_written_apart(op: str, written, read) -> None:
+    """Tensors an op writes in place (``written``: (name, tensor) pairs, e.g. caches) share no
+    byte with the tensors it reads (``read``); the written ones may share with each other (a
+    stacked K/V buffer).  The compiled bindings repeat it (ArgCheck::disjoint)."""
+    _check_disjoint(op, written, read, outs_apart=False)
+
+
+def _check_disjoint(op: str, outs, others, *, outs_apart: bool) -> None:
     if _compiling():
         return
     seen = []
@@ -247,7 +262,8 @@ def check_no_alias(op: str, outs, others) -> None:
                     f"specops.{op}: {name} shares memory with {other} (an output must not alias "
                     "the op's other tensors)"
                 )
-        seen.append((name, s))
+        if outs_apart:
+            seen.append((name, s))
 
 
 def check_writable(op: str, name: str, t: torch.Tensor) -> None:

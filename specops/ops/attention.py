@@ -174,7 +174,7 @@ def tree_attention(
             pass  # the checks below name what is wrong, or normalise what the kernel reads
         else:
             return (o, lse) if return_lse else o
-    c.check_tensor(op, "q", q, ndim=4, dtypes=_ATTN_DTYPES)
+    c.check_tensor(op, "q", q, ndim=4, dtypes=_ATTN_DTYPES, backend=backend)
     dev = q.device
     b, n, hq, d = q.shape
     hkv, cap = _check_cache(op, q, k_cache, v_cache, cache_seqlens, block_table, b)
@@ -300,7 +300,7 @@ def append_kv(
             return
         except (TypeError, ValueError):
             pass  # the checks below name what is wrong, or normalise what the kernel reads
-    c.check_tensor(op, "k", k, ndim=4, dtypes=_ATTN_DTYPES)
+    c.check_tensor(op, "k", k, ndim=4, dtypes=_ATTN_DTYPES, backend=backend)
     dev = k.device
     b, n, hkv, d = k.shape
     c.check_tensor(op, "v", v, device=dev, shape=tuple(k.shape))
@@ -309,6 +309,7 @@ def append_kv(
     _, cap = _check_cache(op, k, k_cache, v_cache, cache_seqlens, block_table, b)
     c.check_writable(op, "k_cache", k_cache)
     c.check_writable(op, "v_cache", v_cache)
+    c.check_written_apart(op, [("k_cache", k_cache), ("v_cache", v_cache)], [("k", k), ("v", v)])
     if k_cache.shape[2] != hkv:
         raise ValueError(
             f"specops.{op}: k has {hkv} KV heads but k_cache {tuple(k_cache.shape)} has "
