@@ -419,8 +419,27 @@ class FeatureCache:
 
     def recent_positions(self, end, count, width: int) -> torch.Tensor:
         """[B, width] int32 on the cache's device: end - count, ..., end - 1 per request, then
-        -1 (the ``count`` most recent positions before ``end``; ints or [B] tensors)."""
-        return reference.recent_positions(end, count, width, device=self.device)
+        -1 (the ``count`` most recent positions before ``end``; ints or [] / [B] integer tensors
+        ([1] broadcast) on the cache's device; ``width`` an int >= 0)."""
+        op = "FeatureCache.recent_positions"
+        if isinstance(width, bool) or not isinstance(width, int):
+            raise TypeError(f"specops.{op}: width must be an int >= 0, got {width!r}")
+        if width < 0:
+            raise ValueError(f"specops.{op}: width must be an int >= 0, got {width}")
+        for name, v in (("end", end), ("count", count)):
+            if isinstance(v, torch.Tensor):
+                c.check_ids(op, name, v, ndim=(0, 1), device=self.device)
+                if v.numel() not in (1, self.batch):
+                    raise ValueError(
+                        f"specops.{op}: {name} must have shape [], [1] or [{self.batch}] (the "
+                        f"cache's batch), got {tuple(v.shape)}"
+                    )
+            elif isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(
+                    f"specops.{op}: {name} must be an int or an integer tensor, got {v!r}"
+                )
+        pos = reference.recent_positions(end, count, width, device=self.device)
+        return pos.expand(self.batch, width).contiguous()
 
     def __repr__(self) -> str:
         return (

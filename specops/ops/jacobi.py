@@ -86,7 +86,7 @@ def verify_jacobi(
             else:
                 k = num_candidates > 1
                 return JacobiResult(r[0], r[1], r[2], r[3] if k else None, r[-1] if tr else None)
-    b, L, v = _check_target(op, target_probs)
+    b, L, v = _check_target(op, target_probs, backend)
     dev = target_probs.device
     if tree is not None:
         _check_tree(op, tree, b, L, dev)

@@ -66,7 +66,7 @@ def probs_from_logits(
                             1, out)[0]  # fmt: skip
             except (TypeError, ValueError):
                 pass  # the checks below name what is wrong, or normalise what the kernel reads
-    c.check_probs(_OP, "logits", logits, ndim=range(1, 9))
+    c.check_probs(_OP, "logits", logits, ndim=range(1, 9), backend=backend)
     shape = tuple(logits.shape)
     v = shape[-1]
     if v == 0:

@@ -39,7 +39,7 @@ def sample(
                 return fast(probs, *rng, None, out)[0]
             except (TypeError, ValueError):
                 pass  # the checks below name what is wrong, or normalise what the kernel reads
-    c.check_probs("sample", "probs", probs, ndim=range(1, 8))
+    c.check_probs("sample", "probs", probs, ndim=range(1, 8), backend=backend)
     dev = probs.device
     if probs.shape[-1] == 0:
         raise ValueError(
@@ -139,7 +139,7 @@ def sample_without_replacement(
                 return fast(probs, k, *rng, None, out)[0]
             except (TypeError, ValueError):
                 pass  # the checks below name what is wrong, or normalise what the kernel reads
-    c.check_probs(op, "probs", probs, ndim=range(1, 8))
+    c.check_probs(op, "probs", probs, ndim=range(1, 8), backend=backend)
     dev = probs.device
     if probs.shape[-1] == 0:
         raise ValueError(

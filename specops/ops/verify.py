@@ -34,8 +34,8 @@ _TREE_BACKENDS = c.declare_backends(("cuda", "cpu", "reference"), "verify_tree")
 
 
 # checks ---------------------------------------------------------------------------------------
-def _check_target(op: str, t) -> tuple[int, int, int]:
-    c.check_probs(op, "target_probs", t, ndim=3)
+def _check_target(op: str, t, backend: str) -> tuple[int, int, int]:
+    c.check_probs(op, "target_probs", t, ndim=3, backend=backend)
     b, n, v = t.shape
     if n < 1 or v < 1:
         raise ValueError(
@@ -183,7 +183,7 @@ def verify_chain(
                                          0.0, greedy, block, *rng, uniforms, *o))  # fmt: skip
             except (TypeError, ValueError):
                 pass  # the checks below name what is wrong, or normalise what the kernel reads
-    b, k1, v = _check_target(op, target_probs)
+    b, k1, v = _check_target(op, target_probs, backend)
     dev = target_probs.device
     k = k1 - 1
     c.check_ids(op, "draft_tokens", draft_tokens, ndim=2, device=dev)
@@ -325,7 +325,7 @@ def verify_tree(
                     greedy, *rng, uniforms, None, None, *o))  # fmt: skip
             except (TypeError, ValueError):
                 pass  # the checks below name what is wrong, or normalise what the kernel reads
-    b, n, v = _check_target(op, target_probs)
+    b, n, v = _check_target(op, target_probs, backend)
     dev = target_probs.device
     _check_tree(op, tree, b, n, dev)
     c.check_ids(op, "draft_tokens", draft_tokens, ndim=2, device=dev)
@@ -442,7 +442,7 @@ def path_acceptance(
                             rv._num_leaves(tree), None, *o)  # fmt: skip
             except (TypeError, ValueError):
                 pass  # the checks below name what is wrong, or normalise what the kernel reads
-    b, n, v = _check_target(op, target_probs)
+    b, n, v = _check_target(op, target_probs, backend)
     dev = target_probs.device
     _check_tree(op, tree, b, n, dev)
     c.check_ids(op, "draft_tokens", draft_tokens, ndim=2, device=dev)

@@ -131,7 +131,10 @@ def path_similarity(paths, codebook, *, alpha: float = 0.9, stride: int = 1) -> 
     v = codebook.shape[0]
     ids = paths[:, :, ::stride]
     ok = (ids >= 0) & (ids < v)
-    x = codebook[torch.where(ok, ids, 0).long()].double() * ok[..., None]  # [B, P, L', C]
+    if v == 0:  # an empty codebook: every id is outside it, every vector zero
+        x = codebook.new_zeros(*ids.shape, codebook.shape[1], dtype=torch.float64)
+    else:
+        x = codebook[torch.where(ok, ids, 0).long()].double() * ok[..., None]  # [B, P, L', C]
     e = x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
     pair_sum = e.sum(1).pow(2).sum(-1) - e.pow(2).sum(-1).sum(1)  # [B, L']
     s = pair_sum / (p * (p - 1))
