@@ -172,6 +172,37 @@ def test_seed_tensors(model):
     assert torch.equal(per[0], a[0]) and not torch.equal(per[1], a[1])
 
 
+@pytest.mark.parametrize(
+    "method,how", [("ar", True), ("sjd_pac", "aot_eager")]
+)  # Inductor on the one-token step (~15-30 s of compiling on 2 CPU cores), a tree under aot_eager
+def test_compiled_step_matches_generate(model, method, how):
+    """``compile_step`` (fullgraph: a graph break is an error) traces the adapter's call, whose
+    decoder hook is registered once per model, not per call; tokens == transformers' greedy."""
+    ids = torch.randint(0, 96, (2, 5), generator=torch.Generator().manual_seed(12))
+    ref = hf_greedy(model, ids, 8)
+    with specops.validation(False):  # validation's value checks read the data: no whole graph
+        out, _ = specops.hf.generate(
+            model, ids, method=method, max_new_tokens=8, do_sample=False, compile_step=how,
+            **METHOD_OPTIONS[method],
+        )  # fmt: skip
+    assert torch.equal(out, ref)
+    assert len(model.get_decoder()._forward_hooks) == 1  # after every earlier test's adapters
+
+
+def test_no_deprecated_cache_keyword(model):
+    """The cache goes by the keyword the model's forward takes (transformers 5.24 renamed
+    ``past_key_values`` to ``cache``, the old name to be removed in 5.40): no FutureWarning."""
+    import warnings
+
+    ids = torch.randint(0, 96, (2, 5), generator=torch.Generator().manual_seed(13))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        out, _ = specops.hf.generate(
+            model, ids, method="sjd", window=4, max_new_tokens=6, do_sample=False
+        )
+    assert torch.equal(out, hf_greedy(model, ids, 6))
+
+
 @pytest.mark.parametrize("method", sorted(METHOD_OPTIONS))
 def test_ragged_prompts_match_generate(model, method):
     """Prompts of lengths 7, 3, 5, left-padded with the pad token as a tokenizer pads them."""

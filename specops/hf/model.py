@@ -5,14 +5,19 @@
     logits, hidden = model(tokens [B, N], positions [B, N], cache, tree=None)
 
 One call is one forward of the whole transformers model (``hf_model(input_ids, position_ids,
-past_key_values=cache, specops_tree=...)``) with the decoder's attention switched to
+cache=cache, specops_tree=...)``; ``past_key_values=cache`` where the model's forward has no
+``cache`` keyword, as before transformers 5.24) with the decoder's attention switched to
 ``"specops_tree"``: logits therefore get whatever the model's own forward does to them
 (Chameleon's image-token mask, logit scaling or soft-capping), and ``hidden`` is the decoder's
 last hidden state (after the final norm, logits = lm_head(hidden)), taken by a forward hook on the
 decoder: ``output_hidden_states`` is never asked for, so no layer's states but the last are kept.
+The hook is registered once per decoder (by the model's first adapter) and records only while an
+adapter's call runs, so a step that ``torch.compile`` traces registers nothing.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 
@@ -56,6 +61,42 @@ def _check_model(hf_model) -> None:
             f"{type(hf_model).__name__} has layer types {sorted(set(types))} "
             f"(sliding_window={getattr(cfg, 'sliding_window', None)})"
         )
+
+
+def _takes(forward, name: str) -> bool:
+    try:
+        return name in inspect.signature(forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def cache_keyword(forward) -> str:
+    """The keyword a transformers forward takes its ``Cache`` by: ``cache`` where it has one
+    (transformers 5.24: ``past_key_values`` is deprecated there, to be removed in 5.40), else
+    ``past_key_values`` (4.57 and the 5.x before the rename)."""
+    return "cache" if _takes(forward, "cache") else "past_key_values"
+
+
+class _LastHidden:
+    """The decoder's forward hook: keeps its output's last hidden state while ``on``."""
+
+    def __init__(self):
+        self.on, self.value = False, None
+
+    def __call__(self, module, args, out):
+        if self.on:
+            self.value = out[0]
+
+
+def _last_hidden(decoder) -> _LastHidden:
+    """The decoder's one ``_LastHidden`` hook, registered the first time (registering a hook
+    inside a call is something Dynamo cannot trace, and one per call would pile up)."""
+    slot = decoder.__dict__.get("_specops_last_hidden")
+    if slot is None:
+        slot = _LastHidden()
+        decoder.register_forward_hook(slot)
+        decoder.__dict__["_specops_last_hidden"] = slot
+    return slot
 
 
 def _image_head(hf_model):
@@ -112,6 +153,9 @@ class HFModel:
         self.head = hf_model.get_output_embeddings()
         self.vocab = self.prompt_vocab = self.head.out_features  # prompts: text tokens
         self.decoder = hf_model.get_decoder()
+        self.hidden_hook = _last_hidden(self.decoder)
+        self.cache_kw = cache_keyword(hf_model.forward)  # hf_model(...)'s
+        self.decoder_cache_kw = cache_keyword(self.decoder.forward)  # the decoder's, direct calls
         self.embed = None  # the embedding of tokens after the prefill, when not the text one
         self.image_head = image_head
         if image_head:
@@ -121,6 +165,10 @@ class HFModel:
         self.start = None  # [R] the position of each row's first generated token (the prefill's)
         # decoder + head, not hf_model(): the model's own logit processing is replaced
         self.direct = image_head or allowed_tokens is not None or layout is not None
+        # transformers < 5.24 derives cache_position from the cache's length (a tensor here: an
+        # arange with data-dependent bounds, which torch.compile cannot trace): pass it
+        called = self.decoder if self.direct else hf_model
+        self.cache_position = _takes(called.forward, "cache_position")
         self.allowed_tokens = allowed_tokens
         self.blocked = None if allowed_tokens is None else ~self._mask(allowed_tokens)
         self.negative_prompt = negative_prompt
@@ -193,10 +241,13 @@ class HFModel:
         args = dict(
             input_ids=tokens.long().clamp(min=0),
             position_ids=positions.long(),
-            past_key_values=cache,
             use_cache=True,
             specops_tree=(bits, cache.seqlens, n_old),
         )
+        if self.cache_position:  # what transformers computes: the longest row's length + n
+            args["cache_position"] = cache.seqlens.max().long() + torch.arange(
+                n, device=tokens.device
+            )
         args.update(self.pending)  # the prefill's extra inputs, once
         self.pending = {}
         if self.embed is not None and self._prefilled:  # image tokens after the text prompt
@@ -206,24 +257,25 @@ class HFModel:
         self._prefilled = True
         cache.offset = n_old
         try:
-            return self._forward(args)
+            return self._forward(args, cache)
         finally:
             cache.offset = 0
 
-    def _forward(self, args):
+    def _forward(self, args, cache):
         with use_tree_attention(self.hf):
             if self.direct:
-                hidden = self.decoder(**args)[0]
+                hidden = self.decoder(**args, **{self.decoder_cache_kw: cache})[0]
                 logits = self.head(hidden)
                 if self.blocked is not None:
                     logits = logits.masked_fill(self.blocked, float("-inf"))
                 if self.layout is not None:
                     logits = self.layout.mask(logits, args["position_ids"], self.start)
                 return logits, hidden
-            kept = []  # the decoder's last hidden state, by a hook for this call only
-            hook = self.decoder.register_forward_hook(lambda m, a, out: kept.append(out[0]))
+            hook = self.hidden_hook  # the decoder's last hidden state, kept during this call
+            hook.on, hook.value = True, None
             try:
-                logits = self.hf(**args).logits
+                logits = self.hf(**args, **{self.cache_kw: cache}).logits
+                hidden = hook.value
             finally:
-                hook.remove()
-        return logits, kept[-1]
+                hook.on, hook.value = False, None
+        return logits, hidden
