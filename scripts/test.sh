@@ -7,7 +7,8 @@
 # SPECOPS_ASAN=1 / SPECOPS_TSAN=1; =0 skips them.  Then, likewise (SPECOPS_WHEEL=0/1), the wheel
 # stage: a CPU-only manylinux wheel built by scripts/build_wheel.sh and smoke-tested in a fresh
 # virtual environment, the vLLM stage (SPECOPS_VLLM_STAGE=0/1, scripts/vllm_stage.sh) and the vLLM
-# engine stage (SPECOPS_VLLM_ENGINE_STAGE=0/1, scripts/vllm_engine_stage.sh).
+# engine stage (SPECOPS_VLLM_ENGINE_STAGE=0/1, scripts/vllm_engine_stage.sh), and the
+# oldest-transformers stage (SPECOPS_HF_OLDEST=0/1: the hf tests against transformers 4.57).
 # Exits non-zero if any run fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,7 +28,7 @@ stage() {
   fi
   return $rc
 }
-asan_rc=0 tsan_rc=0 wheel_rc=0 vllm_rc=0 engine_rc=0
+asan_rc=0 tsan_rc=0 wheel_rc=0 vllm_rc=0 engine_rc=0 hf_oldest_rc=0
 wanted SPECOPS_ASAN && { stage "ASan/UBSan stage" env PY="$PY" bash scripts/sanitize.sh ||
   asan_rc=$?; }
 wanted SPECOPS_TSAN && { stage "TSan race stage" env PY="$PY" bash scripts/racecheck.sh ||
@@ -43,6 +44,33 @@ fi
 if wanted SPECOPS_VLLM_ENGINE_STAGE && [ $wheel_rc -eq 0 ] && wanted SPECOPS_WHEEL; then
   stage "vLLM engine stage" bash scripts/vllm_engine_stage.sh || engine_rc=$?
 fi
+# The oldest-transformers stage (SPECOPS_HF_OLDEST=0/1): the main run tests specops.hf against
+# the venv's transformers (the newest); this runs tests/test_hf*.py again against the oldest
+# transformers specops supports (pyproject: >= 4.57).  transformers 4.57.* and what it pins
+# (huggingface-hub < 1, tokenizers 0.22) go into build/hf-oldest with pip --target (~240 MB,
+# ~20 s the first time, every other package held at the venv's version), put before the venv's
+# site-packages by PYTHONPATH: torch and the specops build are the venv's own.
+hf_oldest() {
+  local dir="$ROOT/build/hf-oldest" start=$SECONDS version rc=0
+  tf_version() { PYTHONPATH="$dir" "$PY" -c "import transformers; print(transformers.__version__)"; }
+  if [[ "$(tf_version 2>/dev/null)" != 4.57.* ]]; then
+    rm -rf "$dir"
+    mkdir -p "$ROOT/build"
+    "$PY" -m pip freeze --exclude-editable |
+      grep -viE '^(transformers|huggingface[-_]hub|tokenizers)=' >"$ROOT/build/hf-oldest.txt"
+    "$PY" -m pip install -q --disable-pip-version-check --target "$dir" \
+      -c "$ROOT/build/hf-oldest.txt" "transformers==4.57.*" || return $?
+  fi
+  version=$(tf_version) || return $?
+  [[ "$version" == 4.57.* ]] || { echo "hf-oldest stage: got transformers $version" >&2; return 1; }
+  echo "hf-oldest stage: transformers $version ready in $((SECONDS - start)) s"
+  PYTHONPATH="$dir" "$(dirname "$PY")/pytest" -q -p no:cacheprovider tests/test_hf.py \
+    tests/test_hf_models.py || rc=$?
+  echo "hf-oldest stage: $([ $rc -eq 0 ] && echo passed || echo "FAILED (exit $rc)") in" \
+    "$((SECONDS - start)) s"
+  return $rc
+}
+wanted SPECOPS_HF_OLDEST && { stage "hf-oldest stage" hf_oldest || hf_oldest_rc=$?; }
 # The Triton AOT stage (tests/triton_specs.py; SPECOPS_TRITON_AOT=0/1 like the others): pytest
 # records every Triton specialisation it launches, then each is compiled for sm_80 and sm_90
 # with the served models' shapes; a compile error or an unexplained spill at a served shape
@@ -77,4 +105,5 @@ fi
 [ $aot_rc -ne 0 ] && exit $aot_rc
 [ $vllm_rc -ne 0 ] && exit $vllm_rc
 [ $engine_rc -ne 0 ] && exit $engine_rc
+[ $hf_oldest_rc -ne 0 ] && exit $hf_oldest_rc
 exit $wheel_rc
