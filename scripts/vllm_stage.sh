@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The vLLM stage of scripts/test.sh (SPECOPS_VLLM_STAGE=0/1 like the other stages): specops's
-# vLLM plugin (specops/vllm.py) side by side with vLLM 0.33.0's own V1 rejection sampler, on the
-# CPU.  vLLM pins a CUDA torch 2.14: it is installed here with --no-deps, every package pinned,
-# into a venv of its own (build/vllm-venv, ~3.3 GB, ~80 s from a warm pip cache) with the CPU
-# torch 2.13, plus the specops CPU wheel the wheel stage built (wheelhouse/), so the tests import
-# the installed package.  vLLM's imports need CUDA_VISIBLE_DEVICES set to the empty string
+# vLLM plugin (specops/vllm.py) side by side with vLLM 0.33.0's own rejection samplers on the CPU
+# (tests/engines): V1's, and Model Runner V2's, the latter also driven through V2's own caller
+# (its RejectionSampler, as the model runner calls it: test_vllm_v2_runner.py).  vLLM pins a
+# CUDA torch 2.14: it is installed here with --no-deps, every package pinned, into a venv of its
+# own (build/vllm-venv, ~3.3 GB, ~80 s from a warm pip cache) with the CPU torch 2.13, plus the
+# specops CPU wheel the wheel stage built (wheelhouse/), so the tests import the installed
+# package.  vLLM's imports need CUDA_VISIBLE_DEVICES set to the empty string
 # (else it swaps Triton for a placeholder) and TRITON_INTERPRET=1.
 #
 #   bash scripts/vllm_stage.sh [WHEEL]
