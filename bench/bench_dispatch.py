@@ -103,8 +103,10 @@ def run(device: str, quick: bool) -> list[Row]:
         tok = torch.zeros(2, 4, dtype=torch.int32)
         o1, o2 = torch.empty(2, 5, dtype=torch.int32), torch.empty(2, dtype=torch.int32)
         bind = _build._C.verify_chain_cpu
-        row("verify_chain binding alone", lambda: bind(t, None, tok, None, None, 0.0, False,
-            None, 1, None, 0, None, o1, o2), "cpu")  # fmt: skip
+        # target, draft, tokens, num_draft, neighbors, delta, greedy, block, seed, seed_value,
+        # offset, offset_value, uniforms, out_tokens, out_num_accepted (csrc/bind_verify.cpp)
+        args = (t, None, tok, None, None, 0.0, False, False, None, 1, None, 0, None, o1, o2)
+        row("verify_chain binding alone", lambda: bind(*args), "cpu")
     with specops.validation(False):
         for name, fn in _cases(device).items():
             row(name, fn, "auto", note=f"runs {_resolved(name, device)}")
