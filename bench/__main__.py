@@ -17,7 +17,9 @@ import traceback
 
 import torch
 
+from specops._optional import MissingDependency
 from specops._progress import Progress
+from specops.cli import ArgumentParser, check_out_path, check_writable, device_arg
 
 from . import harness
 from .harness import Row, ceilings, environment, print_table, write_csv
@@ -37,22 +39,25 @@ REGISTRY = [
 
 
 def _bench_module(name: str):
-    try:
-        return importlib.import_module(f"{__package__}.bench_{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"{__package__}.bench_{name}":
-            return None
-        raise
+    """bench_<name>.py of a REGISTRY name (``--ops`` takes no other)."""
+    return importlib.import_module(f"{__package__}.bench_{name}")
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(
+    ap = ArgumentParser(
         prog="specops bench",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--ops", default=",".join(REGISTRY), help="comma list of " + ",".join(REGISTRY))
+    ap.add_argument(
+        "--device",
+        type=_device,
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="cpu or cuda (default: cuda when present)",
+    )
+    ap.add_argument(
+        "--ops", type=_ops, default=REGISTRY, help="comma list of " + ",".join(REGISTRY)
+    )
     ap.add_argument("--quick", action="store_true", help="tiny shapes (CI-sized)")
     ap.add_argument("--csv", default=None, help="append rows to this CSV")
     ap.add_argument(
@@ -77,14 +82,9 @@ def main(argv=None) -> int:
         help="with --plot: chart the rows of an existing CSV instead of running benchmarks",
     )
     args = ap.parse_args(argv)
-    if args.plot is not None:
-        from . import plot
-
-        plot.require_matplotlib()  # before any benchmark runs
-        if args.from_csv:
-            return _plot(plot.read_csv(args.from_csv), args.plot)
-    elif args.from_csv:
-        ap.error("--from-csv needs --plot")
+    rows = _check(ap, args)  # every check before any benchmark runs
+    if rows is not None:
+        return _plot(rows, args.plot)
     harness.PROFILE = args.profile and args.device == "cuda"
     env = environment(args.device)
     print("  ".join(f"{k}={v}" for k, v in env.items()))
@@ -95,16 +95,12 @@ def main(argv=None) -> int:
     if args.csv and all_rows:
         write_csv(args.csv, all_rows, env)
     failed = []
-    names = [n.strip() for n in args.ops.split(",") if n.strip()]
+    names = args.ops
     progress = Progress("bench", len(names), unit="ops")
     for i, name in enumerate(names):
         progress.update(i, note=name)
-        mod = _bench_module(name)
-        if mod is None or not hasattr(mod, "run"):
-            print(f"[bench] {name}: no bench module with run(), skipped")
-            continue
         try:
-            rows = mod.run(args.device, args.quick)
+            rows = _bench_module(name).run(args.device, args.quick)
         except Exception:
             traceback.print_exc()
             failed.append(name)
@@ -124,6 +120,56 @@ def main(argv=None) -> int:
         print(f"[bench] FAILED: {', '.join(failed)}")
         return 1
     return 0
+
+
+def _device(text: str) -> str:
+    """``--device``: cpu, or cuda on a machine that has one (the suites take these two names)."""
+    if text not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"expected cpu or cuda, got {text!r}")
+    return device_arg()(text)
+
+
+def _ops(text: str) -> list[str]:
+    """``--ops``: a comma list of REGISTRY's names (at least one)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown or not names:
+        what = "no op named"
+        if unknown:
+            what = f"unknown op{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}"
+        raise argparse.ArgumentTypeError(f"{what}; choose from {','.join(REGISTRY)}")
+    return list(dict.fromkeys(names))
+
+
+def _check(ap: ArgumentParser, args) -> list[Row] | None:
+    """The checks that need more than one argument, or the file system: --from-csv (read here:
+    its rows, returned), --csv and --plot writable, matplotlib for --plot."""
+    if args.from_csv and args.plot is None:
+        ap.error("--from-csv needs --plot")
+    if args.plot is not None:
+        from . import plot
+
+        try:
+            plot.require_matplotlib()
+        except MissingDependency as e:
+            ap.error(str(e))
+        why = check_writable(args.plot, directory=True)
+        if why:
+            ap.error(f"--plot {args.plot}: {why}")
+    if args.csv:
+        why = check_out_path("--csv", args.csv)
+        if why:
+            ap.error(why)
+    if not args.from_csv:
+        return None
+    if not os.path.isfile(args.from_csv):
+        kind = "is a directory" if os.path.isdir(args.from_csv) else "does not exist"
+        ap.error(f"--from-csv {args.from_csv}: {kind}")
+    try:
+        rows = plot.read_csv(args.from_csv)
+    except (OSError, KeyError, ValueError, UnicodeDecodeError) as e:
+        ap.error(f"--from-csv {args.from_csv}: not a CSV that specops bench wrote ({e!r})")
+    return rows
 
 
 def _plot(rows: list[Row], out_dir: str) -> int:

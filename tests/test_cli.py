@@ -215,3 +215,153 @@ def test_ar_progress_with_eos_reports_the_last_token(model, monkeypatch):
     with progress(lambda counts, length: calls.append(counts.clone())):
         ar(model.target, torch.tensor([0, 3]), length=12)
     assert len(calls) == 12 and (calls[-1] >= 12).all()
+
+
+# -- issue 38: every bad value is one line `specops <cmd>: error: ...`, exit 2, before any work ---
+
+
+def _one_line_error(capsys, cmd: str, words: str) -> str:
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"specops {cmd}: error: "), err
+    assert words in lines[0], (words, err)
+    return lines[0]
+
+
+@pytest.fixture
+def no_demo_model(monkeypatch):
+    import specops.demo as demo
+
+    def no_model(*a, **k):
+        raise AssertionError("the demo loaded the model before checking its arguments")
+
+    monkeypatch.setattr(demo, "load_default", no_model)
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--threads", "0"], "--threads: must be an int in [1, 1024], got 0"),
+        (["--device", "tpu"], "--device: expected auto, cpu, cuda or cuda:N, got 'tpu'"),
+        (["--classes", "99999"], "--classes: the embedded model has classes 0-9, got [99999]"),
+        (["--classes", "3", "-3"], "--classes: must be an int >= 0, got -3"),
+        (["--classes"], "--classes: expected at least one argument"),
+        (["--methods"], "--methods: expected at least one argument"),
+        (["--methods", "sjd", "eagle"], "--methods: invalid choice: 'eagle'"),
+        (["--temperature", "-1"], "--temperature: must be a finite number >= 0, got -1"),
+        (["--temperature", "nan"], "--temperature: must be a finite number >= 0, got nan"),
+        (["--cfg-scale", "inf"], "--cfg-scale: must be a finite number > 0, got inf"),
+        (["--cfg-scale", "0"], "--cfg-scale: must be a finite number > 0, got 0"),
+        (["--seed", str(2**64)], f"--seed: must be an int in [0, {2**63 - 1}], got {2**64}"),
+        (["--seed", "-1"], "--seed: must be an int in [0"),
+        (["--out", "/proc/x/y.png"], "--out /proc/x/y.png: cannot write into /proc"),
+        (["--out", "OUT/grid.jpg"], "the file name must end in .png"),
+        (["--out", "OUT"], "OUT: the file name must end in .png"),
+        (["--out", "OUT/adir.png"], "OUT/adir.png is a directory"),
+        (["--out", "OUT/file.txt/y.png"], "file.txt is a file, so OUT/file.txt/y.png cannot"),
+        (["--json", "/proc/x/t.json"], "--json /proc/x/t.json: cannot write into /proc"),
+    ],
+)
+def test_demo_rejects_bad_values_before_any_work(
+    argv, words, tmp_path, capsys, no_demo_model, monkeypatch
+):
+    out = tmp_path / "out"
+    (out / "adir.png").mkdir(parents=True)
+    (out / "file.txt").write_text("x")
+    before = sorted(tmp_path.rglob("*"))
+    argv = [str(out) + a[3:] if a.startswith("OUT") else a for a in argv]
+    words = words.replace("OUT", str(out))
+    if "--out" not in argv:
+        argv += ["--out", str(out / "new" / "demo.png")]
+    assert cli.main(["demo", *argv]) == 2
+    _one_line_error(capsys, "demo", words)
+    assert sorted(tmp_path.rglob("*")) == before, "a failed check left something behind"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without a GPU")
+def test_demo_cuda_without_a_gpu_is_one_line(capsys, no_demo_model):
+    assert cli.main(["demo", "--device", "cuda"]) == 2
+    _one_line_error(capsys, "demo", "--device: 'cuda', but this machine has no CUDA GPU")
+
+
+def _stats(method, passes, wall, compression):
+    from specops.decode.stats import Stats
+
+    st = Stats(method, batch=1, tokens=256, target_passes=passes, wall_s=wall)
+    st.passes_per_request = [256 / compression]
+    return st
+
+
+def test_demo_table_leads_with_the_wall_clock_speedup():
+    """The demo's rows: speed-up against AR's wall time of the same run first, then the step
+    compression, and the step cost that reconciles the two; the words follow the numbers."""
+    from specops.demo import explain, format_table
+
+    rows = [_stats("ar", 256, 1.0, 1.0), _stats("spec-chain", 128, 2.5, 3.5)]
+    table = format_table(rows, rows[0]).splitlines()
+    assert table[0].split()[:5] == ["method", "speed-up", "vs", "AR", "(wall)"]
+    assert table[3].split()[:3] == ["spec-chain", "0.40x", "3.50"]
+    assert "5.00x" in table[3]  # a step costs 2.5 / 128 s against AR's 1 / 256 s
+    text = explain(rows, [], 10, 0.92)
+    assert "Batch 10: no method beats AR (fastest: spec-chain, 0.40x)" in text.replace("\n", " ")
+    single = [_stats("ar", 256, 1.0, 1.0), _stats("sjd", 64, 0.5, 4.0)]
+    text = explain(rows, single, 10, 0.92).replace("\n", " ")
+    assert (
+        "sjd 2.00x (step cost 2.0x)" in text and "this is where speculative decoding pays" in text
+    )
+
+
+def test_demo_end_to_end_on_one_prompt(tmp_path, capsys):
+    out = tmp_path / "d" / "grid.png"
+    argv = ["demo", "--classes", "2", "--methods", "sjd", "--batch1", "sjd", "--out", str(out),
+            "--json", str(tmp_path / "d" / "t.json")]  # fmt: skip
+    assert cli.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "speed-up vs AR (wall)" in text and "batch 1 (class 2 alone" in text
+    assert out.read_bytes()[:8] == PNG and (tmp_path / "d" / "grid_accept.png").exists()
+    record = json.loads((tmp_path / "d" / "t.json").read_text())
+    assert [r["method"] for r in record["rows"]] == ["ar", "sjd"]  # AR always: the baseline
+    assert record["rows"][0]["speedup_vs_ar_wall"] == 1.0 and len(record["batch1_rows"]) == 2
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--ops", "nosuchop"], "--ops: unknown op 'nosuchop'; choose from sample,verify"),
+        (["--ops", "sample,nope,x"], "--ops: unknown ops 'nope', 'x'"),
+        (["--ops", ","], "--ops: no op named"),
+        (["--device", "tpu"], "--device: expected cpu or cuda, got 'tpu'"),
+        (["--plot", "P", "--from-csv", "MISSING.csv"], "--from-csv MISSING.csv: does not exist"),
+        (["--plot", "P", "--from-csv", "BAD.csv"], "not a CSV that specops bench wrote"),
+        (["--from-csv", "BAD.csv"], "--from-csv needs --plot"),
+        (["--csv", "/proc/x/rows.csv", "--ops", "sample"], "--csv /proc/x/rows.csv: cannot"),
+        (["--plot", "BAD.csv", "--ops", "sample"], "BAD.csv is a file, not a directory"),
+    ],
+)
+def test_bench_rejects_bad_values_before_any_benchmark(argv, words, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import specops.bench.__main__ as runner
+
+    monkeypatch.setattr(runner, "_bench_module", lambda name: pytest.fail("benchmark ran"))
+    (tmp_path / "BAD.csv").write_text("a,b\n1,2\n")
+    before = sorted(tmp_path.rglob("*"))
+    fix = {
+        "P": tmp_path / "plots",
+        "MISSING.csv": tmp_path / "no.csv",
+        "BAD.csv": tmp_path / "BAD.csv",
+    }
+    argv = [str(fix.get(a, a)) for a in argv]
+    for k, v in fix.items():
+        words = words.replace(k, str(v))
+    assert cli.main(["bench", *argv]) == 2
+    _one_line_error(capsys, "bench", words)
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without a GPU")
+def test_bench_cuda_without_a_gpu_is_one_line(capsys, monkeypatch):
+    import specops.bench.__main__ as runner
+
+    monkeypatch.setattr(runner, "_bench_module", lambda name: pytest.fail("benchmark ran"))
+    assert cli.main(["bench", "--device", "cuda", "--ops", "sample"]) == 2
+    _one_line_error(capsys, "bench", "--device: 'cuda', but this machine has no CUDA GPU")
