@@ -30,7 +30,18 @@ std::vector<std::string>& cuda_sim_kernel_names() {
 }
 }  // namespace specops
 
-PYBIND11_MODULE(_C, m) {
+#ifdef SPECOPS_TRAFFIC
+// specops._traffic: this module built again, CPU-only, with cuda_sim's memory accesses counted
+// (csrc/sim/traffic/traffic.cpp).
+namespace specops {
+void bind_traffic(py::module_& m);
+}
+#define SPECOPS_MODULE _traffic
+#else
+#define SPECOPS_MODULE _C
+#endif
+
+PYBIND11_MODULE(SPECOPS_MODULE, m) {
   m.doc() = "specops compiled kernels (raw-pointer interface; use the specops package)";
 
 #ifdef SPECOPS_WITH_CUDA
@@ -80,5 +91,8 @@ PYBIND11_MODULE(_C, m) {
   bind_sim_checks(m);
 #else
   m.attr("with_cuda_sim") = false;
+#endif
+#ifdef SPECOPS_TRAFFIC
+  bind_traffic(m);
 #endif
 }

@@ -368,6 +368,7 @@ TensorArg ArgCheck::output(const TensorArg& t, const char* name, DType dtype,
     obj = py::reinterpret_borrow<py::object>(t.object);
   } else {
     obj = new_tensor(dtype, sizes, like, r);
+    if (Outputs* o = Outputs::active()) o->record(r, name);
   }
   if (Outputs* o = Outputs::active()) o->list.append(obj);
   return r;
@@ -389,9 +390,11 @@ TensorArg ArgCheck::scratch(const TensorArg& t, const char* name, DType dtype,
     const int64_t bytes = r.numel() * dtype_size(dtype);
     o->host_scratch.emplace_back(new char[bytes > 0 ? bytes : 1]);
     r.data = o->host_scratch.back().get();
+    o->record(r, name);
     return r;
   }
   o->scratch.append(new_tensor(dtype, sizes, like, r));
+  o->record(r, name);
   return r;
 }
 
@@ -442,11 +445,14 @@ const TensorArg& ArgCheck::need(const TensorArg& t, const char* name, DType dtyp
     if (t.size[i] < 0 || (t.size[i] > 1 && t.stride[i] < 0))
       fail(name, "has a negative size or stride");
   if (!t.data && t.numel() > 0) fail(name, "has no data (a meta tensor?)");
-  if (Outputs* o = Outputs::active(); o && t.numel() > 0) {
-    const Outputs::Span s = byte_span(t);
-    o->spans.push_back({s.lo, s.hi, s.device, name});
-  }
+  if (Outputs* o = Outputs::active()) o->record(t, name);
   return t;
+}
+
+void Outputs::record(const TensorArg& t, const char* name) {
+  if (t.numel() == 0) return;
+  const Span s = byte_span(t);
+  spans.push_back({s.lo, s.hi, s.device, name});
 }
 
 void ArgCheck::disjoint(const TensorArg& w, const char* wn, const TensorArg& r,

@@ -78,7 +78,8 @@ struct Outputs {
     int device;  // -1: the CPU
     const char* name;
   };
-  std::vector<Span> spans;  // every tensor ArgCheck::need has seen in this call, in order
+  std::vector<Span> spans;  // every tensor ArgCheck::need has seen or made in this call, in order
+  void record(const TensorArg& t, const char* name);  // appends t's span (if it has elements)
   Outputs* prev;
 };
 

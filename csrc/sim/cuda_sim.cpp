@@ -20,6 +20,7 @@
 namespace cuda_sim {
 
 ThreadCtx* fiber_ctx = nullptr;
+LaunchObserver* observer = nullptr;
 thread_local ThreadCtx* tls_ctx = nullptr;
 
 namespace {
@@ -253,6 +254,7 @@ Error launch_impl(const char* name, const void* kernel, Dim3 grid, Dim3 block, s
   if (use_os_threads()) os.reset(new OsThreads(n, body, closure));
   std::string fault_msg;
   Block b;
+  if (observer) observer->launch_begin(name, grid, block);
   for (const Dim3& bi : blocks) {
     b = Block();
     b.kernel = name;
@@ -268,11 +270,13 @@ Error launch_impl(const char* name, const void* kernel, Dim3 grid, Dim3 block, s
       th[t].ctx.block = &b;
       th[t].state = State::runnable;
     }
+    if (observer) observer->block_begin(bi);
     if (os)
       os->run(b);
     else
       run_block_fibers(b, th, body, closure,
                        mix(seed ^ (uint64_t{bi.x} << 40) ^ (uint64_t{bi.y} << 20) ^ bi.z));
+    if (observer) observer->block_end(b.gen);
     for (size_t i = 0; i < kCanary && !b.aborted; ++i)
       if (dyn[smem + i] != kCanaryByte)
         record_fault(b, "a write " + std::to_string(i) + " bytes past the end of its " +
@@ -283,6 +287,7 @@ Error launch_impl(const char* name, const void* kernel, Dim3 grid, Dim3 block, s
     }
   }
   os.reset();  // joins the OS threads
+  if (observer) observer->launch_end();
   if (!fault_msg.empty()) return set_error(Error::launch, fault_msg);
   return set_error(Error::success, "");
 }

@@ -66,6 +66,17 @@ T* dynamic_smem() {
   return reinterpret_cast<T*>(dynamic_smem_raw());
 }
 
+// Watches launches (the traffic counters, csrc/sim/traffic/traffic.cpp; nullptr otherwise): called
+// on the launching OS thread, blocks in the order they run.
+struct LaunchObserver {
+  virtual ~LaunchObserver() = default;
+  virtual void launch_begin(const char* kernel, Dim3 grid, Dim3 block) = 0;
+  virtual void block_begin(Dim3 idx) = 0;
+  virtual void block_end(unsigned barriers) = 0;  // the __syncthreads the block passed
+  virtual void launch_end() = 0;
+};
+extern LaunchObserver* observer;
+
 // Launch-time state of a kernel (cudaFuncSetAttribute).
 void set_max_dynamic_smem(const void* kernel, int bytes);
 

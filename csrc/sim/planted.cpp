@@ -115,7 +115,10 @@ std::vector<int> run(const std::string& kind) {
 
 }  // namespace
 
+void bind_traffic_planted(pybind11::module_& m);  // planted_traffic.cpp
+
 void bind_sim_checks(pybind11::module_& m) {
+  bind_traffic_planted(m);
   m.def(
       "cuda_sim_planted",
       [](const std::string& kind) {

@@ -1,0 +1,63 @@
+"""The traffic counters of cuda_sim (bench/traffic_cuda.py, csrc/sim/traffic/traffic.cpp) count
+what a GPU's l1tex counters count: planted kernels of known traffic give the exact numbers
+worked out by hand, and counting a real op changes none of its results."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import specops
+from bench import traffic_cuda
+
+pytestmark = pytest.mark.skipif(
+    not traffic_cuda.available(), reason="needs specops._traffic (a GCC build with cuda_sim)"
+)
+
+N = 8192  # float32 entries: 32 KiB a tensor
+
+
+# kind, grid -> bytes read, bytes written, requests, sectors, CTAs with work, critical CTA bytes.
+# A warp request is 32 lanes; a sector 32 bytes.  scalar4: N/32 load and N/32 store requests of
+# 4 sectors.  vec16: N/128 each, 16 sectors (the float4 copy the compiler splits into scalar
+# loads is put back together).  stride32: N/32 threads read src[32 g] (32 lanes 128 B apart: 32
+# sectors a request) and write dst[g] (4 sectors): 8 + 8 requests.  twice: scalar4 twice.
+# one_cta: block 0 alone makes the scalar4 pass; the other 7 return.
+PLANTED = {
+    ("scalar4", 4): (4 * N, 4 * N, N // 16, N // 4, 4, 2 * N),
+    ("vec16", 4): (4 * N, 4 * N, N // 64, N // 4, 4, 2 * N),
+    ("stride32", 1): (N // 8, N // 8, 16, 8 * 32 + 8 * 4, 1, N // 4),
+    ("twice", 4): (8 * N, 8 * N, N // 8, N // 2, 4, 4 * N),
+    ("one_cta", 8): (4 * N, 4 * N, N // 16, N // 4, 1, 8 * N),
+}
+
+
+@pytest.mark.parametrize("kind,grid", list(PLANTED))
+def test_planted_kernels_give_the_numbers_worked_out_by_hand(kind, grid):
+    t = traffic_cuda.planted(kind, N, grid)
+    got = (t.bytes_read, t.bytes_written, t.requests, t.sectors, t.ctas_with_work)
+    want = PLANTED[kind, grid]
+    assert got == want[:5]
+    assert t.critical_cta_bytes == want[5] and t.ctas == grid and t.barriers == 0
+
+
+def test_sectors_per_request_tell_the_access_patterns_apart():
+    spr = {k: traffic_cuda.planted(k, N, g).sectors_per_request for k, g in PLANTED}
+    assert spr == {"scalar4": 4.0, "vec16": 16.0, "stride32": 18.0, "twice": 4.0, "one_cta": 4.0}
+
+
+def test_counting_an_op_changes_nothing_and_counts_only_its_tensors():
+    gen = torch.Generator().manual_seed(0)
+    p = torch.rand(3, 5000, generator=gen)
+    p[:, 4096:] = 0  # the draw's target lies in the first tile of 2048 entries at most twice
+    want = specops.sample(p, seed=4, backend="cuda_sim")
+    with traffic_cuda.counting() as launches:
+        got = specops.sample(p, seed=4, backend="cuda_sim")
+    assert torch.equal(got, want)
+    (t,) = launches
+    assert t.kernel == "sample_kernel" and t.grid == (3, 1, 1) and t.bytes_written == 3 * 4
+    # pass 1 reads every row entry once; the draw's pass reads whole tiles up to the target's:
+    # only the probabilities (4 bytes an entry) and the token ids count, never shared memory
+    row = 5000 * 4
+    assert all(row + 4 < b <= 2 * row + 4 for b in t.cta_bytes) and t.barriers > 0
+    assert specops._build._C is not None and not hasattr(specops._build._C, "traffic_begin")
