@@ -4,6 +4,8 @@ official loop, lossless sampling through this path, clear errors before any work
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from helpers import chi2_pvalue
@@ -32,7 +34,8 @@ def _with_drafter(path):
 def test_cli_writes_pngs_and_the_table(lg_dir, tmp_path, capsys):
     out = tmp_path / "img" / "fox.png"
     argv = ["generate", "--model", str(lg_dir), "--class-id", "3", "7", "--method", "sjd_pac",
-            "--out", str(out), "--compare-ar", "--opt", "window=24"]  # fmt: skip
+            "--out", str(out), "--compare-ar", "--opt", "window=16", "--opt", "branch=2",
+            "--opt", "depth=2"]  # fmt: skip
     assert cli.main(argv) == 0
     text = capsys.readouterr().out
     for i in range(2):
@@ -42,34 +45,157 @@ def test_cli_writes_pngs_and_the_table(lg_dir, tmp_path, capsys):
     assert "'cfg_scale': 4.0" in text and "'top_k': 2000" in text  # LlamaGen's defaults
 
 
-def test_cli_errors_are_one_line(lg_dir, tmp_path, capsys):
-    cases = [
-        (["--model", str(tmp_path / "none"), "--class-id", "1"], "does not exist"),
-        (["--model", str(tmp_path), "--class-id", "1"], "no supported checkpoint"),
-        (["--model", str(lg_dir), "--prompt", "a fox"], "class ids"),
-        (["--model", str(lg_dir), "--class-id", str(C)], rf"integers in \[0, {C}\)"),
-        (["--model", str(lg_dir), "--class-id", "1", "--method", "vvs"], "needs a drafter"),
-        (["--model", str(lg_dir), "--class-id", "1", "--opt", "windw=3"], "takes the options"),
-        (["--model", str(lg_dir), "--class-id", "1", "--image-size", "40"], "multiple of 16"),
-        (["--model", str(lg_dir), "--class-id", "1", "--vqgan", "v.ckpt"], "takes no 'vqgan'"),
-        (["--model", str(lg_dir), "--class-id", "1", "--temperature", "-1"], "temperature must"),
-        (["--model", str(lg_dir), "--class-id", "1", "--top-p", "0"], r"top_p must lie in \(0"),
-        (["--model", str(lg_dir), "--class-id", "1", "--cfg", "nan"], "cfg_scale must be"),
-        (["--model", str(lg_dir), "--class-id", "1", "--opt", "window=abc"],
-         "option window='abc' of method 'sjd_pac' must be a int"),
-        (["--model", str(lg_dir), "--class-id", "1", "--drafter", str(lg_dir / "vq_ds16_c2i.pt"),
-          "--method", "speculative"], "expected a specops.models.Drafter"),
-    ]  # fmt: skip
-    for argv, msg in cases:
-        assert cli.main(["generate", *argv, "--out", str(tmp_path / "x.png")]) == 2
-        err = capsys.readouterr().err
-        assert "specops generate: error:" in err and "Traceback" not in err
-        assert __import__("re").search(msg, err), (argv, err)
-    assert not (tmp_path / "x.png").exists()
-    if not torch.cuda.is_available():
-        assert cli.main(["generate", "--model", str(lg_dir), "--class-id", "1", "--device",
-                         "cuda", "--out", str(tmp_path / "x.png")]) == 2  # fmt: skip
-        assert "no CUDA GPU" in capsys.readouterr().err
+def _one_line(capsys, pattern):
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specops generate: error: "), err
+    assert re.search(pattern, lines[0]), (pattern, err)
+
+
+# (argv after --model DIR, the error's words): every check before loading (issue 38)
+BEFORE_LOAD = [
+    (["--prompt", "x", "--model", "NONE"], "NONE does not exist"),
+    (["--class-id", "1", "--model", "EMPTY"], "EMPTY holds no supported checkpoint"),
+    (["--class-id", "1", "--model", "FILE"], "model FILE is a file; pass the checkpoint directory"),
+    (["--class-id", "-3"], "--class-id: must be an int >= 0, got -3"),
+    (["--class-id", "1", "--method", "vvs"], "needs a drafter"),
+    (["--class-id", "1", "--opt", "windw=3"], "takes the options"),
+    (["--class-id", "1", "--opt", "window=abc"], "window='abc' of method 'sjd_pac' must be a int"),
+    (
+        ["--class-id", "1", "--opt", "window=-5"],
+        r"window=-5 of method 'sjd_pac' must be an int in \[1, 16384\]",
+    ),
+    (["--class-id", "1", "--opt", "window=0"], "window=0 of method 'sjd_pac' must be an int in"),
+    (
+        ["--class-id", "1", "--opt", "window=100000"],
+        r"window=100000 .* \[1, 16384\] \(Tree.MAX_NODES",
+    ),
+    (
+        [
+            "--class-id",
+            "1",
+            "--method",
+            "speculative",
+            "--drafter",
+            "DRAFTER",
+            "--opt",
+            "num_draft=0",
+        ],
+        "option num_draft=0 of method 'speculative' must be an int in",
+    ),
+    (["--class-id", "1", "--method", "sjd", "--opt", "window=2.5"], "must be a int"),
+    (["--class-id", "1", "--vqgan", "v.ckpt"], "--vqgan is for chameleon, not llamagen"),
+    (
+        ["--class-id", "1", "--drafter", "NONE", "--method", "speculative"],
+        "--drafter NONE: no such",
+    ),
+    (["--class-id", "1", "--temperature", "-1"], "--temperature: must be a finite number >= 0"),
+    (["--class-id", "1", "--top-p", "0"], "--top-p: must be a finite number > 0 and <= 1"),
+    (["--class-id", "1", "--cfg", "nan"], "--cfg: must be a finite number > 0, got nan"),
+    (["--class-id", "1", "--top-k", "-1"], "--top-k: must be an int >= 0, got -1"),
+    (["--class-id", "1", "--seed", str(2**64)], "--seed: must be an int in"),
+    (["--class-id", "1", "--device", "tpu"], "--device: expected cpu, cuda or cuda:N"),
+    (["--class-id", "1", "--out", "OUT/x.jpg"], r"OUT/x.jpg: the file name must end in \.png"),
+    (["--class-id", "1", "--out", "OUT/adir.png"], "--out OUT/adir.png: OUT/adir.png is a"),
+    (["--class-id", "1", "2", "--out", "OUT/adir.png"], "OUT/adir_1.png is a directory"),
+    (["--class-id", "1", "--out", "OUT/file.txt/x.png"], "OUT/file.txt is a file, so"),
+    (["--class-id", "1", "--out", "/proc/x/y.png"], "--out /proc/x/y.png: cannot write into /proc"),
+]
+
+# checks that need the loaded model, still before any decoding
+AFTER_LOAD = [
+    (["--prompt", "a fox"], "class ids"),
+    (["--class-id", str(C)], rf"integers in \[0, {C}\)"),
+    (["--class-id", "1", "--image-size", "40"], "multiple of 16"),
+    (
+        ["--class-id", "1", "--method", "sjd", "--opt", "window=17"],
+        "option window=17 of method 'sjd' must be at most the 16 tokens of this 4x4 image",
+    ),
+    (
+        ["--class-id", "1", "--drafter", "VQ", "--method", "speculative"],
+        "expected a specops.models.Drafter",
+    ),
+]
+
+
+def _fill(argv, words, lg_dir, tmp_path):
+    """The placeholders of a case -> paths under tmp_path (OUT holds a directory adir.png and
+    adir_1.png and a file file.txt)."""
+    out = tmp_path / "out"
+    for d in ("adir.png", "adir_1.png"):
+        (out / d).mkdir(parents=True, exist_ok=True)
+    (out / "file.txt").write_text("x")
+    (tmp_path / "empty").mkdir(exist_ok=True)
+    vq = lg_dir / "vq_ds16_c2i.pt"
+    names = {"NONE": tmp_path / "none", "EMPTY": tmp_path / "empty", "FILE": out / "file.txt",
+             "VQ": vq, "DRAFTER": vq, "OUT": out}  # fmt: skip
+    argv = list(argv)
+    if "--model" not in argv:
+        argv = ["--model", str(lg_dir), *argv]
+    if "--out" not in argv:
+        argv += ["--out", str(tmp_path / "new" / "dir" / "x.png")]
+    for k, v in names.items():
+        argv = [a.replace(k, str(v)) if not a.startswith("--") else a for a in argv]
+        words = words.replace(k, re.escape(str(v)) if "\\" in words else str(v))
+    return argv, words
+
+
+@pytest.mark.parametrize("argv, words", BEFORE_LOAD)
+def test_cli_errors_before_loading(argv, words, lg_dir, tmp_path, capsys, monkeypatch):
+    import specops.imagegen.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "load_pipeline", lambda *a, **k: pytest.fail("loaded"))
+    argv, words = _fill(argv, words, lg_dir, tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    assert cli.main(["generate", *argv]) == 2
+    _one_line(capsys, words)
+    assert sorted(tmp_path.rglob("*")) == before, "a failed check left something behind"
+
+
+@pytest.mark.parametrize("argv, words", AFTER_LOAD)
+def test_cli_errors_before_decoding(argv, words, lg_dir, tmp_path, capsys, monkeypatch):
+    import specops.imagegen.base as base
+
+    monkeypatch.setattr(base.Pipeline, "run", lambda *a, **k: pytest.fail("decoded"))
+    argv, words = _fill(argv, words, lg_dir, tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    assert cli.main(["generate", *argv]) == 2
+    _one_line(capsys, words)
+    assert sorted(tmp_path.rglob("*")) == before, "a failed run left its --out directory behind"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without a GPU")
+def test_cli_cuda_without_a_gpu(lg_dir, tmp_path, capsys):
+    argv = ["generate", "--model", str(lg_dir), "--class-id", "1", "--device", "cuda"]
+    assert cli.main([*argv, "--out", str(tmp_path / "x.png")]) == 2
+    _one_line(capsys, "--device: 'cuda', but this machine has no CUDA GPU")
+
+
+def test_without_pillow_nothing_runs(lg_dir, tmp_path, capsys, monkeypatch):
+    """pillow comes with the `images` extra: missing, the command says so before loading and the
+    Python API before decoding (it used to decode everything, then fail on `import PIL`)."""
+    import specops.imagegen.base as base
+    import specops.imagegen.pipeline as pipeline
+
+    pipe = load_pipeline(lg_dir)
+    monkeypatch.setitem(__import__("sys").modules, "PIL", None)
+    monkeypatch.setattr(pipeline, "load_pipeline", lambda *a, **k: pytest.fail("loaded"))
+    monkeypatch.setattr(base.Pipeline, "run", lambda *a, **k: pytest.fail("decoded"))
+    argv = ["generate", "--model", str(lg_dir), "--class-id", "1", "--out", str(tmp_path / "x.png")]
+    assert cli.main(argv) == 2
+    _one_line(capsys, r"needs pillow, not installed here: pip install 'specops\[images\]'")
+    from specops._optional import MissingDependency
+
+    with pytest.raises(MissingDependency, match=r"specops\[images\]"):
+        generate_image(pipe, class_id=[1])
+
+
+def test_generate_progress_hook(lg_dir):
+    calls = []
+    hook = lambda counts, length: calls.append((counts.clone(), length))  # noqa: E731
+    generate_image(lg_dir, class_id=[1, 2], method="sjd", window=4, temperature=0.0, progress=hook)
+    assert calls and all(n == GRID * GRID for _, n in calls)
+    assert (calls[-1][0] >= GRID * GRID).all()
 
 
 def test_a_loaded_pipeline_takes_no_device(lg_dir):

@@ -221,3 +221,73 @@ def test_an_adapter_reused_for_a_second_run_restarts_its_layout(dirs):
         toks, _ = decode.ar(ad, prompt, length=pipe.layout.length, temperature=0.0)
         rows = toks.view(pipe.grid[0], pipe.grid[1] + 1)
         assert bool((rows[:, -1] == eol).all()) and not bool((rows[:, :-1] == eol).any())
+
+
+@pytest.mark.parametrize("name", ["janus", "emu3", "chameleon"])
+def test_progress_hook_is_called(dirs, name):
+    """generate_image(progress=) reaches the loop through specops.hf.generate (it used to set
+    no hook there, which turned the caller's off: no progress for Janus, Emu3, Chameleon)."""
+    pipe = _pipe(dirs, name)
+    calls = []
+    hook = lambda counts, length: calls.append((counts.clone(), length))  # noqa: E731
+    generate_image(pipe, prompt=PROMPTS, method="sjd", temperature=0.0, progress=hook)
+    assert calls and all(n == pipe.length and c.shape == (2,) for c, n in calls)
+    assert (calls[-1][0] >= pipe.length).all()
+
+
+def test_cli_shows_progress(dirs, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SPECOPS_PROGRESS", "1")
+    argv = ["generate", "--model", str(dirs["emu3"]), "--prompt", "a fox", "--method", "sjd",
+            "--image-size", "32", "--out", str(tmp_path / "x.png")]  # fmt: skip
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "generate  20/20 tok" in err and "sjd" in err  # 4 rows of 4 codes and a row end
+
+
+def test_streamer_keeps_an_enclosing_hook(dirs):
+    """specops.hf.generate with a streamer and no progress= inside a progress block: both the
+    streamer and the block's hook see every step."""
+    from specops import decode
+    from specops.hf import generate
+
+    pipe = _pipe(dirs, "emu3")
+    (ids, _), _ = pipe.conditions("a fox", None)
+    seen, calls = [], []
+
+    class Streamer:
+        def put(self, t):
+            seen.append(t.clone())
+
+        def end(self):
+            seen.append(None)
+
+    with decode.progress(lambda counts, length: calls.append(int(counts[0]))):
+        seqs, _ = generate(pipe.hf, ids, method="sjd", max_new_tokens=6, do_sample=False,
+                           streamer=Streamer(), eos_token_id=[])  # fmt: skip
+    assert calls and calls[-1] >= 6 and seen[-1] is None
+    assert torch.equal(torch.cat([t.reshape(-1) for t in seen[1:-1]]), seqs[0, ids.shape[1] :])
+
+
+def test_cli_checks_before_loading(dirs, tmp_path, capsys, monkeypatch):
+    import specops.imagegen.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "load_pipeline", lambda *a, **k: pytest.fail("loaded"))
+    out = ["--out", str(tmp_path / "x.png")]
+    cases = [
+        (["--model", str(dirs["janus"]), "--image-size", "64"], "image size is fixed"),
+        (["--model", str(dirs["emu3"]), "--tokenizer", str(tmp_path / "t")], "no such directory"),
+        (["--model", str(dirs["chameleon"]), "--vqgan", str(tmp_path / "v.ckpt")], "no such file"),
+        (["--model", str(dirs["emu3"]), "--drafter", str(tmp_path / "d.pt")], "for llamagen"),
+        (["--model", str(dirs["janus"]), "--method", "speculative"], "janus runs ar, sjd and"),
+        (["--model", str(dirs["emu3"]), "--opt", "window=0"], "window=0 of method 'sjd_pac'"),
+    ]
+    for argv, words in cases:
+        assert cli.main(["generate", "--prompt", "a fox", *argv, *out]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("specops generate: error: ") and words in err, (argv, err)
+        assert len(err.strip().splitlines()) == 1
+    monkeypatch.setitem(__import__("sys").modules, "transformers", None)
+    assert cli.main(["generate", "--prompt", "a fox", "--model", str(dirs["emu3"]), *out]) == 2
+    err = capsys.readouterr().err
+    assert "needs transformers" in err and "pip install 'specops[images]'" in err
+    assert not (tmp_path / "x.png").exists()

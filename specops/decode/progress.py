@@ -9,7 +9,9 @@ check, so it adds no host read to a loop that has one (speculative, SJD, SJD-PAC
 the counts only while a hook is set.  ``progress(hook, tokens=True)`` also hands it the tokens
 emitted so far (one [B, length] copy to the host per step, only then): a streamer prints
 ``emitted[b, seen_b:counts[b]]`` as they come.  Hooks nest (the innermost is called) and are per
-thread / task (a context variable)."""
+thread / task (a context variable); ``specops.hf.generate`` without ``progress=`` keeps the
+enclosing block's hook (``specops.imagegen.generate_image`` and ``specops generate`` set theirs
+around it)."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ import numbers
 import torch
 
 from specops import decode
+from specops.decode.progress import current_hook
 from specops.hf.drafter import HFDrafter, check_drafter
 from specops.hf.model import HFModel
 from specops.ops._common import validating
@@ -159,10 +160,22 @@ def apply_eos(seqs, prompt_len: int, eos: list[int], pad) -> torch.Tensor:
     return torch.cat([seqs[:, :prompt_len], new], 1)
 
 
+def _hooks(progress, streamer, ids: torch.Tensor, eos: list):
+    """(hook, with_tokens) for ``specops.decode.progress`` around the loop: ``progress`` if
+    given, else the hook of an enclosing ``specops.decode.progress`` block (``generate_image``
+    and ``specops generate`` set theirs so), which stays on; with a ``streamer``, one hook that
+    feeds it and calls the other."""
+    outer = current_hook() if progress is None else (progress, False)
+    if streamer is None:
+        return outer if outer is not None else (None, False)
+    return _stream_hook(streamer, ids, eos, outer), True
+
+
 def _stream_hook(streamer, ids: torch.Tensor, eos: list, progress):
     """A ``specops.decode.progress(..., tokens=True)`` hook feeding ``streamer`` the tokens of
     request 0 as they are committed (after ``streamer.put(prompt)``, as transformers does), and
-    stopping at its first EOS; ``progress`` (if any) is called as well."""
+    stopping at its first EOS; ``progress`` = (hook, with_tokens), if not None, is called as
+    well."""
     if ids.shape[0] != 1:
         raise ValueError(
             f"specops.hf.generate: streamer needs a batch of 1 prompt (as in transformers), "
@@ -174,7 +187,8 @@ def _stream_hook(streamer, ids: torch.Tensor, eos: list, progress):
 
     def hook(counts, length, emitted):
         if progress is not None:
-            progress(counts, length)
+            fn, with_tokens = progress
+            fn(counts, length, emitted) if with_tokens else fn(counts, length)
         row = emitted[0, : min(int(counts[0]), length)].long()
         new = row[state["seen"] :]
         if state["stopped"] or new.numel() == 0:
@@ -226,7 +240,8 @@ def generate(
     reading ``negative_input_ids`` [B, P'] (with ``negative_attention_mask``), by default each
     prompt's last token (transformers' ``guidance_scale`` / ``negative_prompt_ids``).
     ``progress(counts [B], length)``: called once per step with the tokens emitted so far per
-    request (``specops.decode.progress``; at the loop's stop check, no extra host read).
+    request (``specops.decode.progress``; at the loop's stop check, no extra host read); without
+    it, the hook of an enclosing ``with specops.decode.progress(hook):`` block is called.
     ``streamer``: a transformers streamer (``put`` / ``end``, e.g. ``TextStreamer``), batch 1
     as in transformers: it gets the prompt, then the tokens each step commits, up to the first
     EOS (one [1, T] copy to the host per step).
@@ -262,9 +277,7 @@ def generate(
         models = (ad, drafter)
     eos = _eos_ids(eos_token_id, ad)
     ad.eos_token_ids = torch.tensor(eos, device=ad.device) if eos else None
-    hook, with_tokens = progress, False
-    if streamer is not None:
-        hook, with_tokens = _stream_hook(streamer, ids, eos, progress), True
+    hook, with_tokens = _hooks(progress, streamer, ids, eos)
     with decode.progress(hook, tokens=with_tokens):
         toks, stats = fn(
             *models,

@@ -63,16 +63,24 @@ class Pipeline:
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def method_fn(self, method: str, options: dict):
-        """The decoding function, after checking the method, its drafter and its options."""
+    @property
+    def length(self) -> int:
+        """Tokens the decoding loop generates for one image."""
+        return self.grid[0] * self.grid[1]
+
+    @classmethod
+    def check_method(cls, method: str, options: dict, *, has_drafter: bool = True):
+        """The decoding function, after checking the method (this family runs it), its drafter
+        and its options (names, kinds, values), without a loaded model: ``specops generate``
+        calls it before loading anything."""
         if method not in METHODS:
             raise ValueError(f"generate_image: method must be one of {METHODS}, got {method!r}")
-        if method in ("speculative", "vvs") and not self.takes_drafter:
+        if method in ("speculative", "vvs") and not cls.takes_drafter:
             raise ValueError(
-                f"generate_image: {self.name} runs ar, sjd and sjd_pac (no drafter for it here), "
+                f"generate_image: {cls.name} runs ar, sjd and sjd_pac (no drafter for it here), "
                 f"not {method!r}"
             )
-        if method in ("speculative", "vvs") and self.drafter is None:
+        if method in ("speculative", "vvs") and not has_drafter:
             raise ValueError(
                 f"generate_image: method {method!r} needs a drafter (drafter=FILE, or a "
                 f"drafter*.pt in the model directory: a specops.models.Drafter checkpoint)"
@@ -81,7 +89,7 @@ class Pipeline:
         allowed = set(inspect.signature(fn).parameters) - {
             "model", "drafter", "classes", "codebook", "length", "seed", *_SAMPLING,
         }  # fmt: skip
-        allowed |= set(self.extra_options.get(method, ()))
+        allowed |= set(cls.extra_options.get(method, ()))
         bad = sorted(set(options) - allowed)
         if bad:
             raise TypeError(
@@ -89,7 +97,7 @@ class Pipeline:
             )
         params = inspect.signature(fn).parameters
         for k, v in options.items():  # a number option given a value of another kind
-            d = params[k].default if k in params else None
+            d = params[k].default if k in params else _EXTRA_DEFAULTS.get(k)
             if (
                 isinstance(d, bool) != isinstance(v, bool)
                 or (isinstance(d, (int, float)) and not isinstance(v, (int, float)))
@@ -99,7 +107,45 @@ class Pipeline:
                     f"generate_image: option {k}={v!r} of method {method!r} must be a "
                     f"{type(d).__name__} like its default {d!r}"
                 )
+            _check_value(k, v, method)
         return fn
+
+    def method_fn(self, method: str, options: dict):
+        """``check_method`` with this pipeline's drafter, and the window against the image."""
+        fn = self.check_method(method, options, has_drafter=self.drafter is not None)
+        window = options.get("window")
+        if window is not None and window > self.length:
+            raise ValueError(
+                f"generate_image: option window={window} of method {method!r} must be at most "
+                f"the {self.length} tokens of this {self.grid[0]}x{self.grid[1]} image"
+            )
+        return fn
+
+
+# option -> its least value: counts (the window, tree sizes, VVS's schedule, LANTERN's k)
+_COUNTS = {"window": 1, "branch": 1, "depth": 1, "num_draft": 1, "num_nodes": 2, "interval": 1,
+           "stride": 1, "lantern_k": 1}  # fmt: skip
+_TREE_SIZED = ("window", "depth", "num_nodes", "num_draft")  # nodes of one Tree: <= MAX_NODES
+_EXTRA_DEFAULTS = {"lantern_k": 16, "delta": 0.2}  # the pipelines' own options (LlamaGen VVS)
+
+
+def _check_value(key: str, value, method: str) -> None:
+    """The value of a number option: counts >= their least value (tree sizes <= Tree.MAX_NODES),
+    other numbers finite (LANTERN's delta >= 0)."""
+    import math
+
+    from specops.tree import MAX_NODES
+
+    where = f"generate_image: option {key}={value!r} of method {method!r}"
+    if key in _COUNTS and not isinstance(value, bool) and isinstance(value, int):
+        hi = MAX_NODES if key in _TREE_SIZED else None
+        if value < _COUNTS[key] or (hi is not None and value > hi):
+            want = f">= {_COUNTS[key]}" if hi is None else f"in [{_COUNTS[key]}, {hi}]"
+            why = " (Tree.MAX_NODES)" if hi is not None else ""
+            raise ValueError(f"{where} must be an int {want}{why}")
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value) or (key == "delta" and value < 0):
+            raise ValueError(f"{where} must be a finite number" + " >= 0" * (key == "delta"))
 
 
 def check_sampling(sampling: dict) -> None:

@@ -2,19 +2,31 @@
 
 specops generate --model ckpts/llamagen-b --class-id 207 --method vvs --out fox.png
 specops generate --model ckpts/janus-pro-1b --prompt "a red fox in snow" --compare-ar
+
+Every check runs before any model is loaded or any file is written (``check``): a bad value is
+one line ``specops generate: error: ...`` and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import os
 import sys
 from pathlib import Path
 
+from specops._optional import MissingDependency
+from specops.cli import (
+    SEED,
+    ArgumentParser,
+    check_out_path,
+    device_arg,
+    float_in,
+    int_in,
+)
 from specops.imagegen.base import METHODS
 
 DESCRIPTION = "generate a picture from a local checkpoint with a speculative method"
+PROG = "specops generate"
 
 
 def _option(text: str):
@@ -27,30 +39,32 @@ def _option(text: str):
         return key, value  # a bare string, e.g. schedule=interval
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="specops generate", description=DESCRIPTION)
-    ap.add_argument("--model", required=True, help="checkpoint directory")
+def parser() -> ArgumentParser:
+    ap = ArgumentParser(prog=PROG, description=DESCRIPTION)
+    arg = ap.add_argument
+    arg("--model", required=True, help="checkpoint directory")
     cond = ap.add_mutually_exclusive_group()
     cond.add_argument("--prompt", help="text prompt (text-to-image models)")
-    cond.add_argument("--class-id", type=int, nargs="+", help="class ids (LlamaGen c2i)")
-    ap.add_argument("--method", default="sjd_pac", choices=METHODS)
-    ap.add_argument("--out", default="image.png", help="PNG path (several images: _1, _2, ...)")
-    ap.add_argument("--cfg", type=float, default=None, help="guidance scale (model default)")
-    ap.add_argument("--top-k", type=int, default=None)
-    ap.add_argument("--top-p", type=float, default=None)
-    ap.add_argument("--temperature", type=float, default=None)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--image-size", type=int, default=None,
-                    help="pixels a side (LlamaGen, Emu3, Chameleon)")  # fmt: skip
-    ap.add_argument("--drafter", default=None, help="drafter checkpoint (speculative, vvs)")
-    ap.add_argument("--tokenizer", default=None, help="tokenizer/processor directory, if apart")
-    ap.add_argument("--vqgan", default=None, help="Chameleon / Lumina-mGPT: the vqgan.ckpt")
-    ap.add_argument("--t5", default=None, help="LlamaGen t2i: the FLAN-T5-XL directory")
-    ap.add_argument("--opt", type=_option, action="append", default=[], metavar="KEY=VALUE",
-                    help="a method option, e.g. window=16 or threshold=0.75")  # fmt: skip
-    ap.add_argument("--compare-ar", action="store_true", help="also run plain AR: speed-up")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    cond.add_argument("--class-id", type=int_in(0), nargs="+", help="class ids (LlamaGen c2i)")
+    arg("--method", default="sjd_pac", choices=METHODS)
+    arg("--out", default="image.png", help="PNG path (several images: _1, _2, ...)")
+    arg("--cfg", type=float_in(0, open_lo=True), default=None,
+        help="guidance scale > 0 (model default; 1 turns it off)")  # fmt: skip
+    arg("--top-k", type=int_in(0), default=None, help=">= 0 (0: off)")
+    arg("--top-p", type=float_in(0, open_lo=True, hi=1), default=None, help="in (0, 1]")
+    arg("--temperature", type=float_in(0), default=None, help=">= 0 (0: greedy)")
+    arg("--seed", type=SEED, default=0, help="an int in [0, 2**63)")
+    arg("--image-size", type=int_in(1), default=None,
+        help="pixels a side (LlamaGen, Emu3, Chameleon)")  # fmt: skip
+    arg("--drafter", default=None, help="drafter checkpoint (speculative, vvs)")
+    arg("--tokenizer", default=None, help="tokenizer/processor directory, if apart")
+    arg("--vqgan", default=None, help="Chameleon / Lumina-mGPT: the vqgan.ckpt")
+    arg("--t5", default=None, help="LlamaGen t2i: the FLAN-T5-XL directory")
+    arg("--opt", type=_option, action="append", default=[], metavar="KEY=VALUE",
+        help="a method option, e.g. window=16 or threshold=0.75")  # fmt: skip
+    arg("--compare-ar", action="store_true", help="also run plain AR: speed-up")
+    arg("--device", type=device_arg(), default="cpu", help="cpu, cuda or cuda:N")
+    arg("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     return ap
 
 
@@ -59,12 +73,53 @@ def _outputs(out: str, n: int) -> list[Path]:
     return [p] if n == 1 else [p.with_name(f"{p.stem}_{i}{p.suffix}") for i in range(n)]
 
 
+# what each family's loader takes besides the model directory (--image-size aside)
+_FILES = {"drafter": ("llamagen",), "t5": ("llamagen",), "vqgan": ("chameleon",),
+          "tokenizer": ("janus", "emu3", "chameleon")}  # fmt: skip
+
+
+def check(args) -> str:
+    """Every check that needs no loaded model, in the order a user fixes them -> the family.
+    Raises ValueError / TypeError / FileNotFoundError / MissingDependency with the line to
+    print."""
+    from specops.imagegen.pipeline import detect, pipeline_class, require_images
+
+    arch = detect(args.model)
+    cls = pipeline_class(arch)
+    gpt = [p.name for p in Path(args.model).glob("*.pt") if p.name.startswith("t2i")]
+    require_images(transformers=arch != "llamagen" or bool(gpt) or args.t5 is not None)
+    for name, families in _FILES.items():
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if arch not in families:
+            raise ValueError(f"--{name} is for {' / '.join(families)}, not {arch}")
+        is_dir = name in ("t5", "tokenizer")
+        if not (Path(value).is_dir() if is_dir else Path(value).is_file()):
+            raise FileNotFoundError(
+                f"--{name} {value}: no such {'directory' if is_dir else 'file'}"
+            )
+    if args.image_size is not None and arch == "janus":
+        raise ValueError("--image-size: janus's image size is fixed by the checkpoint")
+    drafter = args.drafter is not None or any(Path(args.model).glob("drafter*.pt"))
+    cls.check_method(args.method, dict(args.opt), has_drafter=drafter)
+    for path in _outputs(args.out, len(args.class_id or [0])):
+        why = check_out_path("--out", path, suffix=".png")
+        if why:
+            raise ValueError(why)
+    return arch
+
+
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+    ap = parser()
+    args = ap.parse_args(argv)
     try:
+        check(args)
         return _generate(args)
-    except (ValueError, TypeError, FileNotFoundError) as e:  # bad input: one line, no traceback
-        print(f"specops generate: error: {e}", file=sys.stderr)
+    except (ValueError, TypeError, FileNotFoundError, MissingDependency) as e:
+        # bad input: one line, no traceback (the library's own prefix dropped)
+        msg = str(e).removeprefix("generate_image: ")
+        print(f"{PROG}: error: {msg}", file=sys.stderr)
         return 2
 
 
@@ -81,11 +136,6 @@ def _generate(args) -> int:
     for name in ("drafter", "tokenizer", "vqgan", "t5"):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
-    paths = _outputs(args.out, len(args.class_id or [0]))  # checked before any work
-    for path in paths:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if not os.access(path.parent, os.W_OK):
-            raise ValueError(f"--out: cannot write into {path.parent}")
     pipe = load_pipeline(args.model, device=args.device, dtype=dtype, **options)
     bar = Progress("generate", 1, unit="tok")
     result = generate_image(
@@ -105,7 +155,8 @@ def _generate(args) -> int:
     bar.close()
     paths = _outputs(args.out, len(result.images))
     for img, path in zip(result.images, paths):
-        img.save(path)
+        path.parent.mkdir(parents=True, exist_ok=True)  # checked before the run; made only now
+        img.save(path, format="PNG")
     h, w = pipe.grid
     size = "x".join(map(str, result.images[0].size))
     print(f"{pipe.name}: {len(paths)} image(s) of {size} from {h}x{w} tokens -> "

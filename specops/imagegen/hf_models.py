@@ -73,6 +73,8 @@ class HFPipeline(Pipeline):
                 f"{self.name}: drafter files are for LlamaGen; transformers models run ar, sjd "
                 "and sjd_pac here"
             )
+        if tokenizer is not None and not Path(tokenizer).is_dir():
+            raise FileNotFoundError(f"{self.name}: tokenizer directory {tokenizer} does not exist")
         self.path = Path(path)
         cls = getattr(transformers, self.model_class)
         self.hf = cls.from_pretrained(self.path, dtype=dtype).to(device).eval()
@@ -137,9 +139,9 @@ class JanusPipeline(HFPipeline):
     image_head = True
 
     def __init__(self, path, *, image_size=None, **kw):
-        super().__init__(path, **kw)
-        if image_size is not None:
+        if image_size is not None:  # before loading anything, as every check here
             raise ValueError("janus: the image size is fixed by the checkpoint (num_image_tokens)")
+        super().__init__(path, **kw)
         n = int(self.hf.config.vision_config.num_image_tokens)
         side = int(round(n**0.5))
         self.grid = (side, side)
@@ -176,8 +178,8 @@ class Emu3Pipeline(HFPipeline):
     def __init__(self, path, *, image_size=None, **kw):
         from specops.hf import GridLayout
 
-        super().__init__(path, **kw)
         _positive(image_size)
+        super().__init__(path, **kw)
         self.area = {} if image_size is None else {"image_area": int(image_size) ** 2}
         probe = self.processor(text=["x"], return_for_image_generation=True, **self.area)
         h, w = (int(v) for v in probe["image_sizes"][0])
@@ -215,12 +217,15 @@ class ChameleonPipeline(HFPipeline):
         from specops.hf import GridLayout
         from specops.models.vqgan import load_chameleon_vqgan
 
-        super().__init__(path, **kw)
         _positive(image_size)
         if image_size % 32:
             raise ValueError(f"chameleon: image_size must be a multiple of 32, got {image_size}")
-        self.size = int(image_size)
+        self.path = Path(path)
         vq_file = Path(vqgan) if vqgan is not None else self._find_vqgan()
+        if not vq_file.is_file():
+            raise FileNotFoundError(f"chameleon: vqgan file {vq_file} does not exist")
+        super().__init__(path, **kw)
+        self.size = int(image_size)
         self.vq = load_chameleon_vqgan(vq_file, device=self.device)
         self.boi, self.sep, self.row_end, self.size_token = (
             self._token(t) for t in ("<racm3:break>", "<reserved08706>", "<reserved08799>",

@@ -54,9 +54,17 @@ class LlamaGenPipeline(Pipeline):
         self, path, *, device="cpu", dtype=torch.float32, image_size=None, drafter=None, t5=None
     ):  # fmt: skip
         gpt, vq, drafter = _find(Path(path), drafter)
+        if drafter is not None and not Path(drafter).is_file():  # every check before loading
+            raise FileNotFoundError(f"LlamaGen: drafter file {drafter} does not exist")
+        if t5 is not None and not Path(t5).is_dir():
+            raise FileNotFoundError(f"LlamaGen t2i: T5 directory {t5} does not exist")
         grid = None
         if image_size is not None:
-            if image_size <= 0 or image_size % 16:
+            if (
+                isinstance(image_size, bool)
+                or not isinstance(image_size, int)
+                or (image_size <= 0 or image_size % 16)
+            ):
                 raise ValueError(f"LlamaGen: image_size must be a multiple of 16, got {image_size}")
             grid = image_size // 16
         elif re.search(r"_(\d+)\.pt$", gpt.name) is None:
@@ -137,7 +145,7 @@ def _load_t5(path: Path, t5, device, dtype):
     ``flan-t5-xl/`` inside the model directory (transformers' T5EncoderModel layout)."""
     from specops._optional import require
 
-    require("LlamaGen t2i", "transformers", extra="hf")
+    require("LlamaGen t2i", "transformers", extra="images")
     import transformers
 
     cands = [Path(t5)] if t5 is not None else [path / "t5", path / "flan-t5-xl"]

@@ -21,7 +21,10 @@ import torch
 from specops import decode
 from specops.imagegen.base import METHODS, ImageResult, Pipeline, check_sampling
 
-__all__ = ["generate_image", "load_pipeline", "ImageResult", "Pipeline", "ARCHITECTURES", "METHODS"]
+__all__ = [
+    "generate_image", "load_pipeline", "detect", "pipeline_class", "require_images",
+    "ImageResult", "Pipeline", "ARCHITECTURES", "METHODS",
+]  # fmt: skip
 
 
 def _detect(path: Path) -> str:
@@ -43,16 +46,52 @@ def _llamagen(path, **kw):
 
 def _hf(kind):
     def make(path, **kw):
-        from specops._optional import require
-
-        require("specops generate", "transformers", extra="hf")
-        from specops.imagegen import hf_models
-
-        cls = {"janus": hf_models.JanusPipeline, "emu3": hf_models.Emu3Pipeline,
-               "chameleon": hf_models.ChameleonPipeline}[kind]  # fmt: skip
-        return cls(path, **kw)
+        require_images(transformers=True)
+        return pipeline_class(kind)(path, **kw)
 
     return make
+
+
+def require_images(*, transformers: bool = False) -> None:
+    """pillow (the pictures) and, for the transformers families, transformers: the ``images``
+    extra, checked before any work (a MissingDependency naming ``pip install
+    'specops[images]'``)."""
+    from specops._optional import require
+
+    require("image generation", "PIL", *(["transformers"] * transformers), extra="images")
+
+
+def pipeline_class(arch: str) -> type:
+    """The Pipeline class of an ``ARCHITECTURES`` name, without loading anything (its class
+    attributes and ``check_method`` serve the checks before loading)."""
+    if arch == "llamagen":
+        from specops.imagegen.llamagen import LlamaGenPipeline
+
+        return LlamaGenPipeline
+    from specops.imagegen import hf_models
+
+    return {"janus": hf_models.JanusPipeline, "emu3": hf_models.Emu3Pipeline,
+            "chameleon": hf_models.ChameleonPipeline}[arch]  # fmt: skip
+
+
+def detect(model_dir) -> str:
+    """The ``ARCHITECTURES`` name of the checkpoint directory ``model_dir`` (reads its
+    config.json or file names only); a ValueError / FileNotFoundError naming what is wrong."""
+    path = Path(model_dir)
+    if not path.exists():
+        raise FileNotFoundError(f"generate_image: model directory {path} does not exist")
+    if not path.is_dir():
+        raise ValueError(
+            f"generate_image: model {path} is a file; pass the checkpoint directory that holds it"
+        )
+    arch = _detect(path)
+    if arch not in ARCHITECTURES:
+        raise ValueError(
+            f"generate_image: {path} holds no supported checkpoint (found {arch!r}); supported: "
+            f"{sorted(ARCHITECTURES)} (a transformers directory with config.json, or LlamaGen's "
+            ".pt files)"
+        )
+    return arch
 
 
 ARCHITECTURES = {
@@ -68,18 +107,15 @@ def load_pipeline(model_dir, *, device="cpu", dtype=torch.float32, **options) ->
     (``image_size``; LlamaGen: ``drafter``; transformers models: ``tokenizer``, a directory
     apart from the model's; Chameleon: ``vqgan``)."""
     path = Path(model_dir)
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"generate_image: device must be cpu, cuda or cuda:N, got {device!r}")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"generate_image: device {device!r}, but this machine has no CUDA GPU")
-    if not path.is_dir():
-        raise FileNotFoundError(f"generate_image: model directory {path} does not exist")
-    arch = _detect(path)
-    if arch not in ARCHITECTURES:
-        raise ValueError(
-            f"generate_image: {path} holds no supported checkpoint (found {arch!r}); supported: "
-            f"{sorted(ARCHITECTURES)} (a transformers directory with config.json, or LlamaGen's "
-            ".pt files)"
-        )
+    arch = detect(path)
     options = {k: v for k, v in options.items() if v is not None}
     try:
         return ARCHITECTURES[arch](path, device=device, dtype=dtype, **options)
@@ -113,6 +149,7 @@ def generate_image(
     also run plain AR on the same requests (``ImageResult.ar_stats``, ``table()``).
     ``progress(counts, length)``: ``specops.decode.progress``'s hook.  ``device`` / ``dtype``
     (default CPU, float32) apply when ``model`` is a directory; a Pipeline is already loaded."""
+    require_images()  # the pictures need pillow: said before any decoding
     if isinstance(model, Pipeline):
         if device is not None or dtype is not None:
             raise ValueError(
@@ -129,7 +166,7 @@ def generate_image(
     cond = pipe.conditions(prompt, class_id)
     if sampling["cfg_scale"] is not None and float(sampling["cfg_scale"]) == 1.0:
         sampling["cfg_scale"] = None  # uncond + 1 (cond - uncond) = cond: no second half
-    with decode.progress(progress):
+    with decode.progress(progress):  # specops.hf.generate keeps an enclosing hook
         codes, stats = pipe.run(method, cond, fn=fn, seed=seed, sampling=sampling,
                                 options=method_options)  # fmt: skip
         ar_stats = None
