@@ -31,6 +31,7 @@ class KernelTraffic:
     sectors: int = 0  # sum over requests of their distinct 32-byte sectors
     cta_bytes: list[int] = field(default_factory=list)  # bytes each CTA read + wrote
     barriers: int = 0  # barriers executed, summed over CTAs (CUDA: __syncthreads)
+    cta_barriers: list[int] = field(default_factory=list)  # each CTA's (CUDA; empty: Triton)
 
     @property
     def ctas(self) -> int:
@@ -46,6 +47,16 @@ class KernelTraffic:
     @property
     def critical_cta_bytes(self) -> int:
         return max(self.cta_bytes, default=0)
+
+    @property
+    def critical_cta(self) -> int:
+        """Index (into cta_bytes) of the CTA that moves the most bytes."""
+        return max(range(len(self.cta_bytes)), key=self.cta_bytes.__getitem__, default=0)
+
+    @property
+    def critical_cta_barriers(self) -> int:
+        """Barriers of the critical CTA: its dependent passes (0 where not counted)."""
+        return self.cta_barriers[self.critical_cta] if self.cta_barriers else 0
 
     @property
     def sectors_per_request(self) -> float:

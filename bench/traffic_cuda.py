@@ -57,6 +57,7 @@ def _record(r: dict) -> KernelTraffic:
         sectors=r["sectors"],
         cta_bytes=list(r["cta_bytes"]),
         barriers=r["barriers"],
+        cta_barriers=list(r["cta_barriers"]),
     )
 
 

@@ -40,7 +40,7 @@ struct LaunchTraffic {
   std::string kernel;
   cuda_sim::Dim3 grid, block;
   uint64_t bytes_read = 0, bytes_written = 0, requests = 0, sectors = 0, barriers = 0;
-  std::vector<uint64_t> cta_bytes;
+  std::vector<uint64_t> cta_bytes, cta_barriers;  // per CTA, in the order the CTAs ran
 };
 
 struct Pending {  // the access of one thread being put together (see above)
@@ -111,6 +111,7 @@ class Counter final : public cuda_sim::LaunchObserver {
     for (const auto& kv : reqs_) l.sectors += kv.second.size();
     l.barriers += barriers;
     l.cta_bytes.push_back(block_bytes_);
+    l.cta_barriers.push_back(barriers);
     reqs_.clear();
     execs_.clear();
   }
@@ -292,6 +293,7 @@ void bind_traffic(py::module_& m) {
       d["sectors"] = l.sectors;
       d["barriers"] = l.barriers;
       d["cta_bytes"] = l.cta_bytes;
+      d["cta_barriers"] = l.cta_barriers;
       out.append(d);
     }
     g_counter.launches.clear();

@@ -1,0 +1,56 @@
+"""Traffic budgets of the CUDA kernels at the served shapes (issue 36, docs/gpu_cost.md), counted
+through cuda_sim by ``specops bench --ops traffic``'s own cases: bytes moved / the op's floor and
+sectors per warp request may not grow.  A change that lowers a number tightens its budget in the
+same commit (the numbers below are today's, rounded up by at most 1%); a change that raises one
+must say why in the commit that raises the budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import bench_traffic, traffic_cuda
+
+pytestmark = pytest.mark.skipif(
+    not traffic_cuda.available(), reason="needs specops._traffic (a GCC build with cuda_sim)"
+)
+
+# (op, shape, kernel): (max bytes read + written / min_bytes, max sectors per request).
+# sample / verify_chain: a total pass, then tiles up to the target's (up to 2x the row); the
+# draw's ITEMS=8 entries per thread are 32 bytes apart across a warp (32 sectors a request).
+BUDGETS = {
+    ("sample", "B=1 V=32000", "sample_kernel"): (1.90, 17.3),
+    ("sample", "B=64 V=32000", "sample_kernel"): (1.59, 14.4),
+    ("sample", "B=8 V=65536", "sample_kernel"): (1.58, 14.2),
+    ("sample", "B=2 V=184622", "sample_kernel"): (1.70, 15.9),
+    ("sample_without_replacement", "R=8 V=65536 k=3", "sample_wor_kernel"): (1.01, 4.0),
+    ("verify_chain", "B=1 K=8 V=128256", "verify_chain_kernel"): (1.87, 17.0),
+    ("verify_chain", "B=8 K=4 V=32000", "verify_chain_kernel"): (1.56, 13.7),
+    ("verify_chain", "B=64 K=8 V=32000", "verify_chain_kernel"): (1.62, 14.4),
+    ("verify_jacobi", "sjd B=2 L=64 V=65536", "jacobi_chain_kernel"): (2.13, 15.3),
+    ("verify_jacobi", "sjd_pac root B=2 L=64 V=65536", "jacobi_tree_kernel"): (1.81, 15.7),
+    ("path_acceptance", "B=8 N=21 V=65536", "path_acceptance_kernel"): (3.12, 6.0),
+    ("commit_kv", "L=32 B=1 Hkv=32 D=128 m=8", "commit_kv_kernel"): (1.01, 14.8),
+    ("commit_kv", "L=32 B=4 Hkv=32 D=128 m=8", "commit_kv_kernel"): (1.01, 14.8),
+}
+
+
+@pytest.fixture(scope="module")
+def counted():
+    return {
+        (op, shape, t.kernel): (t, floor) for op, shape, t, floor in bench_traffic.count_cuda(False)
+    }
+
+
+def test_every_kernel_launch_has_a_budget(counted):
+    assert set(counted) == set(BUDGETS)
+
+
+@pytest.mark.parametrize("key", list(BUDGETS), ids=lambda k: f"{k[0]} {k[1]}")
+def test_kernel_stays_within_its_budget(counted, key):
+    t, floor = counted[key]
+    ratio = (t.bytes_read + t.bytes_written) / floor
+    max_ratio, max_spr = BUDGETS[key]
+    assert ratio <= max_ratio, f"{key}: bytes / min_bytes {ratio:.3f} > budget {max_ratio}"
+    assert t.sectors_per_request <= max_spr, (
+        f"{key}: sectors per request {t.sectors_per_request:.2f} > budget {max_spr}"
+    )
