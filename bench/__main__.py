@@ -19,7 +19,7 @@ import torch
 
 from specops._optional import MissingDependency
 from specops._progress import Progress
-from specops.cli import ArgumentParser, check_out_path, check_writable, device_arg
+from specops.cli_args import ArgumentParser, check_out_path, check_writable, device_arg
 
 from . import harness
 from .harness import Row, ceilings, environment, print_table, write_csv

@@ -32,7 +32,7 @@ import torch
 import specops
 from specops._optional import MissingDependency, require
 from specops._progress import Progress
-from specops.cli import SEED, ArgumentParser, check_out_path, device_arg, float_in, int_in
+from specops.cli_args import SEED, ArgumentParser, check_out_path, device_arg, float_in, int_in
 from specops.decode import progress
 from specops.decode.ar import ar
 from specops.decode.sjd import sjd

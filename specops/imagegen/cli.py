@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from specops._optional import MissingDependency
-from specops.cli import (
+from specops.cli_args import (
     SEED,
     ArgumentParser,
     check_out_path,
