@@ -406,6 +406,11 @@ def test_bad_inputs(model):
         gen(model, ids, method="ar", max_new_tokens=0)
     with pytest.raises(ValueError, match=r"input_ids must lie in \[0, 96\)"):
         gen(model, ids + 96, method="ar", max_new_tokens=4)
+    with specops.validation(False), pytest.raises(ValueError, match=r"input_ids must lie in"):
+        gen(model, ids - 5, method="ar", max_new_tokens=4)  # named as input_ids in fast mode too
+    pad = torch.tensor([[1, 2, 3], [500, 4, 5]])  # the masked-out entry is never read
+    mask = torch.tensor([[1, 1, 1], [0, 1, 1]])
+    gen(model, pad, attention_mask=mask, method="ar", max_new_tokens=2)
     with pytest.raises(ValueError, match="attention_mask leaves a request with no token"):
         gen(
             model,

@@ -25,7 +25,6 @@ from specops import decode
 from specops.decode.progress import current_hook
 from specops.hf.drafter import HFDrafter, check_drafter
 from specops.hf.model import HFModel
-from specops.ops._common import validating
 
 __all__ = ["generate", "METHODS"]
 
@@ -69,7 +68,9 @@ def _negative(prompts, cfg_scale, neg, neg_mask, vocab, device):
             f"specops.hf.generate: negative_input_ids must have input_ids' batch "
             f"{prompts.shape[0]}, got shape {tuple(neg.shape)}"
         )
-    return _prompts(neg, neg_mask, "negative_attention_mask")
+    neg = _prompts(neg, neg_mask, "negative_attention_mask")
+    _check_range(neg, vocab, "negative_input_ids")
+    return neg
 
 
 def _check_ids(ids, vocab: int, device, name: str = "input_ids") -> torch.Tensor:
@@ -86,9 +87,14 @@ def _check_ids(ids, vocab: int, device, name: str = "input_ids") -> torch.Tensor
         raise ValueError(
             f"specops.hf.generate: {name} is on {ids.device} but the model is on {device}"
         )
-    if validating() and bool(((ids < 0) | (ids >= vocab)).any()):
-        raise ValueError(f"specops.hf.generate: {name} must lie in [0, {vocab})")
     return ids.long()
+
+
+def _check_range(prompts, vocab: int, name: str) -> None:
+    """The real tokens (padding is -1 by now) lie in [0, vocab): one host read per call, before
+    the loop, always (the loop's own check would name its ``classes``/``prompts``)."""
+    if bool(((prompts < -1) | (prompts >= vocab)).any()):
+        raise ValueError(f"specops.hf.generate: {name} must lie in [0, {vocab})")
 
 
 def _prompts(ids, mask, name: str = "attention_mask") -> torch.Tensor:
@@ -260,6 +266,7 @@ def generate(
     ad = _adapter(model, allowed_tokens, prefill_inputs, image_head, layout)
     ids = _check_ids(input_ids, ad.prompt_vocab, ad.device)
     prompts = _prompts(ids, attention_mask)
+    _check_range(prompts, ad.prompt_vocab, "input_ids")
     ad.negative_prompt = _negative(
         prompts, cfg_scale, negative_input_ids, negative_attention_mask, ad.prompt_vocab, ad.device
     )
