@@ -91,6 +91,10 @@ def main(argv=None) -> int:
     if rows is not None:
         return _plot(rows, args.plot)
     harness.PROFILE = args.profile and args.device == "cuda"
+    if "traffic" in args.ops:  # the interpreter is chosen when triton is first imported
+        from .bench_traffic import _traffic_triton
+
+        _traffic_triton()
     env = environment(args.device)
     print("  ".join(f"{k}={v}" for k, v in env.items()))
     all_rows: list[Row] = []

@@ -182,11 +182,21 @@ def count_cuda(quick: bool) -> list[tuple[str, str, KernelTraffic, int]]:
     return out
 
 
-def count_triton(quick: bool) -> list[tuple[str, str, KernelTraffic, int]]:
-    """The Triton kernels under the interpreter (bench/traffic_triton.py), floors alike."""
+def _traffic_triton():
+    """bench/traffic_triton.py with the interpreter switched on, or None without triton.  Called
+    before anything imports triton: the interpreter is chosen when the kernels are decorated."""
     try:
         from . import traffic_triton
     except ImportError:
+        return None
+    traffic_triton.ensure_interpreter()
+    return traffic_triton
+
+
+def count_triton(quick: bool) -> list[tuple[str, str, KernelTraffic, int]]:
+    """The Triton kernels under the interpreter (bench/traffic_triton.py), floors alike."""
+    traffic_triton = _traffic_triton()
+    if traffic_triton is None:
         return []
     return [
         (op, shape, t, traffic_model.triton_floor(op, t)) for op, shape, t in
@@ -195,6 +205,7 @@ def count_triton(quick: bool) -> list[tuple[str, str, KernelTraffic, int]]:
 
 
 def run(device: str, quick: bool) -> list[Row]:
+    _traffic_triton()  # first: the CUDA cases' imports may bring triton in
     counted = count_cuda(quick) if traffic_cuda.available() else []
     counted += count_triton(quick)
     print(CSV_FIELDS)

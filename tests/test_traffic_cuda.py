@@ -61,3 +61,19 @@ def test_counting_an_op_changes_nothing_and_counts_only_its_tensors():
     row = 5000 * 4
     assert all(row + 4 < b <= 2 * row + 4 for b in t.cta_bytes) and t.barriers > 0
     assert specops._build._C is not None and not hasattr(specops._build._C, "traffic_begin")
+
+
+def test_specops_bench_traffic_runs_without_triton_interpret_set():
+    # the interpreter must be switched on before anything imports triton (the environment line
+    # does): `specops bench --ops traffic` does it itself, CUDA and Triton rows alike
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, "-m", "specops", "bench", "--device", "cpu", "--ops", "traffic"]
+    out = subprocess.run([*cmd, "--quick"], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("traffic,")]
+    assert {ln.split(",")[2] for ln in lines[1:]} >= {"cuda", "triton"}
+    assert lines[0].startswith("traffic,op,backend,kernel")
