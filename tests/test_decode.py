@@ -93,7 +93,7 @@ def test_demo_command(tmp_path, capsys):
     )
     assert out.exists() and js.exists() and len(stats) == 2
     text = capsys.readouterr().out
-    assert "step compr." in text and "sjd" in text
+    assert "speed-up vs AR (wall)" in text and "tokens/target pass" in text and "sjd" in text
 
 
 def test_cfg_pairs(model):
