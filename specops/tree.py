@@ -30,9 +30,9 @@ root of its own), so no input makes the derivation read out of bounds or loop.
 
 from __future__ import annotations
 
-import numbers
-
 import torch
+
+from specops._int_arg import check_int
 
 __all__ = ["Tree", "MAX_NODES"]
 
@@ -46,13 +46,7 @@ def _words(n: int) -> int:
 
 def _check_int(op: str, name: str, v, lo: int, hi: int | None = None) -> int:
     """``v`` must be an int (not a bool, not a float) in [lo, hi]; the error names ``name``."""
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        raise TypeError(f"specops.Tree.{op}: {name} must be an int, got {type(v).__name__} {v!r}")
-    v = int(v)
-    if v < lo or (hi is not None and v > hi):
-        want = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ValueError(f"specops.Tree.{op}: {name} must be an int {want}, got {v}")
-    return v
+    return check_int(f"specops.Tree.{op}", name, v, lo, hi)
 
 
 def _check_batch(op: str, batch, n: int) -> int:

@@ -5,10 +5,10 @@ gets one ``TypeError`` / ``ValueError`` line naming the argument."""
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 
+from specops._int_arg import check_int
 from specops.tree import MAX_NODES
 
 __all__ = [
@@ -21,18 +21,6 @@ __all__ = [
     "decode_length",
     "prepare",
 ]
-
-
-def check_int(fn: str, name: str, value, lo: int = 1, hi: int | None = None, why: str = "") -> int:
-    """An int argument in [lo, hi] (a bool is refused) -> int; else a TypeError / ValueError that
-    names it (``why``: what sets ``hi``)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{fn}: {name} must be an int, got {type(value).__name__} {value!r}")
-    value = int(value)
-    if value < lo or (hi is not None and value > hi):
-        want = f">= {lo}" if hi is None else f"in [{lo}, {hi}]{why}"
-        raise ValueError(f"{fn}: {name} must be an int {want}, got {value}")
-    return value
 
 
 def image_tokens(model) -> int | None:

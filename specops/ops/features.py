@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from specops import _build, reference
+from specops._int_arg import check_int
 from specops._nvtx import traced
 from specops.ops import _common as c
 
@@ -422,10 +423,7 @@ class FeatureCache:
         -1 (the ``count`` most recent positions before ``end``; ints or [] / [B] integer tensors
         ([1] broadcast) on the cache's device; ``width`` an int >= 0)."""
         op = "FeatureCache.recent_positions"
-        if isinstance(width, bool) or not isinstance(width, int):
-            raise TypeError(f"specops.{op}: width must be an int >= 0, got {width!r}")
-        if width < 0:
-            raise ValueError(f"specops.{op}: width must be an int >= 0, got {width}")
+        width = check_int(f"specops.{op}", "width", width, 0)
         for name, v in (("end", end), ("count", count)):
             if isinstance(v, torch.Tensor):
                 c.check_ids(op, name, v, ndim=(0, 1), device=self.device)
