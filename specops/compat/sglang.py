@@ -77,15 +77,19 @@ def _check_outputs(op, predicts, accept_index, accept_token_num, bs, min_cols, d
             f"{list(predicts.shape)} with strides {predicts.stride()}"
         )
     c.check_ids(op, "accept_index", accept_index, ndim=2, device=dev)
-    if accept_index.shape[0] != bs or accept_index.shape[1] < min_cols:
-        raise ValueError(
-            f"specops.{op}: accept_index must be [{bs}, >= {min_cols}] (one row per request), got "
-            f"{list(accept_index.shape)}"
-        )
+    _check_rows(op, "accept_index", accept_index, bs, min_cols, " (one row per request)")
     c.check_ids(op, "accept_token_num", accept_token_num, device=dev, shape=(bs,))
     for name, t in (("predicts", predicts), ("accept_index", accept_index),
                     ("accept_token_num", accept_token_num)):  # fmt: skip
         c.check_writable(op, name, t)
+
+
+def _check_rows(op, name, t, bs, min_cols, why=""):
+    """A 2-D ``t`` holds [bs, >= min_cols]: one row per request, at least that many columns."""
+    if t.shape[0] != bs or t.shape[1] < min_cols:
+        raise ValueError(
+            f"specops.{op}: {name} must be [{bs}, >= {min_cols}]{why}, got {list(t.shape)}"
+        )
 
 
 def _check_candidates(op, candidates):
@@ -461,11 +465,7 @@ def chain_speculative_sampling_triton(
             f"target_probs), got {list(draft_probs.shape)}"
         )
     c.check_probs(op, "uniform_samples", uniform_samples, ndim=2, device=dev)
-    if uniform_samples.shape[0] != bs or uniform_samples.shape[1] < k:
-        raise ValueError(
-            f"specops.{op}: uniform_samples must be [{bs}, >= {k}], got "
-            f"{list(uniform_samples.shape)}"
-        )
+    _check_rows(op, "uniform_samples", uniform_samples, bs, k)
     _check_final(op, uniform_samples_for_final_sampling, bs, dev)
     _check_vocab(op, candidates, v)
     _check_slots(op, retrive_index, predicts.numel())
