@@ -18,7 +18,8 @@ import torch
 import specops
 from specops import Tree
 
-from . import traffic_cuda, traffic_model
+from . import bench_verify, traffic_cuda, traffic_model
+from .bench_verify import _draw, _near
 from .harness import Row
 from .traffic_common import CSV_FIELDS, KernelTraffic, csv_row
 
@@ -76,18 +77,8 @@ def _gen(seed):
     return torch.Generator().manual_seed(seed)
 
 
-def _probs(shape, gen, sharp=2.0):
-    return torch.softmax(torch.randn(*shape, generator=gen) * sharp, -1)
-
-
-def _near(p, gen, w=0.7):
-    r = torch.softmax(torch.randn(p.shape, generator=gen) * 2.0, -1)
-    return w * p + (1 - w) * r
-
-
-def _draw(q, gen):
-    v = q.shape[-1]
-    return torch.multinomial(q.reshape(-1, v), 1, generator=gen).reshape(q.shape[:-1])
+def _probs(shape, gen):
+    return bench_verify._probs(shape, gen, "cpu")
 
 
 def _cuda_cases(quick: bool):
@@ -159,7 +150,8 @@ def _cuda_cases(quick: bool):
         cases.append(("path_acceptance", f"B={b} N={n} V={v}", path))
     kv = [(2, 1, 64, 2, 16, 4)] if quick else [(32, 1, 1024, 32, 128, 8), (32, 4, 1024, 32, 128, 8)]
     for layers, b, cap, hkv, d, m in kv:
-        caches = torch.randn(layers, 2, b, cap, hkv, d, generator=_gen(m)).to(torch.bfloat16)
+        # the values never change what moves: zeros, not gigabytes of random numbers
+        caches = torch.zeros(layers, 2, b, cap, hkv, d, dtype=torch.bfloat16)
         slots = torch.stack([torch.arange(m, dtype=torch.int32) * 2] * b)
 
         def commit(c=caches, s=slots, layers=layers, b=b, hkv=hkv, d=d, m=m, cap=cap):

@@ -62,7 +62,8 @@ def _calibration_traffic() -> list[tuple[str, str, float, KernelTraffic]]:
     from specops import Tree
 
     from . import traffic_cuda
-    from .bench_traffic import _draw, _gen, _near, _probs
+    from .bench_traffic import _gen, _probs
+    from .bench_verify import _draw, _near
 
     out = []
     with specops.validation(False):

@@ -292,10 +292,10 @@ def _gpu_geometry():
         probs_split.INTERPRETER_SMS, ta._sm_count = old_sms, old_count
 
 
-def _probs(shape, gen, sharp=2.0):
-    import torch
+def _probs(shape, gen):
+    from .bench_verify import _probs  # bench_verify's inputs (importing it imports no triton)
 
-    return torch.softmax(torch.randn(*shape, generator=gen) * sharp, -1)
+    return _probs(shape, gen, "cpu")
 
 
 def _randn(shape, dt, gen):
@@ -311,8 +311,10 @@ def verify_inputs(b, k, v, gen):
     residual of that row (the kernel's whole path: gathers, the rejection, the residual scan)."""
     import torch
 
+    from .bench_verify import _near
+
     p = _probs((b, k + 1, v), gen)
-    q = 0.7 * p[:, :k] + 0.3 * _probs((b, k, v), gen)
+    q = _near(p[:, :k], gen)
     x = torch.multinomial(q.reshape(-1, v), 1, generator=gen).reshape(b, k)
     p[torch.arange(b), k // 2, x[:, k // 2]] = 0.0
     p[:, k // 2] /= p[:, k // 2].sum(-1, keepdim=True)
