@@ -11,10 +11,6 @@ __all__ = ["check_no_alias", "check_writable", "check_written_apart"]
 _compiling = torch.compiler.is_compiling
 
 
-def _shape(t) -> tuple:
-    return tuple(t.shape)
-
-
 def _span(t: torch.Tensor):
     """(device, first byte, one past the last byte) that ``t`` spans, or None when it is empty."""
     if t.numel() == 0:
@@ -70,6 +66,6 @@ def check_writable(op: str, name: str, t: torch.Tensor) -> None:
     """A tensor an op writes must not hold two elements at one address (an expanded view)."""
     if t.numel() and any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride())):
         raise ValueError(
-            f"specops.{op}: {name} has overlapping elements (shape {_shape(t)}, strides "
+            f"specops.{op}: {name} has overlapping elements (shape {tuple(t.shape)}, strides "
             f"{t.stride()}: an expanded view?) and cannot be written"
         )

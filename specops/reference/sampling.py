@@ -107,7 +107,7 @@ def sample_without_replacement(probs: torch.Tensor, k: int, *, seed=0, offset=0,
         )
     # Philox's uniforms lie in [2^-24, 1 - 2^-24]; a caller's below 2^-24 (0, NaN) counts as
     # 2^-24, so every entry with mass has a key > -inf and can be chosen (every backend alike)
-    u = torch.where(u > 2.0**-24, u, torch.full((), 2.0**-24, device=u.device))
+    u = torch.where(u > 2.0**-24, u, 2.0**-24)
     keys = torch.log(p) - torch.log(-torch.log(u))
     keys = torch.where(p > 0, keys, float("-inf"))
     kk = min(k, v)

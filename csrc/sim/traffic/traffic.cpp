@@ -120,7 +120,7 @@ class Counter final : public cuda_sim::LaunchObserver {
   // One access by the running simulated thread (site: the instruction after the hook's call).
   void access(uintptr_t p, uint64_t n, bool write, uintptr_t site) {
     const cuda_sim::ThreadCtx* c = cuda_sim::fiber_ctx;
-    if (c == nullptr || !global(p, n)) return;
+    if (c == nullptr || !global(p)) return;
     Pending& q = pending_[c->tid];
     const unsigned gen = c->block->gen;
     const uintptr_t window = p & ~uintptr_t{15};
@@ -150,7 +150,7 @@ class Counter final : public cuda_sim::LaunchObserver {
   uint64_t block_bytes_ = 0;
 
   // Does an access at p start in one of the call's tensors (spans_: disjoint, sorted)?
-  bool global(uintptr_t p, uint64_t n) const {
+  bool global(uintptr_t p) const {
     auto it = std::upper_bound(spans_.begin(), spans_.end(), std::make_pair(p, ~uintptr_t{0}));
     return it != spans_.begin() && p < (--it)->second;
   }
