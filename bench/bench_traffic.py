@@ -72,6 +72,128 @@ def _path_floor(b, n, leaves) -> int:
     return b * (n - 1) * 2 * F32 + b * leaves * 2 * F32
 
 
+# ---- the floors of the ops only Triton runs (and of block verification) ------------------------
+def _block_floor(p, x, q, r) -> int:
+    """verify_chain(block=True): p(x_i) and q(x_i) for every draft (the weights w_i take them
+    all); p's and q's row i (residual r_i) for each i from the accepted length tau (at least 1)
+    to K - 1 with w_i > 0 (its mass Z_i decides position i; w_i = 0 leaves r_i = 0, nothing to
+    read) and for i = tau < K (the token is drawn from r_tau); p's bonus row when tau = K; the
+    outputs."""
+    from specops.reference.block import _weights
+
+    b, k1, v = p.shape
+    k, per = k1 - 1, 2 if q is not None else 1
+    xl = x.long()[..., None]
+    px = p[:, :k].gather(-1, xl)[..., 0].float()
+    qx = q.gather(-1, xl)[..., 0].float() if q is not None else torch.ones_like(px)
+    w = _weights(px, qx)
+    rows = 0
+    for i, tau in enumerate(r.num_accepted.tolist()):
+        read = {j for j in range(max(tau, 1), k) if w[i, j] > 0} | ({tau} if tau < k else set())
+        rows += len(read) * per + (tau == k)
+    return b * k * per * F32 + rows * v * F32 + b * (k1 + 1) * F32
+
+
+def _probs_floor(logits, uncond=None) -> int:
+    """probs_from_logits: the logits once in their dtype (CFG: the unconditional row too), the
+    float32 probabilities out once."""
+    read = sum(t.numel() * t.element_size() for t in (logits, uncond) if t is not None)
+    return read + logits.numel() * F32
+
+
+def _attn_floor(q, k_cache, cache_seqlens, lse=False) -> int:
+    """tree_attention: each KV head's K and V rows of the prefix and of the N tree slots once
+    (not once per query head of its GQA group), Q once, the output once (and lse, float32,
+    when asked)."""
+    b, n, hq, d = q.shape
+    hkv, elem = k_cache.shape[-2], k_cache.element_size()
+    kv_rows = int(cache_seqlens.sum()) + b * n
+    return (
+        2 * kv_rows * hkv * d * elem
+        + 2 * q.numel() * q.element_size()
+        + (b * n * hq * F32 if lse else 0)
+    )
+
+
+def _merge_floor(*states) -> int:
+    """merge_states (the cascade backend's merge): both states' outputs and lse read once, the
+    merged output and lse written once: every tensor of the call once."""
+    return sum(t.numel() * t.element_size() for t in states)
+
+
+def _append_floor(k, v) -> int:
+    """append_kv: the new K and V rows read once and written once into the cache."""
+    return 2 * (k.numel() * k.element_size() + v.numel() * v.element_size())
+
+
+def _drafter_floor(embedding, tokens, features, step=None) -> int:
+    """drafter_inputs: each distinct embedding row of a valid token once, the features once, the
+    step embedding once (one [S] row broadcast, or [B, M, S]), the [B, M, E + H (+ S)] rows out
+    once."""
+    elem = embedding.element_size()
+    distinct = int(tokens[(tokens >= 0) & (tokens < embedding.shape[0])].unique().numel())
+    s = 0 if step is None else step.shape[-1]
+    read = distinct * embedding.shape[1] * elem + features.numel() * elem
+    read += 0 if step is None else step.numel() * elem
+    return read + tokens.numel() * (embedding.shape[1] + features.shape[2] + s) * elem
+
+
+def _gather_floor(src, index) -> int:
+    """gather_rows: each distinct source row a valid index names once, the [B, M, H] rows out
+    once (-1 writes a zero row without a read)."""
+    b, n, h = src.shape
+    ok = (index >= 0) & (index < n)
+    flat = (torch.arange(b)[:, None] * n + index.long())[ok]
+    return (int(flat.unique().numel()) + index.numel()) * h * src.element_size()
+
+
+def _cache_write_floor(positions, feats, store_elem) -> int:
+    """FeatureCache.write: the feature row of each valid position read once and written once
+    into the store (in its dtype), with its int32 step stamp."""
+    rows = int((positions >= 0).sum())
+    h = feats.shape[-1]
+    return rows * h * (feats.element_size() + store_elem) + rows * 4
+
+
+def _path_sim_floor(paths, codebook, stride) -> int:
+    """path_similarity: the codebook row of each distinct token at the scored positions
+    (0, stride, 2 stride, ... < L) once, one float32 out per request."""
+    ids = paths[:, :, ::stride]
+    ids = ids[(ids >= 0) & (ids < codebook.shape[0])]
+    row = codebook.shape[1] * codebook.element_size()
+    return int(ids.unique().numel()) * row + paths.shape[0] * F32
+
+
+def _triton_floor(op: str, call, result) -> int:
+    """The floor of one Triton case of bench/traffic_triton.py: ``call`` is its
+    ``functools.partial`` (the op and its inputs), ``result`` what it returned."""
+    a, kw = call.args, call.keywords
+    if op == "verify_chain":
+        return (_block_floor if kw.get("block") else _chain_floor)(a[0], a[1], a[2], result)
+    if op == "sample":
+        return _sample_floor(a[0])
+    if op == "probs_from_logits":
+        return _probs_floor(a[0], kw.get("uncond_logits"))
+    if op == "tree_attention":
+        return _attn_floor(a[0], a[1], a[3], kw.get("return_lse", False))
+    if op == "merge_states":
+        return _merge_floor(*a)
+    if op == "append_kv":
+        return _append_floor(a[2], a[3])
+    if op == "commit_kv":
+        caches, _, slots = a
+        return _commit_floor(slots, caches.shape[0], *caches.shape[-2:], caches.element_size())
+    if op == "drafter_inputs":
+        return _drafter_floor(*a)
+    if op == "gather_rows":
+        return _gather_floor(*a)
+    if op == "feature_cache_write":
+        return _cache_write_floor(a[0], a[1], call.func.__self__.features.element_size())
+    if op == "path_similarity":
+        return _path_sim_floor(a[0], a[1], kw.get("stride", 1))
+    raise KeyError(f"bench_traffic: no floor for the Triton op {op!r}")
+
+
 # ---- the cases -------------------------------------------------------------------------------
 def _gen(seed):
     return torch.Generator().manual_seed(seed)
@@ -185,15 +307,18 @@ def _traffic_triton():
     return traffic_triton
 
 
-def count_triton(quick: bool) -> list[tuple[str, str, KernelTraffic, int]]:
-    """The Triton kernels under the interpreter (bench/traffic_triton.py), floors alike."""
+def count_triton(quick: bool, only=None) -> list[tuple[str, str, KernelTraffic, int]]:
+    """The Triton kernels under the interpreter (bench/traffic_triton.py), floors alike (each
+    launch of a case gets its op's floor, ``_triton_floor``).  ``only(op, shape)``: the cases to
+    count (all by default)."""
     traffic_triton = _traffic_triton()
     if traffic_triton is None:
         return []
-    return [
-        (op, shape, t, traffic_model.triton_floor(op, t)) for op, shape, t in
-        traffic_triton.count_triton_ops(quick)
-    ]  # fmt: skip
+    out = []
+    for op, shape, call, result, launches in traffic_triton.count_triton_calls(quick, only=only):
+        floor = _triton_floor(op, call, result)
+        out += [(op, shape, t, floor) for t in launches]
+    return out
 
 
 def run(device: str, quick: bool) -> list[Row]:

@@ -34,11 +34,6 @@ def predict_us(t: KernelTraffic, params=None) -> float:
     return launch + max(total / (COPY_GBPS * 1e3), crit)
 
 
-def triton_floor(op: str, t: KernelTraffic) -> int:
-    """Triton kernels' floors are not written yet: 0 (the CSV says so)."""
-    return 0
-
-
 # (op, bench shape as in the CSV, measured median us, source CSV).  Only kernels unchanged since
 # the run that measured them (git log of their headers): commit_kv (kv.cuh), path_acceptance
 # (path_acceptance.cuh) and sample_without_replacement (sample_wor.cuh: a uniform clamp and

@@ -34,7 +34,13 @@ import numpy as np
 
 from .traffic_common import SECTOR, WARP, KernelTraffic
 
-__all__ = ["count_traffic", "traffic_of", "count_triton_ops", "ensure_interpreter"]
+__all__ = [
+    "count_traffic",
+    "traffic_of",
+    "count_triton_ops",
+    "count_triton_calls",
+    "ensure_interpreter",
+]
 
 
 def ensure_interpreter() -> None:
@@ -399,11 +405,7 @@ def _kv_cases(specops, append, commit, gen):
         tail = [torch.randperm(2 * m - 1, generator=gen)[: m - 1].sort()[0] + 1 for _ in range(b)]
         slots = torch.stack([torch.cat([torch.zeros(1), t]) for t in tail]).int()
         shape = f"L={layers} B={b} S={cap} Hkv={hkv} D={d} m={m}"
-
-        def commit_once(caches=caches, lens0=lens0, slots=slots):
-            specops.commit_kv(caches, lens0.clone(), slots, backend="triton")
-
-        yield "commit_kv", shape, commit_once
+        yield "commit_kv", shape, partial(specops.commit_kv, caches, lens0, slots, backend="triton")
 
 
 def _feature_cases(specops, drafter, rows, paths, gen):
@@ -448,6 +450,33 @@ def _cases(quick: bool, gen):
                               gen)  # fmt: skip
 
 
+def count_triton_calls(
+    quick: bool, *, only: Callable[[str, str], bool] | None = None, timings: dict | None = None
+) -> Iterator[tuple[str, str, partial, object, list[KernelTraffic]]]:
+    """(op, shape, call, result, launches) for every case (one op call) of the tables above, in
+    order: ``call`` is the case's ``functools.partial`` (the op and its inputs, which
+    bench_traffic's floors read), ``result`` what it returned, ``launches`` its KernelTraffic
+    records.  ``only(op, shape)`` False skips a case (its inputs are made all the same, so the
+    other cases get the inputs of the whole run).  A generator that yields inside the counting
+    setup (no grad, validation off): consume it whole."""
+    ensure_interpreter()
+    import torch
+
+    import specops
+
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad(), specops.validation(False), _gpu_geometry():
+        for op, shape, run in _cases(quick, gen):
+            if only is not None and not only(op, shape):
+                continue
+            t0 = time.perf_counter()
+            with count_traffic() as launches:
+                result = run()
+            if timings is not None:
+                timings[(op, shape)] = time.perf_counter() - t0
+            yield op, shape, run, result, launches
+
+
 def count_triton_ops(
     quick: bool, *, timings: dict | None = None
 ) -> list[tuple[str, str, KernelTraffic]]:
@@ -455,22 +484,11 @@ def count_triton_ops(
     order, on CPU tensors in the interpreter (``quick``: tiny shapes; else the served models'
     vocabularies / head dims at few rows, see the tables above).  ``timings``, when given,
     receives the seconds each (op, shape) took."""
-    ensure_interpreter()
-    import torch
-
-    import specops
-
-    gen = torch.Generator().manual_seed(0)
-    rows: list[tuple[str, str, KernelTraffic]] = []
-    with torch.no_grad(), specops.validation(False), _gpu_geometry():
-        for op, shape, run in _cases(quick, gen):
-            t0 = time.perf_counter()
-            with count_traffic() as launches:
-                run()
-            if timings is not None:
-                timings[(op, shape)] = time.perf_counter() - t0
-            rows += [(op, shape, t) for t in launches]
-    return rows
+    return [
+        (op, shape, t)
+        for op, shape, _, _, launches in count_triton_calls(quick, timings=timings)
+        for t in launches
+    ]
 
 
 def format_table(rows) -> str:
