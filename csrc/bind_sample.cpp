@@ -15,6 +15,7 @@ struct SampleArgs {
   const float* probs;
   int64_t rows, vocab, row_stride;
   RngArgs rng;
+  RowSplit split;  // the CUDA kernel's split at small batch (specops/common.h)
   int32_t* out;
 };
 
@@ -30,6 +31,13 @@ SampleArgs sample_args(bool cuda, T probs, T seed, int64_t seed_value, T offset,
   a.row_stride = probs.stride[0];
   a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, a.rows, 1);
   a.out = c.output(out, "out", DType::i32, {a.rows}, probs).as<int32_t>();
+  if (cuda) {
+    a.split = row_split(a.rows, a.vocab);
+    if (a.split.chunks > 1)
+      a.split.sums =
+          c.scratch(TensorArg(), "split_sums", DType::f64, {a.rows, a.split.chunks}, probs)
+              .as<double>();
+  }
   return a;
 }
 
@@ -37,9 +45,10 @@ void run_host(const SampleArgs& a) {
   sample_host(a.probs, a.rows, a.vocab, a.row_stride, a.rng, a.out);
 }
 
-template <std::string (*Launch)(const float*, int64_t, int64_t, int64_t, RngArgs, int32_t*, void*)>
+template <std::string (*Launch)(const float*, int64_t, int64_t, int64_t, RngArgs, RowSplit,
+                                int32_t*, void*)>
 std::string run_cuda(const SampleArgs& a, void* stream) {
-  return Launch(a.probs, a.rows, a.vocab, a.row_stride, a.rng, a.out, stream);
+  return Launch(a.probs, a.rows, a.vocab, a.row_stride, a.rng, a.split, a.out, stream);
 }
 
 }  // namespace

@@ -14,8 +14,9 @@
 #include "specops/verify.h"
 
 #define SPECOPS_DECLARE_LAUNCHERS                                                                \
+  /* split: RowSplit (specops/common.h); chunks > 1 needs split.sums [rows, chunks].    */       \
   std::string launch_sample(const float* probs, int64_t rows, int64_t vocab, int64_t row_stride, \
-                            RngArgs rng, int32_t* out, void* stream);                            \
+                            RngArgs rng, RowSplit split, int32_t* out, void* stream);            \
   std::string launch_verify_chain(const VerifyChainArgs& args, void* stream);                    \
   std::string launch_verify_tree(const VerifyTreeArgs& args, void* stream);                      \
   std::string launch_sample_wor(const SampleWorArgs& args, void* stream);                        \

@@ -10,9 +10,19 @@ namespace SPECOPS_LAUNCH_NS {
 std::string launch_verify_chain(const VerifyChainArgs& args, void* stream) {
   if (args.batch == 0) return std::string();
   constexpr int kBlock = 512;
-  return error_text(launch_kernel("verify_chain_kernel", verify_chain_kernel<kBlock>,
-                                  dim3(static_cast<unsigned>(args.batch)), dim3(kBlock), 0,
-                                  static_cast<cudaStream_t>(stream), args));
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (args.split.chunks <= 1)
+    return error_text(launch_kernel("verify_chain_kernel", verify_chain_kernel<kBlock>,
+                                    dim3(static_cast<unsigned>(args.batch)), dim3(kBlock), 0, s,
+                                    args));
+  // the split final draw (sampled verification at small batch): pass 1, then pass 2
+  const cudaError_t err = launch_kernel(
+      "verify_chain_split_sum_kernel", verify_chain_split_sum_kernel<kBlock>,
+      dim3(static_cast<unsigned>(args.batch * args.split.chunks)), dim3(kBlock), 0, s, args);
+  if (err != cudaSuccess) return error_text(err);
+  return error_text(
+      launch_kernel("verify_chain_split_draw_kernel", verify_chain_split_draw_kernel<kBlock>,
+                    dim3(static_cast<unsigned>(args.batch)), dim3(kBlock), 0, s, args));
 }
 
 std::string launch_verify_tree(const VerifyTreeArgs& args, void* stream) {

@@ -114,6 +114,35 @@ def test_no_mass_rows_and_negative_entries(backend):
     assert out.tolist() == [0, 2]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rows_split_over_blocks(backend):
+    """Small batches over a long row: the CUDA kernel splits each row over blocks of 2272 entries
+    (specops/common.h RowSplit: 4 here) and scans from the chunk holding u * total.  Mass at the
+    row's ends, on both sides of a chunk boundary, none at all, non-finite entries, and a sliced
+    (strided) input all draw what the reference draws."""
+    dev = _device_for(backend)
+    v, edge = 9000, 2272
+    p = torch.zeros(8, v + 64)
+    p[0, v - 1] = 1.0  # only the last entry
+    p[1, 0] = 1.0  # only the first
+    p[2, :v:7] = float("nan")  # no finite mass: token 0
+    p[2, 5] = -1.0
+    p[3, edge - 1] = p[3, edge] = 1.0  # either side of the first boundary
+    p[4, edge - 1] = p[4, edge] = 1.0
+    p[5, ::3] = 1e-3  # mass everywhere, non-finite entries in every chunk
+    p[5, 100::997] = float("inf")
+    p[6] = random_probs(v + 64, generator=torch.Generator().manual_seed(9), zero_frac=0.5)
+    p[7, 3 * edge + 5] = 2.0  # only inside the last chunk
+    probs = p[:, :v].to(dev)  # row stride v + 64
+    u = torch.tensor([0.5, 0.999, 0.3, 0.49, 0.51, 0.77, 0.123, 0.9], device=dev)
+    with specops.validation(False):
+        got = specops.sample(probs, uniforms=u, backend=backend).cpu()
+        want = specops.sample(probs.cpu(), uniforms=u.cpu(), backend="reference")
+    assert got.tolist()[:5] == [v - 1, 0, 0, edge - 1, edge]
+    assert got[7] == 3 * edge + 5
+    assert torch.equal(got, want)
+
+
 def test_bad_inputs():
     p = torch.rand(2, 5)
     with pytest.raises(TypeError, match="probs"):

@@ -15,20 +15,28 @@ pytestmark = pytest.mark.skipif(
 )
 
 # (op, shape, kernel): (max bytes read + written / min_bytes, max sectors per request).
-# sample / verify_chain: a total pass, then tiles up to the target's (up to 2x the row); the
-# draw's ITEMS=8 entries per thread are 32 bytes apart across a warp (32 sectors a request).
+# sample / verify_chain at these batches split each row over blocks (RowSplit): the sum pass
+# reads every row once, coalesced (~4 sectors a request); the draw pass reads one chunk, its
+# scan tile with ITEMS=8 consecutive entries per thread (lanes 32 bytes apart: ~16-18 sectors).
 BUDGETS = {
-    ("sample", "B=1 V=32000", "sample_kernel"): (1.90, 17.3),
-    ("sample", "B=64 V=32000", "sample_kernel"): (1.59, 14.4),
-    ("sample", "B=8 V=65536", "sample_kernel"): (1.58, 14.2),
-    ("sample", "B=2 V=184622", "sample_kernel"): (1.70, 15.9),
+    ("sample", "B=1 V=32000", "sample_split_sum_kernel"): (1.01, 3.96),
+    ("sample", "B=1 V=32000", "sample_split_draw_kernel"): (0.129, 17.8),
+    ("sample", "B=64 V=32000", "sample_split_sum_kernel"): (1.01, 3.99),
+    ("sample", "B=64 V=32000", "sample_split_draw_kernel"): (0.22, 11.9),
+    ("sample", "B=8 V=65536", "sample_split_sum_kernel"): (1.01, 3.96),
+    ("sample", "B=8 V=65536", "sample_split_draw_kernel"): (0.0635, 17.8),
+    ("sample", "B=2 V=184622", "sample_split_sum_kernel"): (1.01, 4.45),
+    ("sample", "B=2 V=184622", "sample_split_draw_kernel"): (0.0232, 17.9),
     ("sample_without_replacement", "R=8 V=65536 k=3", "sample_wor_kernel"): (1.01, 4.0),
-    ("verify_chain", "B=1 K=8 V=128256", "verify_chain_kernel"): (1.87, 17.0),
-    ("verify_chain", "B=8 K=4 V=32000", "verify_chain_kernel"): (1.56, 13.7),
-    ("verify_chain", "B=64 K=8 V=32000", "verify_chain_kernel"): (1.62, 14.4),
-    ("verify_jacobi", "sjd B=2 L=64 V=65536", "jacobi_chain_kernel"): (2.13, 15.3),
-    ("verify_jacobi", "sjd_pac root B=2 L=64 V=65536", "jacobi_tree_kernel"): (1.81, 15.7),
-    ("path_acceptance", "B=8 N=21 V=65536", "path_acceptance_kernel"): (3.12, 6.0),
+    ("verify_chain", "B=1 K=8 V=128256", "verify_chain_split_sum_kernel"): (1.02, 3.84),
+    ("verify_chain", "B=1 K=8 V=128256", "verify_chain_split_draw_kernel"): (0.0332, 15.9),
+    ("verify_chain", "B=8 K=4 V=32000", "verify_chain_split_sum_kernel"): (1.01, 3.85),
+    ("verify_chain", "B=8 K=4 V=32000", "verify_chain_split_draw_kernel"): (0.134, 16.5),
+    ("verify_chain", "B=64 K=8 V=32000", "verify_chain_split_sum_kernel"): (1.01, 3.96),
+    ("verify_chain", "B=64 K=8 V=32000", "verify_chain_split_draw_kernel"): (0.31, 14.7),
+    ("verify_jacobi", "sjd B=2 L=64 V=65536", "jacobi_chain_kernel"): (2.13, 15.2),
+    ("verify_jacobi", "sjd_pac root B=2 L=64 V=65536", "jacobi_tree_kernel"): (1.81, 15.6),
+    ("path_acceptance", "B=8 N=21 V=65536", "path_acceptance_kernel"): (3.12, 5.98),
     ("commit_kv", "L=32 B=1 Hkv=32 D=128 m=8", "commit_kv_kernel"): (1.01, 14.8),
     ("commit_kv", "L=32 B=4 Hkv=32 D=128 m=8", "commit_kv_kernel"): (1.01, 14.8),
 }

@@ -8,6 +8,8 @@
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
+#include "specops/common.h"
+
 namespace specops {
 
 struct MinOp {
@@ -40,26 +42,35 @@ struct BlockSampler {
   TempStorage& tmp;
   __device__ explicit BlockSampler(TempStorage& t) : tmp(t) {}
 
-  // sum of w(i) >= 0 over [0, vocab), in double; the result is valid on every thread.
+  // sum of w(i) >= 0 over [begin, end), in double; the result is valid on every thread.  Lanes
+  // read consecutive entries (a warp's request: 128 bytes, 4 sectors).
   template <typename W>
-  __device__ double sum(W w, int64_t vocab) {
+  __device__ double sum(W w, int64_t begin, int64_t end) {
     __shared__ double s_total;
     double local = 0.0;
-    for (int64_t i = threadIdx.x; i < vocab; i += BLOCK) local += static_cast<double>(w(i));
+    for (int64_t i = begin + threadIdx.x; i < end; i += BLOCK) local += static_cast<double>(w(i));
     __syncthreads();
     const double total = Reduce(tmp.reduce).Sum(local);
     if (threadIdx.x == 0) s_total = total;
     __syncthreads();
     return s_total;
   }
-
-  // min{i : w_0 + ... + w_i > target, w_i > 0}; else the last i with w_i > 0; else 0.
-  // Tiles of BLOCK * ITEMS entries, ITEMS consecutive ones per thread: each tile's sum first
-  // (one block reduction), the scan only in the tile where the running sum passes the target,
-  // and nothing past it.  The running sum is the sum of the tile sums (double).
   template <typename W>
-  __device__ int inverse_cdf(W w, int64_t vocab, double target) {
+  __device__ double sum(W w, int64_t vocab) {
+    return sum(w, 0, vocab);
+  }
+
+  // min{i >= begin : running + w_begin + ... + w_i > target, w_i > 0}; else the last i >= begin
+  // with w_i > 0; else 0.  Tiles of BLOCK * ITEMS entries: each tile's sum first (lanes read
+  // consecutive entries: coalesced), and only in the tile where the running sum passes the
+  // target a second read (from L1) with ITEMS consecutive entries per thread for the block scan;
+  // nothing past that tile is read.  The running sum is the sum of the tile sums (double).
+  // `until`: a tile boundary (the end of a split chunk): no tile straddles it.
+  template <typename W>
+  __device__ int inverse_cdf(W w, int64_t vocab, double target, int64_t begin = 0,
+                             double running = 0.0, int64_t until = 0) {
     constexpr int ITEMS = 8;
+    constexpr int64_t TILE = static_cast<int64_t>(BLOCK) * ITEMS;
     __shared__ int s_found, s_last;
     __shared__ double s_tile;
     if (threadIdx.x == 0) {
@@ -67,17 +78,17 @@ struct BlockSampler {
       s_last = 0;
     }
     __syncthreads();
-    double running = 0.0;
     int my_last = -1;
-    for (int64_t base = 0; base < vocab; base += static_cast<int64_t>(BLOCK) * ITEMS) {
-      const int64_t i0 = base + static_cast<int64_t>(threadIdx.x) * ITEMS;
-      double wi[ITEMS];
+    for (int64_t base = begin, end; base < vocab; base = end) {
+      end = base + TILE < vocab ? base + TILE : vocab;
+      if (base < until && end > until) end = until;
       double local = 0.0;
 #pragma unroll
       for (int e = 0; e < ITEMS; ++e) {
-        wi[e] = i0 + e < vocab ? static_cast<double>(w(i0 + e)) : 0.0;
-        local += wi[e];
-        if (wi[e] > 0.0) my_last = static_cast<int>(i0 + e);
+        const int64_t i = base + static_cast<int64_t>(e) * BLOCK + threadIdx.x;
+        const double wi = i < end ? static_cast<double>(w(i)) : 0.0;
+        local += wi;
+        if (wi > 0.0) my_last = static_cast<int>(i);
       }
       __syncthreads();
       const double tile = Reduce(tmp.reduce).Sum(local);
@@ -85,9 +96,17 @@ struct BlockSampler {
       __syncthreads();
       const double tile_sum = s_tile;  // the same on every thread: uniform branches below
       if (running + tile_sum > target) {
+        const int64_t i0 = base + static_cast<int64_t>(threadIdx.x) * ITEMS;
+        double wi[ITEMS];
+        double mine = 0.0;
+#pragma unroll
+        for (int e = 0; e < ITEMS; ++e) {
+          wi[e] = i0 + e < end ? static_cast<double>(w(i0 + e)) : 0.0;
+          mine += wi[e];
+        }
         double before;
         __syncthreads();
-        Scan(tmp.scan).ExclusiveSum(local, before);
+        Scan(tmp.scan).ExclusiveSum(mine, before);
         double c = running + before;
         int hit = INT32_MAX;
 #pragma unroll
@@ -112,6 +131,42 @@ struct BlockSampler {
     const int tok = s_found >= 0 ? s_found : s_last;
     __syncthreads();
     return tok;
+  }
+
+  // A split draw's second pass (RowSplit, specops/common.h): from the row's chunk sums (one
+  // per thread; chunks <= BLOCK) the total, target = u * total, and where the scan starts: the
+  // first chunk whose inclusive prefix passes the target (else the last chunk with mass, else
+  // chunk 0), with the exclusive prefix before it and the chunk's end (inverse_cdf's `until`).
+  // Returns the total (valid on every thread).
+  __device__ double split_locate(const RowSplit& s, int64_t row, float u, int64_t* begin,
+                                 double* before_begin, double* target, int64_t* chunk_end) {
+    __shared__ int s_chunk;
+    __shared__ double s_before, s_sum;
+    const int j = threadIdx.x;
+    const double x = j < s.chunks ? s.sums[row * s.chunks + j] : 0.0;
+    double before, total;
+    __syncthreads();
+    Scan(tmp.scan).ExclusiveSum(x, before, total);
+    const double t = static_cast<double>(u) * total;
+    __syncthreads();
+    const int hit =
+        ReduceInt(tmp.reduce_int).Reduce(x > 0.0 && before + x > t ? j : INT32_MAX, MinOp());
+    __syncthreads();
+    const int last = ReduceInt(tmp.reduce_int).Reduce(x > 0.0 ? j : -1, MaxOp());
+    if (j == 0) {
+      s_chunk = hit != INT32_MAX ? hit : (last >= 0 ? last : 0);
+      s_sum = total;
+    }
+    __syncthreads();
+    if (j == s_chunk) s_before = before;
+    __syncthreads();
+    *begin = static_cast<int64_t>(s_chunk) * s.chunk;
+    *chunk_end = *begin + s.chunk;
+    *before_begin = s_before;
+    *target = static_cast<double>(u) * s_sum;
+    const double r = s_sum;
+    __syncthreads();
+    return r;
   }
 
   // The draw itself: total, then the scan to u * total.

@@ -36,4 +36,34 @@ struct RngArgs {
   }
 };
 
+// A row's draw split over several CTAs (the CUDA sample and verify_chain at small batch, where one
+// CTA per row would leave most SMs idle): pass 1 runs `chunks` CTAs per row, CTA c summing
+// entries [c * chunk, (c + 1) * chunk) into sums[row * chunks + c]; pass 2 runs one CTA per row
+// that adds the chunk sums, finds the chunk holding u * total and scans from there.
+struct RowSplit {
+  int64_t chunk = 0;       // entries per CTA
+  int64_t chunks = 1;      // CTAs per row; 1: no split (one launch, one CTA per row)
+  double* sums = nullptr;  // [rows, chunks] float64 workspace
+};
+
+// The split geometry: about kSplitCtas CTAs in pass 1 (two per SM of a 132-SM H100/H200: a
+// fixed number, so the geometry, and with it every sum's order, is the same on every GPU and
+// under cuda_sim), chunks of at least kSplitMinChunk entries (a CTA's work must pay for its
+// launch slot), at most kSplitMaxChunks a row (pass 2 reads one chunk sum per thread).
+constexpr int64_t kSplitCtas = 264;
+constexpr int64_t kSplitMinChunk = 2048;
+constexpr int64_t kSplitMaxChunks = 256;
+SPECOPS_HD RowSplit row_split(int64_t rows, int64_t vocab) {
+  RowSplit s;
+  int64_t n = rows > 0 ? kSplitCtas / rows : 1;
+  const int64_t by_size = vocab / kSplitMinChunk;
+  n = n < by_size ? n : by_size;
+  n = n < kSplitMaxChunks ? n : kSplitMaxChunks;
+  if (n < 2) return s;
+  s.chunk = (vocab + n - 1) / n;
+  s.chunk = (s.chunk + 31) / 32 * 32;  // whole 128-byte lines per chunk
+  s.chunks = (vocab + s.chunk - 1) / s.chunk;
+  return s;
+}
+
 }  // namespace specops

@@ -56,30 +56,103 @@ __device__ double2 block_sum2(typename BlockSampler<BLOCK>::TempStorage& tmp, do
   return s_sums;
 }
 
+// The accepted prefix of request b: n_valid, acc = the first rejected valid draft (else
+// n_valid) and that draft's token x (-1 if none).  The tests are independent (test i reads draw
+// i): thread i runs test i.  All three are valid on every thread.
+template <int BLOCK>
+__device__ void chain_prefix(const VerifyChainArgs& a, int64_t b,
+                             typename BlockSampler<BLOCK>::TempStorage& tmp, int64_t* n_valid,
+                             int64_t* acc, int64_t* x = nullptr) {
+  __shared__ int64_t s_acc, s_valid, s_x;
+  if (threadIdx.x == 0) s_valid = chain_num_valid(a, b);
+  __syncthreads();
+  const int64_t n = s_valid;
+  int first_rejected = INT32_MAX;
+  for (int64_t i = threadIdx.x; i < n; i += BLOCK) {
+    if (first_rejected == INT32_MAX && !chain_test(a, b, i)) first_rejected = static_cast<int>(i);
+  }
+  using ReduceInt = typename BlockSampler<BLOCK>::ReduceInt;
+  const int first = ReduceInt(tmp.reduce_int).Reduce(first_rejected, MinOp());
+  if (threadIdx.x == 0) {
+    s_acc = first < n ? first : n;
+    s_x = first < n ? static_cast<int64_t>(a.tokens[b * a.tokens_sb + first]) : -1;
+  }
+  __syncthreads();
+  *n_valid = n;
+  *acc = s_acc;
+  if (x) *x = s_x;
+  __syncthreads();
+}
+
+// The row the final token is drawn from: r = max(p_acc - q_acc, 0) after a rejection (q ==
+// nullptr: one-hot(x)), p's row acc (the bonus row) when every draft passed.
+struct ChainFinalRow {
+  const float* p;
+  const float* q;
+  int64_t x;
+  bool residual;
+  __device__ float operator()(int64_t i) const {
+    return residual ? residual_at(p, q, x, i) : mass(p[i]);
+  }
+};
+
+__device__ inline ChainFinalRow chain_final_row(const VerifyChainArgs& a, int64_t b, int64_t acc,
+                                                int64_t n_valid, int64_t x) {
+  const bool rejected = acc < n_valid;
+  return ChainFinalRow{a.target + b * a.target_sb + acc * a.target_sk,
+                       rejected && a.draft ? a.draft + b * a.draft_sb + acc * a.draft_sk : nullptr,
+                       x, rejected};
+}
+
+// Sampled verification at small batch, pass 1: block (b, c) of the RowSplit sums chunk c of the
+// final row (each block repeats the K acceptance tests: K gathers, no vocabulary pass).
+template <int BLOCK>
+__global__ void verify_chain_split_sum_kernel(VerifyChainArgs a) {
+  __shared__ typename BlockSampler<BLOCK>::TempStorage tmp;
+  const RowSplit& s = a.split;
+  const int64_t b = blockIdx.x / s.chunks, c = blockIdx.x % s.chunks;
+  int64_t n_valid, acc, x;
+  chain_prefix<BLOCK>(a, b, tmp, &n_valid, &acc, &x);
+  const int64_t lo = c * s.chunk, hi = lo + s.chunk < a.vocab ? lo + s.chunk : a.vocab;
+  const double sum = BlockSampler<BLOCK>(tmp).sum(chain_final_row(a, b, acc, n_valid, x), lo, hi);
+  if (threadIdx.x == 0) s.sums[blockIdx.x] = sum;
+}
+
+// Pass 2, one block per request: t = the inverse-CDF draw over the final row, scanned from the
+// chunk holding u * total; a residual without mass draws from p's row instead.
+template <int BLOCK>
+__global__ void verify_chain_split_draw_kernel(VerifyChainArgs a) {
+  static_assert(BLOCK >= kSplitMaxChunks, "pass 2 reads one chunk sum per thread");
+  __shared__ typename BlockSampler<BLOCK>::TempStorage tmp;
+  BlockSampler<BLOCK> sampler(tmp);
+  const int64_t b = blockIdx.x;
+  int64_t n_valid, acc, x;
+  chain_prefix<BLOCK>(a, b, tmp, &n_valid, &acc, &x);
+  const ChainFinalRow w = chain_final_row(a, b, acc, n_valid, x);
+  const float u = a.rng.uniform(b, a.k);
+  int64_t begin, until;
+  double before, target;
+  const double total = sampler.split_locate(a.split, b, u, &begin, &before, &target, &until);
+  const int t = w.residual && !(total > 0.0)
+                    ? sampler.draw(PositiveDev{w.p}, a.vocab, u)
+                    : sampler.inverse_cdf(w, a.vocab, target, begin, before, until);
+  if (threadIdx.x == 0) chain_write_prefix(a, b, acc, t);
+}
+
 template <int BLOCK>
 __global__ void verify_chain_kernel(VerifyChainArgs a) {
   __shared__ typename BlockSampler<BLOCK>::TempStorage tmp;
-  __shared__ int64_t s_acc, s_valid;
   BlockSampler<BLOCK> sampler(tmp);
   const int64_t b = blockIdx.x;
-  if (threadIdx.x == 0) s_valid = chain_num_valid(a, b);
-  __syncthreads();
-  const int64_t n_valid = s_valid;
+  int64_t n_valid, acc = 0;  // greedy walks below; block verification scans from the last draft
   if (!a.greedy && !a.block) {
-    // the acceptance tests are independent (test i reads draw i): thread i runs test i, and
-    // a = the first rejected valid draft, else n_valid (chain_accepted, in parallel)
-    int first_rejected = INT32_MAX;
-    for (int64_t i = threadIdx.x; i < n_valid; i += BLOCK) {
-      if (first_rejected == INT32_MAX && !chain_test(a, b, i)) first_rejected = static_cast<int>(i);
-    }
-    using ReduceInt = typename BlockSampler<BLOCK>::ReduceInt;
-    const int first = ReduceInt(tmp.reduce_int).Reduce(first_rejected, MinOp());
-    if (threadIdx.x == 0) s_acc = first < n_valid ? first : n_valid;
-  } else if (threadIdx.x == 0) {
-    s_acc = 0;  // greedy walks below; block verification scans from the last draft down
+    chain_prefix<BLOCK>(a, b, tmp, &n_valid, &acc);
+  } else {
+    __shared__ int64_t s_valid;
+    if (threadIdx.x == 0) s_valid = chain_num_valid(a, b);
+    __syncthreads();
+    n_valid = s_valid;
   }
-  __syncthreads();
-  int64_t acc = s_acc;
   int t;
   if (a.greedy) {
     // accept x_i iff x_i == argmax p_i (first maximal id); t = argmax of the first unmatched row

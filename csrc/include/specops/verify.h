@@ -107,6 +107,7 @@ struct VerifyChainArgs {
   RngArgs rng;                // row b = request b; draw i = test of draft i, draw K = final token
   int32_t* out_tokens;        // [B, K+1]
   int32_t* out_num_accepted;  // [B]
+  RowSplit split;             // CUDA, sampled (not greedy, not block): the final draw's split
 };
 
 // Drafts of request b that take part: the leading ones before num_draft[b] and the first -1.
