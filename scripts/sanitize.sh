@@ -16,7 +16,8 @@ PY="${PY:-$ROOT/.venv/bin/python}"
 # tests and torch.compile runs (Python-side work; the kernels are exercised by the others).
 TESTS=(tests/test_sample.py tests/test_verify_kernels.py tests/test_verify_chain_kernels.py
   tests/test_jacobi_kernels.py tests/test_sample_wor_kernels.py tests/test_path_acceptance.py
-  tests/test_kv.py tests/test_features.py tests/test_fuzz_boundary.py tests/test_threads.py
+  tests/test_kv.py tests/test_features.py tests/test_fuzz_boundary_layouts.py
+  tests/test_fuzz_boundary_edges.py tests/test_fuzz_boundary_invalid.py tests/test_threads.py
   tests/test_probs.py tests/test_tree_attention_kernels.py tests/test_cuda_sim.py)
 
 LIBASAN="$(gcc -print-file-name=libasan.so)"
@@ -36,8 +37,8 @@ echo "ASan/UBSan stage: built in $((SECONDS - start)) s ($SO)"
 # 3. Run.  Python and torch are not instrumented, so libasan is preloaded (first in the link
 # order) and UBSan's runtime with it.  detect_leaks=0: CPython leaks by design.  --capture=sys: a
 # sanitizer report (written to fd 2 just before the abort) reaches the log instead of dying in
-# pytest's capture file.  SPECOPS_ASAN_STAGE=1: tests/test_fuzz_boundary.py skips the cases with
-# known reports (issue 14) so that the others still run.
+# pytest's capture file.  SPECOPS_ASAN_STAGE=1: the boundary fuzz (tests/fuzz_harness.py) skips the
+# cases with known reports (issue 14) so that the others still run.
 cd "$ROOT"
 rc=0
 env LD_PRELOAD="$LIBASAN:$LIBUBSAN" \
