@@ -16,7 +16,7 @@ import torch
 from helpers import CUDA_SIM, chi2_pvalue, random_probs
 from helpers import gen as _gen
 from helpers import to_device as _to
-from test_reference_verify import (
+from verify_stats import (
     PASS,
     _line,
     _slot_groups,

@@ -14,7 +14,7 @@ import pytest
 import torch
 from helpers import CUDA_SIM, random_probs
 from helpers import gen as _gen
-from test_reference_verify import random_parents
+from verify_stats import random_parents
 
 import specops
 from specops import Tree

@@ -14,8 +14,8 @@ import pytest
 import torch
 from helpers import CUDA_SIM, aot_compile, random_probs
 from helpers import gen as _gen
-from test_reference_verify import PASS, Markov, _draw, joint_pvalue
 from test_verify_kernels import _dev, make_chain, run_chain
+from verify_stats import PASS, Markov, _draw, joint_pvalue
 
 import specops
 from specops import Relaxation

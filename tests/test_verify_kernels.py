@@ -13,7 +13,7 @@ import torch
 from helpers import CUDA_SIM, random_probs
 from helpers import gen as _gen
 from helpers import to_device as _to
-from test_reference_verify import (
+from verify_stats import (
     PASS,
     TREE_PARENTS,
     chain_inputs,
@@ -410,7 +410,7 @@ def test_fuzz_tree(be):
 
 # --------------------------------------------------------------------------------------------
 # statistical losslessness of the C++ twin (identity with the reference is tested above; these
-# check the kernel's output law directly, same construction as test_reference_verify.py)
+# check the kernel's output law directly, same construction as test_reference_verify_*.py)
 # --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("deterministic", [False, True])
 @pytest.mark.parametrize("ragged", [False, True])
