@@ -343,7 +343,7 @@ def launch(be: str, name: str, *args) -> tuple:
 # TypeError / ValueError, raised before anything is written), the op runs its Python checks,
 # which name what is wrong or normalise what the kernel cannot read (float16 rows, int32 counts),
 # and goes on through torch.library as before.  Each fast path only passes arguments whose Python
-# checks the binding's checks imply; tests/test_fast_path.py holds them to it.
+# checks the binding's checks imply; tests/test_fast_path_equals_checked.py holds them to it.
 _FAST: dict[tuple[str, str], object] = {}
 
 
