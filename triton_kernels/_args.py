@@ -1,7 +1,8 @@
 """The one door from the Python layer into a Triton kernel (DESIGN.md, Rules: Layout).
 
-Every launcher in specops.triton_kernels launches through ``launch`` (tests/test_triton_args.py
-fails on any other ``kernel[grid](...)`` in the package).  A tensor argument is either
+Every launcher in specops.triton_kernels launches through ``launch``
+(tests/test_triton_args_launch.py fails on any other ``kernel[grid](...)`` in the package).  A
+tensor argument is either
 
 - wrapped in ``Strided``: the launcher passes the strides the kernel indexes it with (every
   stride of every dim the kernel walks), so sliced, transposed and expanded (stride 0) views
