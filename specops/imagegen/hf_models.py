@@ -2,7 +2,7 @@
 
 Each pipeline builds its model's image prompt, its unconditional prompt for classifier-free
 guidance and its image-token layout, runs ``specops.hf.generate`` and decodes the codes
-(docs/notes/emu3_janus.md and docs/notes/chameleon_lumina.md have the specs):
+(docs/notes/janus.md, docs/notes/emu3.md and docs/notes/chameleon_lumina.md have the specs):
 
 - Janus: chat prompt + <begin_of_image>; the uncond prompt keeps BOS and <begin_of_image> and
   pads the rest; ``num_image_tokens`` codes from the generation head (``image_head``); CFG 5,

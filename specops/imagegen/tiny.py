@@ -11,8 +11,8 @@ LlamaGen: a c2i GPT in the official key layout (tests/data/llamagen_keys.json ha
 and a VQ-16-layout tokenizer with fewer channels and levels.  Janus, Emu3, Chameleon: tiny
 transformers models with character-level tokenizers built offline (the special tokens the
 pipelines read are real names); Chameleon also gets a taming-layout ``vqgan.ckpt``.
-docs/notes/llamagen.md, emu3_janus.md and chameleon_lumina.md give the layouts.  ``levels``: the
-VQ decoder's levels (an image is 2^(levels - 1) pixels a code side).
+docs/notes/llamagen.md, emu3.md, janus.md and chameleon_lumina.md give the layouts.  ``levels``:
+the VQ decoder's levels (an image is 2^(levels - 1) pixels a code side).
 """
 
 from __future__ import annotations
