@@ -145,11 +145,12 @@ def test_chain_draw_past_the_end_takes_the_last_positive_id(be):
 
 
 @pytest.mark.parametrize("be", BACKENDS)
-def test_chain_residual_without_mass_draws_from_p(be):
+@pytest.mark.parametrize("v", [300, 9000])  # 9000: the CUDA final draw split over 4 blocks
+def test_chain_residual_without_mass_draws_from_p(be, v):
     """q = 2 p (not a distribution, accepted without validation): the draft is rejected for
     u >= 1/2 and max(p - q, 0) has no mass, so the corrected token is p's draw at u_final."""
     gen = _gen(11)
-    p = torch.softmax(torch.randn(1, 2, 300, generator=gen), -1).to(_dev(be))
+    p = torch.softmax(torch.randn(1, 2, v, generator=gen), -1).to(_dev(be))
     q = 2 * p[:, :1]
     x = torch.tensor([[5]], device=_dev(be))
     u = torch.tensor([[0.7, 0.37]], device=_dev(be))
