@@ -35,7 +35,6 @@ import torch
 
 import specops
 from specops import Tree
-from specops.ops._common import available_backends
 
 from .harness import Row, memcpy_time, time_cpu, time_fn, with_ratios
 
@@ -70,6 +69,11 @@ def _line(fc, n):
         out.append(c)
         c = fc[c]
     return out
+
+
+def _fast_backends(op, device):
+    """The op's compiled backends usable on ``device`` (the reference is not timed here)."""
+    return [b for b in specops.available_backends(op, device) if b != "reference"]
 
 
 def _case_rows(op, desc, results, nbytes, device, note):
@@ -195,7 +199,7 @@ def bench_jacobi(device, quick) -> list[Row]:
             nbytes = nrows * v * 4
             desc = f"{name} acc={mode} a={a} B=1 L={shape[2]} V={v} kary_chain{shape} k=3"
             results = []
-            for be in available_backends(torch.device(device), ("cuda", "cpu")):
+            for be in _fast_backends("verify_jacobi", device):
                 fn = partial(specops.verify_jacobi, p, x, q, tree=tree, num_candidates=3, seed=1,
                              backend=be)  # fmt: skip
                 results.append((be, time_fn(fn, device, quick=quick)))
@@ -223,9 +227,7 @@ def bench_tree(device, quick) -> list[Row]:
         nbytes = b * (1 if full else 2) * v * 4  # row m: p (bonus), or p and q (rejection)
         desc = f"wor acc={mode} a={r.num_accepted.tolist()} B={b} N={tree.num_nodes} V={v}"
         results = []
-        for be in available_backends(torch.device(device), ("cuda", "triton", "cpu")):
-            if be == "triton" and device == "cpu":
-                continue
+        for be in _fast_backends("verify_tree", device):
             fn = partial(specops.verify_tree, p, tree, x, q, without_replacement=True, seed=1,
                          backend=be)  # fmt: skip
             results.append((be, time_fn(fn, device, quick=quick)))
@@ -251,9 +253,7 @@ def bench_chain(device, quick) -> list[Row]:
         nbytes = b * (1 if stop == k else 2) * v * 4  # row a: p (bonus), or p and q
         desc = f"acc={mode} a={stop} B={b} K={k} V={v}"
         results = []
-        for be in available_backends(torch.device(device), ("cuda", "triton", "cpu")):
-            if be == "triton" and device == "cpu":
-                continue
+        for be in _fast_backends("verify_chain", device):
             fn = partial(specops.verify_chain, p, x, q, seed=1, backend=be)
             results.append((be, time_fn(fn, device, quick=quick)))
         out += _case_rows("verify_chain", desc, results, nbytes, device, _threads_note())

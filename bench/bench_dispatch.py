@@ -115,8 +115,5 @@ def run(device: str, quick: bool) -> list[Row]:
 
 def _resolved(name: str, device: str) -> str:
     """What "auto" runs for these inputs (the op's backend table, resolved as the op does)."""
-    from specops.ops import _common as c
-
-    op = name.split(".")[0]
-    be = c.pick_backend(op, "auto", torch.device(device), c.backend_table()[op])
+    be = specops.resolve_backend(name.split(".")[0], device)
     return {"cpu": "cpu (C++ twin)"}.get(be, be)

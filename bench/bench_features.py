@@ -17,7 +17,6 @@ import torch
 import torch.nn.functional as F
 
 import specops
-from specops.ops._common import available_backends
 
 from .harness import Row, time_fn, with_ratios
 
@@ -36,11 +35,7 @@ PATHS_QUICK = [(1, 3, 4, 50, 8, 1)]
 
 
 def _backends(device):
-    return [
-        b
-        for b in available_backends(torch.device(device), ("triton", "cpu", "reference"))
-        if not (b == "triton" and device == "cpu")
-    ]
+    return specops.available_backends("gather_rows", device)
 
 
 def _row(op, shape, name, st, nbytes=None):

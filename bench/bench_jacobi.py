@@ -20,7 +20,6 @@ import torch
 
 import specops
 from specops import Tree
-from specops.ops._common import available_backends
 
 from .harness import Row, time_fn, with_ratios
 
@@ -56,7 +55,7 @@ def _cases(quick: bool):
 
 def run(device: str, quick: bool) -> list[Row]:
     dev = torch.device(device)
-    backends = available_backends(dev, ("cuda", "cpu", "reference"))
+    backends = specops.available_backends("verify_jacobi", dev)
     rows = []
     for name, b, L, v, top_k, shape, cont, k in _cases(quick):
         gen = torch.Generator(device=device).manual_seed(0)

@@ -18,7 +18,6 @@ import sys
 import torch
 
 import specops
-from specops.ops._common import available_backends
 
 from .harness import Row, time_fn, with_ratios
 
@@ -149,12 +148,7 @@ def _bench_append(case, device, backends) -> list[Row]:
 
 def run(device: str, quick: bool) -> list[Row]:
     cases = CASES_QUICK if quick else (CASES_GPU if device == "cuda" else CASES_CPU)
-    have = ("cuda", "triton", "cpu", "reference")
-    backends = [
-        b
-        for b in available_backends(torch.device(device), have)
-        if not (b == "triton" and device == "cpu")  # the interpreter is no fast path
-    ]
+    backends = specops.available_backends("commit_kv", device)  # no interpreter on the CPU
     copies = 4 if device == "cuda" else 1
     rows: list[Row] = []
     for case in cases:

@@ -21,7 +21,6 @@ import sys
 import torch
 
 import specops
-from specops.ops._common import available_backends
 
 from .harness import Row, time_fn, with_ratios
 
@@ -149,11 +148,7 @@ def _row_kernel_calls(conds, unconds, cfg, top_k, out):
 
 def run(device: str, quick: bool) -> list[Row]:
     cases = CASES_QUICK if quick else (CASES_GPU if device == "cuda" else CASES_CPU)
-    backends = [
-        b
-        for b in available_backends(torch.device(device), ("triton", "cpu", "reference"))
-        if not (b == "triton" and device == "cpu")  # the interpreter is not a benchmark
-    ]
+    backends = specops.available_backends("probs_from_logits", device)
     copies = 4 if device == "cuda" else 1
     rows: list[Row] = []
     for case in cases:

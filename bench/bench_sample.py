@@ -6,7 +6,6 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops.ops._common import available_backends
 
 from .harness import Row, memcpy_time, time_fn, with_ratios
 
@@ -17,11 +16,7 @@ SHAPES_QUICK = [(4, 1000)]
 
 def run(device: str, quick: bool) -> list[Row]:
     shapes = SHAPES_QUICK if quick else (SHAPES_GPU if device == "cuda" else SHAPES_CPU)
-    backends = [
-        b
-        for b in available_backends(torch.device(device), ("cuda", "triton", "cpu", "reference"))
-        if not (b == "triton" and device == "cpu")
-    ]
+    backends = specops.available_backends("sample", device)
     rows = []
     for rows_, vocab in shapes:
         g = torch.Generator(device=device).manual_seed(0)

@@ -23,8 +23,6 @@ import os
 import torch
 
 import specops
-from specops.ops._common import available_backends
-from specops.ops.verify import _CHAIN_BACKENDS, _PATH_BACKENDS
 
 from .harness import Row, time_cpu, time_fn, with_ratios
 
@@ -46,10 +44,9 @@ def _draw(q, gen):
     return torch.multinomial(q.reshape(-1, v), 1, generator=gen).reshape(q.shape[:-1])
 
 
-def _backends(device, op_have=("cuda", "cpu", "reference")):
+def _backends(device, op):
     """The op's backends usable on ``device``; never the Triton interpreter on the CPU."""
-    usable = available_backends(torch.device(device), op_have)
-    return [b for b in usable if not (b == "triton" and device == "cpu")]
+    return specops.available_backends(op, device)
 
 
 def _time(fns, device, be):
@@ -136,7 +133,7 @@ def bench_chain(device, quick, shapes=None) -> list[Row]:
             ins = [_chain_inputs(b, k, v, device, gen, det) for _ in range(_copies(nbytes, device))]
             shape = f"B={b} K={k} V={v}" + (" det" if det else "")
             with specops.validation(False):
-                for be in _backends(device, _CHAIN_BACKENDS):
+                for be in _backends(device, "verify_chain"):
                     if be == "reference" and device == "cuda" and b * k * v > 64 * 8 * 32000:
                         continue  # the eager reference at the largest shapes only adds minutes
                     fns = [
@@ -281,7 +278,7 @@ def bench_tree(device, quick) -> list[Row]:
             ]
             shape = f"B={b} N={n} V={v} {name}"
             with specops.validation(False):
-                for be in _backends(device):
+                for be in _backends(device, "verify_tree"):
                     if be == "reference" and device == "cuda" and b * n * v > 8 * 21 * 128256:
                         continue
                     fns = [
@@ -306,21 +303,6 @@ def bench_tree(device, quick) -> list[Row]:
 
 
 # jacobi (kernels by another family member; benchmarked here once they have a backend) --------
-def _jacobi_backends(device):
-    """Backends verify_jacobi accepts for this device (asks the op: no private constants)."""
-    out = []
-    p = torch.full((1, 2, 3), 1 / 3, device=device)
-    x = torch.zeros(1, 2, dtype=torch.long, device=device)
-    for be in ("cuda", "cpu", "reference"):
-        try:
-            with specops.validation(False):
-                specops.verify_jacobi(p, x, p, seed=0, backend=be)
-            out.append(be)
-        except RuntimeError:
-            pass
-    return out
-
-
 def bench_jacobi(device, quick) -> list[Row]:
     b, L, v = (2, 8, 1000) if quick else (2, 64, 65536)
     gen = torch.Generator(device=device).manual_seed(3)
@@ -332,7 +314,7 @@ def bench_jacobi(device, quick) -> list[Row]:
     k, d = 3, 3
     pac = specops.Tree.kary_chain(k, d, L).to(device) if L > (k**d - 1) // (k - 1) else None
     with specops.validation(False):
-        for be in _jacobi_backends(device):
+        for be in _backends(device, "verify_jacobi"):
             fn = lambda be=be: specops.verify_jacobi(p, x, q, seed=1, backend=be)  # noqa: E731
             shape = f"B={b} L={L} V={v} chain"
             rows.append(_row("verify_jacobi", shape, be, _time(fn, device, be), nbytes))
@@ -354,7 +336,7 @@ def bench_wor(device, quick) -> list[Row]:
     p = _probs((rows_, v), gen, device)
     rows = []
     with specops.validation(False):
-        for be in _backends(device):
+        for be in _backends(device, "sample_without_replacement"):
             fn = lambda be=be: specops.sample_without_replacement(p, k, seed=1, backend=be)  # noqa: E731
             st = _time(fn, device, be)
             rows.append(_row("sample_wor", f"R={rows_} V={v} k={k}", be, st, rows_ * v * 4))
@@ -378,7 +360,7 @@ def bench_path_acceptance(device, quick) -> list[Row]:
         i = _tree_inputs(b, tree, v, device, gen)  # (p, tokens, q)
         shape = f"B={b} N={tree.num_nodes} V={v} leaves={int(tree.is_leaf.sum(-1).max())}"
         with specops.validation(False):
-            for be in _backends(device, _PATH_BACKENDS):
+            for be in _backends(device, "path_acceptance"):
                 fn = lambda be=be, t=tree, i=i: specops.path_acceptance(  # noqa: E731
                     i[0], i[2], t, i[1], backend=be
                 )

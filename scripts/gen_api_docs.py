@@ -50,6 +50,34 @@ PAGES = {
         "Gathers and inputs for EAGLE/HiViS feature drafters and VVS's feature cache.",
         [("specops.ops.features", None)],
     ),
+    "backends": (
+        "Backends, validation and argument checks",
+        'Which backends an op has and which run here, what "auto" picks, validation mode, and '
+        "the argument checks the ops and the engine adapters share.",
+        [
+            (
+                "specops.ops._backends",
+                [
+                    "backend_table",
+                    "available_backends",
+                    "resolve_backend",
+                    "validation",
+                    "validating",
+                ],
+            ),
+            (
+                "specops.ops.checks",
+                [
+                    "check_tensor",
+                    "check_probs",
+                    "check_ids",
+                    "check_values_probs",
+                    "check_values_ids",
+                    "check_out",
+                ],
+            ),
+        ],
+    ),
     "decode": (
         "Decoding loop",
         "One short function per method on any model that follows the protocol in "
@@ -123,7 +151,7 @@ def page(slug: str) -> str:
 
 
 def index() -> str:
-    from specops.ops._common import backend_table
+    from specops import backend_table
 
     lines = [
         "# specops API reference",

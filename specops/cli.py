@@ -28,9 +28,8 @@ def info(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
     import specops
-    from specops.ops._common import backend_table
 
-    data = specops.build_info() | {"backends": backend_table()}
+    data = specops.build_info() | {"backends": specops.backend_table()}
     if args.json:
         print(json.dumps(data, indent=2, default=str))
         return 0

@@ -10,14 +10,14 @@ from helpers import gen, random_probs
 
 import specops
 from specops import Tree, _build
-from specops.ops._common import available_backends
+from specops.ops._backends import usable_backends
 
 CPU = torch.device("cpu")
 
 
 def _backends(have):
     sim = ["cuda_sim"] if "cuda" in have and _build.has_cuda_sim() else []
-    return [b for b in available_backends(CPU, have) if b != "cascade"] + sim
+    return [b for b in usable_backends(CPU, have) if b != "cascade"] + sim
 
 
 def _empty_like_result(res):

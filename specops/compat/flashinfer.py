@@ -41,7 +41,7 @@ import numbers
 import torch
 
 import specops
-from specops.ops import _common as c
+from specops.ops import checks as c
 from specops.reference.philox import philox_uniform
 
 __all__ = ["chain_speculative_sampling"]

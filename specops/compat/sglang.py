@@ -53,7 +53,7 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops.ops import _common as c
+from specops.ops import checks as c
 
 __all__ = [
     "chain_speculative_sampling_triton",

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops import _common as c
+from specops.ops import checks as c
 
 __all__ = ["build_tree_kernel_efficient", "FULL_MASK", "QLEN_ONLY", "QLEN_ONLY_BITPACKING"]
 

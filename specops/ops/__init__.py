@@ -3,7 +3,7 @@ One module per op family; each lists its public names in ``__all__``, re-exporte
 
 import importlib
 
-from specops.ops._common import validation
+from specops.ops._backends import validation
 
 _FAMILIES = ("sample", "probs", "verify", "jacobi", "tree_build", "attention", "kv", "features")
 

@@ -1,0 +1,230 @@
+"""Dispatch: torch.library registration of each op (schema from its implementation's
+signature, fake kernel, ``_out`` variant), the cheap eager caller, the eager fast path straight
+to the compiled binding, kernel launch and output buffers."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from specops import _build
+from specops.ops import _backends
+from specops.ops._backends import pick_backend
+from specops.ops._overlap import check_no_alias
+from specops.ops.checks import check_out
+
+LIB = torch.library.Library("specops", "DEF")  # noqa: TOR901 (define/impl: cheap dispatch)
+
+
+def int32_ids(t):
+    """Index tensors as the kernels read them: int32, contiguous (None stays None).  int64 ids are
+    clamped into [-1, 2^31 - 1] first, so an id past the int32 range stays invalid (out of the
+    vocabulary, past the capacity, not a page) instead of wrapping into a valid one."""
+    if t is None:
+        return None
+    if t.dtype == torch.int64:
+        t = t.clamp(-1, 2**31 - 1)
+    return t.to(torch.int32).contiguous()
+
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Inductor launches on
+
+
+def stream_of(device: torch.device) -> int:
+    """The current CUDA stream of ``device`` as an integer handle (the raw getter skips building a
+    torch.cuda.Stream object on every launch)."""
+    if _raw_stream is not None:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return _raw_stream(index)
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def launch(be: str, name: str, *args) -> tuple:
+    """Run the compiled kernel ``name``: its C++ twin ``<name>_cpu``, its CUDA launcher
+    ``<name>_cuda`` (on torch's current stream of the tensors' device), or that launcher's
+    emulated build ``<name>_cuda_sim``.  Tensors go in as they are: the bindings read their
+    pointer, dtype, sizes and strides (csrc/tensor_arg.h) and raise a ValueError naming the
+    argument for any layout the kernel cannot read.  An output passed as None is allocated by the
+    binding; -> the tuple of the op's outputs."""
+    return getattr(_build._C, f"{name}_{be}")(*args)
+
+
+# eager fast path --------------------------------------------------------------------------
+# The binding of an op checks every tensor it is given (dtype, rank, sizes, device, layout;
+# csrc/tensor_arg.h) before its kernel runs, and allocates the outputs it is not given.  So an
+# eager call with backend "auto" on plain tensors calls the binding straight away, with the
+# user's tensors: the common call is checked once, in C++.  When the binding declines (a
+# TypeError / ValueError, raised before anything is written), the op runs its Python checks,
+# which name what is wrong or normalise what the kernel cannot read (float16 rows, int32 counts),
+# and goes on through torch.library as before.  Each fast path only passes arguments whose Python
+# checks the binding's checks imply; tests/test_fast_path_equals_checked.py holds them to it.
+_FAST: dict[tuple[str, str], object] = {}
+
+
+def fast_kernel(op: str, t, backend: str, have: tuple[str, ...]):
+    """The compiled binding ``<op>_cpu`` / ``<op>_cuda`` that an eager ``backend="auto"`` call on
+    ``t``'s device runs, or None: while tracing or under a mode, in validation mode, for tensor
+    subclasses, and where "auto" resolves to another backend."""
+    if (
+        backend != "auto"
+        or _compiling()
+        or type(t) is not torch.Tensor
+        or (
+            _backends._validate_env
+            if _backends._validate_override is None
+            else _backends._validate_override
+        )
+        or _dispatch_modes()
+        or _function_modes()
+        or _transforms() is not None
+    ):
+        return None
+    if t.is_cuda:  # (t.device.type costs 0.25 us: a device object per call)
+        key = (op, "cuda")
+    elif t.is_cpu:
+        key = (op, "cpu")
+    else:  # meta, mps, ...: the checked path says what happens
+        return None
+    fn = _FAST.get(key, False)
+    if fn is False:
+        be = pick_backend(op, "auto", t.device, have)
+        fn = getattr(_build._C, f"{op}_{be}") if be in ("cpu", "cuda") else None
+        _FAST[key] = fn
+    return fn
+
+
+# registration and eager dispatch ---------------------------------------------------------
+class _Ops:
+    """``ops.<name>(*args)``: the registered op ``specops::<name>``, called the cheap way.
+
+    Eagerly, on plain tensors (not while torch.compile / export traces, and with no dispatch or
+    torch-function mode, e.g. FakeTensorMode, and no functorch transform active) the
+    implementation is called directly: the same code torch.library would run, without its
+    ~3-4 us of dispatch.  Otherwise the call goes through ``torch.ops.specops.<name>``, so
+    tracing sees the op and its fake kernel."""
+
+
+ops = _Ops()
+_compiling = torch.compiler.is_compiling
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._is_torch_function_mode_enabled
+_transforms = torch._C._functorch.peek_interpreter_stack
+
+
+def _eager_caller(name: str, impl):
+    packet = getattr(torch.ops.specops, name)
+
+    def call(*args):
+        if _compiling() or _dispatch_modes() or _function_modes() or _transforms() is not None:
+            return packet(*args)
+        return impl(*args)
+
+    call.__name__ = name
+    return call
+
+
+# The torch.library schema of an op comes from its implementation's annotated signature (one
+# declaration): these annotation strings (the modules use ``from __future__ import annotations``)
+# map to schema types; Python ints are SymInt so torch.compile can keep them symbolic.
+_SCHEMA_TYPES = {
+    "Tensor": "Tensor",
+    "Tensor | None": "Tensor?",
+    "list[Tensor]": "Tensor[]",
+    "int": "SymInt",
+    "float": "float",
+    "bool": "bool",
+    "str": "str",
+}
+_SCHEMA_RETURNS = {"None": "()", "Tensor": "Tensor"}
+
+
+def schema_of(impl, mutates=()) -> str:
+    """``(Tensor a, Tensor? b, SymInt n, ...) -> (Tensor, Tensor)`` from ``impl``'s annotations;
+    parameters named in ``mutates`` are declared written (``Tensor(a!)``).  A trailing ``out``
+    keyword (the ``_out`` variant's buffers, see ``register``) is not part of the schema."""
+    sig = inspect.signature(impl)
+    params, alias = [], iter("abcdefghijklmnop")
+    for p in sig.parameters.values():
+        if p.name == "out" and p.default is None:
+            continue
+        ann = str(p.annotation).replace("torch.", "").replace("Optional[Tensor]", "Tensor | None")
+        if ann not in _SCHEMA_TYPES:
+            raise TypeError(f"specops: {impl.__name__}({p.name}: {ann}) has no schema type")
+        t = _SCHEMA_TYPES[ann]
+        if p.name in mutates:
+            t = t.replace("Tensor", f"Tensor({next(alias)}!)", 1)
+        params.append(f"{t} {p.name}")
+    ret = str(sig.return_annotation).replace("torch.", "")
+    if ret.startswith("tuple["):
+        ret = "(" + ", ".join(_SCHEMA_RETURNS[r.strip()] for r in ret[6:-1].split(",")) + ")"
+    else:
+        ret = _SCHEMA_RETURNS[ret]
+    return "(" + ", ".join(params) + ") -> " + ret
+
+
+_ARG_NAMES: dict[str, list[str]] = {}  # op -> its implementation's parameter names
+
+
+def register(name: str, impl, fake, *, mutates=(), outs: int = 0, keys=("CPU", "CUDA")) -> None:
+    """Define ``specops::name`` with the schema of ``impl``'s signature (``schema_of``), give it
+    ``impl`` per dispatch key and ``fake``, and make ``ops.<name>`` its caller.
+
+    ``outs`` > 0: the op returns that many tensors, and a second op ``<name>_out`` is derived
+    from the same schema and implementation: the same arguments followed by ``outs``
+    preallocated outputs it writes in place (``Tensor(a!) out0, ...``) -> ().  The
+    implementation takes them as ``out=(t0, ...)`` (None: allocate)."""
+    schema = schema_of(impl, mutates)
+    _ARG_NAMES[name] = list(inspect.signature(impl).parameters)
+    LIB.define(name + schema)
+    for key in keys:
+        LIB.impl(name, impl, key)
+    torch.library.register_fake(f"specops::{name}", fake, lib=LIB)
+    setattr(ops, name, _eager_caller(name, impl))
+    if outs:
+        args = schema[: schema.rindex(")", 0, schema.index("->"))]
+        extra = ", ".join(f"Tensor({chr(ord('a') + i)}!) out{i}" for i in range(outs))
+        out_name = name + "_out"
+
+        def out_impl(*a):
+            impl(*a[:-outs], out=a[-outs:])
+
+        LIB.define(f"{out_name}{args}, {extra}) -> ()")
+        for key in keys:
+            LIB.impl(out_name, out_impl, key)
+        torch.library.register_fake(f"specops::{out_name}", lambda *a: None, lib=LIB)
+        setattr(ops, out_name, _eager_caller(out_name, out_impl))
+
+
+def call(name: str, args: tuple, out, specs):
+    """``ops.<name>(*args)``; with ``out`` (a tuple of buffers, or one tensor for a one-output op)
+    checked against ``specs()`` (see ``check_out``; built only then) and written in place by
+    ``ops.<name>_out`` -> ``out`` itself."""
+    if out is None:
+        return getattr(ops, name)(*args)
+    single, s = isinstance(out, torch.Tensor), specs()
+    if len(s) == 1 and not single:
+        raise TypeError(f"specops.{name}: out must be a torch.Tensor, got {type(out).__name__}")
+    outs = check_out(name, (out,) if single else out, s)
+    ins = zip(_ARG_NAMES[name], args)
+    check_no_alias(name, [(f"out.{spec[0]}", t) for spec, t in zip(s, outs)], ins)
+    getattr(ops, name + "_out")(*args, *outs)
+    return out if single else outs
+
+
+def outputs(out, device, *shapes, dtype=torch.int32) -> tuple:
+    """An impl's output buffers: the caller's ``out`` (checked by the public layer), or new ones
+    of ``shapes``."""
+    if out is not None:
+        return out
+    return tuple(torch.empty(s, dtype=dtype, device=device) for s in shapes)
+
+
+def write_outs(out, results):
+    """The results of a backend that allocates its own outputs, copied into ``out`` (if any);
+    -> what the op returns (``out`` itself when given)."""
+    if out is None:
+        return results
+    for o, r in zip(out, results):
+        o.copy_(r)
+    return out
