@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "specops/common.h"
-#include "specops/verify.h"
 #include "tensor_arg.h"
 
 namespace specops {

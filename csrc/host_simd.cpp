@@ -2,8 +2,7 @@
 #include "host_simd.h"
 
 #include "host_simd_inl.h"
-#include "specops/jacobi.h"  // WalkRow (scalar fallback)
-#include "specops/verify.h"  // mass, clamp0, residual_at, scaled
+#include "specops/prob_math.h"  // mass, clamp0, residual_at, scaled, WalkRow, host sums
 
 namespace specops {
 

@@ -1,6 +1,6 @@
 // Vectorised host passes over a probability row (AVX-512 where the CPU has it, checked at run
 // time; the same maths scalar otherwise).  Used by the C++ CPU twins' hot loops; results equal the
-// scalar functors' (specops/verify.h) entry by entry, and sums differ only by summation order
+// scalar functors' (specops/prob_math.h) entry by entry, and sums differ only by summation order
 // (float64, 1e-16 level, as between any two backends).
 //   r_v      = max(mass(p_v) - mass(q_v), 0)      (q == nullptr: q = one-hot(x))
 #pragma once
@@ -30,7 +30,7 @@ double drop_sum_host(const float* q, int64_t x, int64_t n);
 //   nullptr).
 void resid_update_host(const float* p, const float* q, int64_t x, double s, double sq, float* wp,
                        float* wq, int64_t n);
-// verify_jacobi's tree walk after j rejected children x_0..x_{j-1} (specops/jacobi.h WalkRow):
+// verify_jacobi's tree walk after j rejected children x_0..x_{j-1} (WalkRow, specops/prob_math.h):
 // p_j, q_j recomputed per entry from p0, q0 (q0 != nullptr) with the reference's roundings.
 // Entry v has id v, or ids[v] when p0, q0 are compacted lists (compact_union_host; q0 == nullptr,
 // one-hot drafts, only with ids == nullptr).

@@ -2,7 +2,7 @@
 
 #include "host_parallel.h"
 #include "host_simd.h"
-#include "specops/verify.h"  // draw_host_chunked
+#include "specops/prob_math.h"  // draw_host_chunked
 
 namespace specops {
 

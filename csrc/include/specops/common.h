@@ -36,6 +36,22 @@ struct RngArgs {
   }
 };
 
+// Token ids arrive as int32 or int64 tensors; read either without a conversion kernel.
+struct TokenView {
+  const void* data;
+  bool is64;
+  SPECOPS_HD int64_t operator[](int64_t i) const {
+    return is64 ? static_cast<const int64_t*>(data)[i]
+                : static_cast<int64_t>(static_cast<const int32_t*>(data)[i]);
+  }
+};
+
+struct RelaxArgs {
+  const int32_t* neighbors;  // [V, k] or nullptr (exact verification)
+  int64_t k;
+  double delta;
+};
+
 // A row's draw split over several CTAs (the CUDA sample and verify_chain at small batch, where one
 // CTA per row would leave most SMs idle): pass 1 runs `chunks` CTAs per row, CTA c summing
 // entries [c * chunk, (c + 1) * chunk) into sums[row * chunks + c]; pass 2 runs one CTA per row

@@ -22,19 +22,20 @@
 //   q_{j+1} = norm(q_j with q_j(x) = 0)   (all zeros if no mass is left)
 // These rows are never stored: an entry p_j(v), q_j(v) is recomputed from p_0(v), q_0(v), the
 // rejected ids x_0..x_{j-1} and the sums S_i = sum max(p_i - q_i, 0), T_i = sum of q_i without
-// x_i, with exactly the reference's float32/float64 roundings (WalkRow::eval).  Continuation
-// runs along the first-child line below the last accepted node m: position d > a holds the
-// token of the first child of l_d (l_{a+1} = first child of m), kept if it passes its test
-// against target/draft row l_d (draw c - 1 for node c), else resampled (draw L + c - 1).  Since
-// d = depth(l_d), that work depends on the node alone: the CUDA kernel does it for every node
-// that can lie on a line (every first child) while another block walks, and the last block of a
-// request to finish assembles the outputs (jacobi_tree_line, jacobi_tree_write).
+// x_i, with exactly the reference's float32/float64 roundings (WalkRow::eval in
+// specops/prob_math.h, with the other row functors).  Continuation runs along the first-child
+// line below the last accepted node m: position d > a holds the token of the first child of l_d
+// (l_{a+1} = first child of m), kept if it passes its test against target/draft row l_d (draw
+// c - 1 for node c), else resampled (draw L + c - 1).  Since d = depth(l_d), that work depends
+// on the node alone: the CUDA kernel does it for every node that can lie on a line (every first
+// child) while another block walks, and the last block of a request to finish assembles the
+// outputs (jacobi_tree_line, jacobi_tree_write).
 #pragma once
 #include <math.h>
 #include <stdint.h>
 
 #include "specops/common.h"
-#include "specops/verify.h"
+#include "specops/prob_math.h"
 
 #if defined(__CUDACC__)
 // Templates below are __host__ __device__ and take an `Ops` that is host-only or device-only.
@@ -142,168 +143,6 @@ SPECOPS_HD bool jacobi_chain_ok(const JacobiArgs& A, int64_t b, int64_t i) {
   return jacobi_accept(A.rng.uniform(b, i), RawRow{jacobi_p(A, b, i)}, RawRow{q}, q != nullptr,
                        A.vocab, x, A.relax);
 }
-
-// ---- vocabulary functors ------------------------------------------------------------------------
-// Each gives w(v) (operator()) and, for the CUDA passes, quad(i, o): o[e] = w(i + e) for e < 4,
-// i a multiple of 4 with i + 3 < V, read with one 16-byte load per row where the row allows.
-SPECOPS_HD void load4(const float* row, int64_t i, float* o) {
-#if defined(__CUDA_ARCH__)
-  if ((reinterpret_cast<uintptr_t>(row + i) & 15) == 0) {
-    const float4 v = __ldg(reinterpret_cast<const float4*>(row + i));
-    o[0] = v.x;
-    o[1] = v.y;
-    o[2] = v.z;
-    o[3] = v.w;
-    return;
-  }
-#endif
-  for (int e = 0; e < 4; ++e) o[e] = row[i + e];
-}
-SPECOPS_HD float relu(float d) { return d > 0.f ? d : 0.f; }
-
-struct PosW {  // mass(p): what inverse_cdf samples from a raw row
-  const float* p;
-  SPECOPS_HD float operator()(int64_t v) const { return mass(p[v]); }
-  SPECOPS_HD void quad(int64_t i, float* o) const {
-    load4(p, i, o);
-    for (int e = 0; e < 4; ++e) o[e] = mass(o[e]);
-  }
-};
-struct ResidW {  // r = max(p - q, 0); q == nullptr: q = one-hot(x) (zero row for x outside [0, V))
-  const float* p;
-  const float* q;
-  int64_t x;
-  SPECOPS_HD float operator()(int64_t v) const { return residual_at(p, q, x, v); }
-  SPECOPS_HD void quad(int64_t i, float* o) const {
-    float qv[4];
-    load4(p, i, o);
-    if (q) {
-      load4(q, i, qv);
-      for (int e = 0; e < 4; ++e) qv[e] = mass(qv[e]);
-    } else {
-      for (int e = 0; e < 4; ++e) qv[e] = i + e == x ? 1.f : 0.f;
-    }
-    for (int e = 0; e < 4; ++e) o[e] = relu(mass(o[e]) - qv[e]);
-  }
-};
-struct ExclW {  // mass(p) with the ids ex[0..n) set to 0: draw n of the candidates
-  const float* p;
-  const int32_t* ex;
-  int64_t n;
-  SPECOPS_HD bool excluded(int64_t v) const {
-    for (int64_t i = 0; i < n; ++i)
-      if (ex[i] == v) return true;
-    return false;
-  }
-  SPECOPS_HD float operator()(int64_t v) const { return excluded(v) ? 0.f : mass(p[v]); }
-  SPECOPS_HD void quad(int64_t i, float* o) const {
-    load4(p, i, o);
-    for (int e = 0; e < 4; ++e) o[e] = mass(o[e]);
-    for (int64_t t = 0; t < n; ++t)
-      if (ex[t] >= i && ex[t] < i + 4) o[ex[t] - i] = 0.f;
-  }
-};
-
-// The walk's current rows: target/draft row of node `cur` after j rejected children.
-struct WalkRow {
-  const float* p0;
-  const float* q0;  // nullptr: deterministic drafts (residual against one-hot(x_i))
-  int64_t j;
-  const int64_t* xs;  // rejected ids x_0..x_{j-1}
-  const double* S;    // S_i = 1 / sum max(p_i - q_i, 0), 0 without mass
-  const double* T;    // T_i = 1 / sum of q_i without x_i (draft probabilities only), 0 likewise
-
-  // p, q = p_0(v), q_0(v) on entry, p_j(v), q_j(v) on exit, with the reference's roundings.
-  SPECOPS_HD void steps(int64_t v, float& p, float& q) const {
-    for (int64_t i = 0; i < j; ++i) {
-      const int64_t x = xs[i];
-      const float r = relu(p - (q0 ? q : (v == x ? 1.f : 0.f)));
-      if (S[i] > 0.0) p = scaled(r, S[i]);
-      if (q0) q = T[i] > 0.0 ? scaled(v == x ? 0.f : q, T[i]) : 0.f;
-    }
-  }
-  SPECOPS_HD void eval(int64_t v, float* pv, float* qv) const {
-    float p = mass(p0[v]), q = q0 ? mass(q0[v]) : 0.f;
-    steps(v, p, q);
-    *pv = p;
-    *qv = q;
-  }
-  SPECOPS_HD void eval4(int64_t i, float* p, float* q) const {
-    load4(p0, i, p);
-    if (q0) {
-      load4(q0, i, q);
-    } else {
-      for (int e = 0; e < 4; ++e) q[e] = 0.f;
-    }
-    for (int e = 0; e < 4; ++e) {
-      p[e] = mass(p[e]);
-      q[e] = mass(q[e]);
-      steps(i + e, p[e], q[e]);
-    }
-  }
-  SPECOPS_HD float p_at(int64_t v) const {
-    float p, q;
-    eval(v, &p, &q);
-    return p;
-  }
-  SPECOPS_HD float q_at(int64_t v) const {
-    float p, q;
-    eval(v, &p, &q);
-    return q;
-  }
-};
-// The functors hold the row by value: no address of a local on the device.
-struct WalkP {
-  WalkRow row;
-  SPECOPS_HD float operator()(int64_t v) const { return row.p_at(v); }
-};
-struct WalkQ {
-  WalkRow row;
-  SPECOPS_HD float operator()(int64_t v) const { return row.q_at(v); }
-};
-struct WalkPosW {  // p_j (>= 0 and finite after mass): the final draw
-  WalkRow row;
-  SPECOPS_HD float operator()(int64_t v) const { return relu(row.p_at(v)); }
-  SPECOPS_HD void quad(int64_t i, float* o) const {
-    float q[4];
-    row.eval4(i, o, q);
-    for (int e = 0; e < 4; ++e) o[e] = relu(o[e]);
-  }
-};
-// Both terms of a rejection of x at state j: r_v = max(p_j - q_j, 0) and q_j without x.
-struct WalkRejectTerms {
-  WalkRow row;
-  int64_t x;
-  SPECOPS_HD void terms(int64_t v, float p, float q, float* r, float* qd) const {
-    *r = relu(p - (row.q0 ? q : (v == x ? 1.f : 0.f)));
-    *qd = (row.q0 && v != x) ? q : 0.f;
-  }
-  SPECOPS_HD void operator()(int64_t v, float* r, float* qd) const {
-    float p, q;
-    row.eval(v, &p, &q);
-    terms(v, p, q, r, qd);
-  }
-  SPECOPS_HD void quad(int64_t i, float* r, float* qd) const {
-    float p[4], q[4];
-    row.eval4(i, p, q);
-    for (int e = 0; e < 4; ++e) terms(i + e, p[e], q[e], r + e, qd + e);
-  }
-};
-
-// r_v = max(p_j - q_j, 0) of the rejection of x at state j (WalkRejectTerms' first term): what the
-// walk's final token is drawn from after a rejection (unnormalised; p_{j+1} is its norm).
-struct WalkResidW {
-  WalkRejectTerms f;
-  SPECOPS_HD float operator()(int64_t v) const {
-    float r, qd;
-    f(v, &r, &qd);
-    return r;
-  }
-  SPECOPS_HD void quad(int64_t i, float* o) const {
-    float qd[4];
-    f.quad(i, o, qd);
-  }
-};
 
 // ---- shared per-request procedures (Ops: HostJacobiOps or the CUDA BlockJacobiOps) -------------
 // Ops provides, collectively over the vocabulary (every thread of a block calls them alike):

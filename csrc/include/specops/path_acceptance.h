@@ -13,7 +13,8 @@
 #pragma once
 #include <stdint.h>
 
-#include "specops/verify.h"
+#include "specops/common.h"
+#include "specops/prob_math.h"
 
 namespace specops {
 

@@ -14,35 +14,11 @@
 // +inf entries count as 0 everywhere above; a row left without mass gives token 0.
 #pragma once
 #include <stdint.h>
-#if !defined(__CUDA_ARCH__) && (defined(__x86_64__) || defined(_M_X64))
-#include <xmmintrin.h>
-#endif
 
 #include "specops/common.h"
-#include "specops/mass.h"
+#include "specops/prob_math.h"
 
 namespace specops {
-
-// Token ids arrive as int32 or int64 tensors; read either without a conversion kernel.
-struct TokenView {
-  const void* data;
-  bool is64;
-  SPECOPS_HD int64_t operator[](int64_t i) const {
-    return is64 ? static_cast<const int64_t*>(data)[i]
-                : static_cast<int64_t>(static_cast<const int32_t*>(data)[i]);
-  }
-};
-
-struct RelaxArgs {
-  const int32_t* neighbors;  // [V, k] or nullptr (exact verification)
-  int64_t k;
-  double delta;
-};
-
-// mass(p(x)), 0 for ids outside [0, vocab): an out-of-range draft is a draft of target prob 0.
-SPECOPS_HD float prob_at(const float* row, int64_t vocab, int64_t x) {
-  return (x >= 0 && x < vocab) ? mass(row[x]) : 0.f;
-}
 
 SPECOPS_HD float lantern_pool(const float* p, int64_t vocab, int64_t x, const RelaxArgs& relax) {
   if (relax.neighbors == nullptr || x < 0 || x >= vocab) return 0.f;
@@ -63,32 +39,6 @@ SPECOPS_HD bool accept_draft(float u, const float* p, const float* q, int64_t vo
   const float px = prob_at(p, vocab, x);
   const float qx = q ? prob_at(q, vocab, x) : 1.f;
   return u * qx < px + lantern_pool(p, vocab, x, relax);
-}
-
-// max(r, 0) (NaN -> 0), branch-free: a sign that flips at random costs a mispredicted branch
-// per entry on the CPU otherwise (the compiler turns `r > 0 ? r : 0` feeding a sum into jumps).
-SPECOPS_HD float clamp0(float r) {
-#if defined(__CUDA_ARCH__)
-  return fmaxf(r, 0.f);
-#elif defined(__x86_64__) || defined(_M_X64)
-  return _mm_cvtss_f32(_mm_max_ss(_mm_set_ss(r), _mm_setzero_ps()));  // r > 0 ? r : 0
-#else
-  return r > 0.f ? r : 0.f;
-#endif
-}
-
-// r_i = max(mass(p_i) - mass(q_i), 0) in float32; q == nullptr: q = one-hot(x) (x may be out
-// of range).  Both terms are finite and >= 0, so the difference never overflows.
-SPECOPS_HD float residual_at(const float* p, const float* q, int64_t x, int64_t i) {
-  const float qi = q ? mass(q[i]) : (i == x ? 1.f : 0.f);
-  return clamp0(mass(p[i]) - qi);
-}
-
-// norm(r)_i = float32(float64(r_i) * inv), inv = 1 / s (float64), s = sum of float64(r): the
-// reference's _normalise.  Passes take inv once (inverse_of) and call scaled per entry.
-SPECOPS_HD double inverse_of(double s) { return 1.0 / s; }
-SPECOPS_HD float scaled(float r, double inv) {
-  return static_cast<float>(static_cast<double>(r) * inv);
 }
 
 // ---- chain ----------------------------------------------------------------------------------
@@ -331,138 +281,6 @@ struct SampleWorArgs {
   RngArgs rng;   // row r = flat row r; draw v = entry v (draws_per_row = V)
   int32_t* out;  // [R, k]
 };
-
-// ---- host (CPU twin) --------------------------------------------------------------------------
-// float64 sum of w(i) over [lo, hi): four interleaved accumulators (the order only moves the
-// result at the 1e-16 level, where every backend's sums differ anyway).
-template <typename W>
-inline double sum_range_host(W w, int64_t lo, int64_t hi) {
-  double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-  int64_t i = lo;
-  for (; i + 4 <= hi; i += 4) {
-    s0 += static_cast<double>(w(i));
-    s1 += static_cast<double>(w(i + 1));
-    s2 += static_cast<double>(w(i + 2));
-    s3 += static_cast<double>(w(i + 3));
-  }
-  for (; i < hi; ++i) s0 += static_cast<double>(w(i));
-  return (s0 + s1) + (s2 + s3);
-}
-
-template <typename W>
-inline double sum_host(W w, int64_t vocab) {
-  return sum_range_host(w, 0, vocab);
-}
-
-// Two float64 sums over [lo, hi) in one pass, entry by entry in order: f(v, &a, &b) gives entry v
-// of both rows.
-template <typename F>
-inline void sum2_range_host(const F& f, int64_t lo, int64_t hi, double* s1, double* s2) {
-  double a = 0.0, b = 0.0;
-  for (int64_t v = lo; v < hi; ++v) {
-    float x, y;
-    f(v, &x, &y);
-    a += static_cast<double>(x);
-    b += static_cast<double>(y);
-  }
-  *s1 = a;
-  *s2 = b;
-}
-
-// min{i : w_0 + ... + w_i > target, w_i > 0} (float64 sums), else the last positive, else 0.
-template <typename W>
-inline int32_t inverse_cdf_host(W w, int64_t vocab, double target) {
-  double running = 0.0;
-  int32_t last = 0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    const double wi = static_cast<double>(w(i));
-    if (wi > 0.0) {
-      running += wi;
-      last = static_cast<int32_t>(i);
-      if (running > target) return static_cast<int32_t>(i);
-    }
-  }
-  return last;
-}
-
-// The chunks of a host draw over n entries (at most kMax of at least 256 entries) and their
-// float64 sums; the total is their sum in chunk order.
-struct DrawChunks {
-  static constexpr int64_t kMax = 256;
-  int64_t n, size, count;
-  double sums[kMax];
-  explicit DrawChunks(int64_t n_) : n(n_) {
-    size = (n + kMax - 1) / kMax;
-    size = size < 256 ? 256 : size;
-    count = (n + size - 1) / size;
-  }
-  int64_t lo(int64_t c) const { return c * size; }
-  int64_t hi(int64_t c) const { return (c + 1) * size < n ? (c + 1) * size : n; }
-  // chunk_sum(lo, hi) = sum of w over [lo, hi) in float64 (any order)
-  template <typename ChunkSum>
-  void fill(const ChunkSum& chunk_sum) {
-    for (int64_t c = 0; c < count; ++c) sums[c] = chunk_sum(lo(c), hi(c));
-  }
-  double total() const {
-    double t = 0.0;
-    for (int64_t c = 0; c < count; ++c) t += sums[c];
-    return t;
-  }
-};
-
-// The draw t ~ w with uniform u given w's chunk sums: min{i : w_0 + ... + w_i > u * total,
-// w_i > 0}, else the last i with w_i > 0, else 0.  The scan skips whole chunks and walks entry by
-// entry only through the chunk holding u * total.
-template <typename W>
-inline int32_t draw_in_chunks(W w, const DrawChunks& ch, float u) {
-  const double target = static_cast<double>(u) * ch.total();
-  double running = 0.0;
-  for (int64_t c = 0; c < ch.count; ++c) {
-    if (running + ch.sums[c] <= target) {
-      running += ch.sums[c];
-      continue;
-    }
-    for (int64_t i = ch.lo(c); i < ch.hi(c); ++i) {
-      const double wi = static_cast<double>(w(i));
-      if (wi > 0.0) {
-        running += wi;
-        if (running > target) return static_cast<int32_t>(i);
-      }
-    }
-  }
-  for (int64_t i = ch.n - 1; i >= 0; --i)  // rounding ran past the end: last positive entry
-    if (static_cast<double>(w(i)) > 0.0) return static_cast<int32_t>(i);
-  return 0;
-}
-
-// The whole draw t ~ w with uniform u (draw_in_chunks): one pass computes the chunk sums
-// (chunk_sum: a vectorised pass may stand in for sum_range_host), then the scan.
-template <typename W, typename ChunkSum>
-inline int32_t draw_host_chunked(W w, int64_t vocab, float u, const ChunkSum& chunk_sum) {
-  DrawChunks ch(vocab);
-  ch.fill(chunk_sum);
-  return draw_in_chunks(w, ch, u);
-}
-
-template <typename W>
-inline int32_t draw_host(W w, int64_t vocab, float u) {
-  return draw_host_chunked(w, vocab, u,
-                           [&](int64_t lo, int64_t hi) { return sum_range_host(w, lo, hi); });
-}
-
-// First maximal id of mass(p) (torch.argmax of reference.mass(p)): 0 for a row without mass.
-inline int32_t argmax_host(const float* p, int64_t vocab) {
-  int64_t best = 0;
-  float bv = mass(p[0]);
-  for (int64_t i = 1; i < vocab; ++i) {
-    const float pi = mass(p[i]);
-    if (pi > bv) {
-      bv = pi;
-      best = i;
-    }
-  }
-  return static_cast<int32_t>(best);
-}
 
 void verify_chain_host(const VerifyChainArgs& args);
 void verify_tree_host(const VerifyTreeArgs& args);
