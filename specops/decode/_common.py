@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 import specops
+from specops._nvtx import nvtx_range
 from specops.decode._checks import prepare, prompt_tokens
 from specops.decode.progress import current_hook
 from specops.decode.stats import Recorder
@@ -143,19 +144,20 @@ class TargetRunner:
         """-> probs [B, N, V] float32, hidden [B, N, H]; one target pass charged to ``charged``.
         ``positions`` are the cond rows'; an uncond row whose prompt had another length sits at
         the same depth after its own committed prefix."""
-        b = self.batch
-        if isinstance(tree, Tree):
-            tree = tree.expand(b).mask_bits if tree.batch_size == 1 else tree.mask_bits
-        if self.cfg:
-            unc = _uncond_tokens if _uncond_tokens is not None else tokens
-            tokens = torch.cat([tokens, unc])
-            shift = (self.cache.seqlens[b:] - self.cache.seqlens[:b]).long()[:, None]
-            positions = torch.cat([positions, positions + shift])
-            tree = self._pair(tree)
-        with self.rec.timer("model"):
-            logits, hidden = self.model(tokens, positions, self.cache, tree)
-        self.rec.target_pass(charged)
-        return self._probs(logits), hidden[:b]
+        with nvtx_range("target_forward"):
+            b = self.batch
+            if isinstance(tree, Tree):
+                tree = tree.expand(b).mask_bits if tree.batch_size == 1 else tree.mask_bits
+            if self.cfg:
+                unc = _uncond_tokens if _uncond_tokens is not None else tokens
+                tokens = torch.cat([tokens, unc])
+                shift = (self.cache.seqlens[b:] - self.cache.seqlens[:b]).long()[:, None]
+                positions = torch.cat([positions, positions + shift])
+                tree = self._pair(tree)
+            with self.rec.timer("model"):
+                logits, hidden = self.model(tokens, positions, self.cache, tree)
+            self.rec.target_pass(charged)
+            return self._probs(logits), hidden[:b]
 
     def _probs(self, logits):
         """Rows [B (cond) + B (uncond) with CFG, ..., V] -> float32 probabilities [B, ..., V]."""
@@ -181,21 +183,23 @@ class TargetRunner:
             pad = lambda t: torch.nn.functional.pad(t, (0, width - t.shape[1]), value=-1)
             rows = torch.cat([pad(rows), pad(unc.to(rows.dtype))])
         r, p = rows.shape
-        with self.rec.timer("model"):
-            logits, hidden = self.model(rows, torch.arange(p, device=dev).expand(r, p), self.cache)
-        self.rec.target_pass(torch.ones(b, dtype=torch.bool, device=dev))
         n = (rows >= 0).sum(1)
+        with nvtx_range("target_forward"):
+            with self.rec.timer("model"):
+                pos = torch.arange(p, device=dev).expand(r, p)
+                logits, hidden = self.model(rows, pos, self.cache)
+            self.rec.target_pass(torch.ones(b, dtype=torch.bool, device=dev))
+            probs = self._probs(logits[torch.arange(r, device=dev), n - 1])  # last prompt tokens
         cols = torch.arange(p, device=dev, dtype=torch.int32).expand(r, p)
-        with self.rec.timer("specops"):
+        with nvtx_range("commit"), self.rec.timer("specops"):
             specops.commit_kv(
                 self.cache.kv, self.cache.seqlens, torch.where(cols < n[:, None], cols, -1)
             )
-        last = logits[torch.arange(r, device=dev), n - 1]  # each row's last prompt token
-        return self._probs(last), hidden[:b, : self.prompt.shape[1]]
+        return probs, hidden[:b, : self.prompt.shape[1]]
 
     def commit(self, slots: torch.Tensor) -> None:
         """Keep the tree slots ``slots`` [B, M] (offsets from seqlens, path order, -1 padded)."""
-        with self.rec.timer("specops"):
+        with nvtx_range("commit"), self.rec.timer("specops"):
             specops.commit_kv(self.cache.kv, self.cache.seqlens, self._pair(slots))
 
 
@@ -221,7 +225,7 @@ class DraftRunner:
             return
         b, p = prompt.shape
         cols = torch.arange(p, device=prompt.device)
-        with self.rec.timer("model"):
+        with nvtx_range("drafter_forward"), self.rec.timer("model"):
             self.drafter(prompt, None, 0, cols.expand(b, p), self.cache)
         self.rec.drafter_pass()
         n = (prompt >= 0).sum(1)
@@ -279,7 +283,7 @@ class DraftRunner:
         pos = (self.cache.seqlens.long() + self.shift)[:, None] + cols
         if self._positions is not None:  # the prefill with the target's positions
             pos, self._positions = self._positions, None
-        with self.rec.timer("model"):
+        with nvtx_range("drafter_forward"), self.rec.timer("model"):
             logits, g = self.drafter(tokens, feats, 0, pos, self.cache)
         self.rec.drafter_pass()
         slots = torch.where(cols[None, :] < n[:, None], cols.int(), -1).int()
@@ -294,7 +298,7 @@ class DraftRunner:
         n_old .. of the draft tree; -> (logits [B, k, V], features [B, k, H])."""
         b, k = tokens.shape
         pos = (self.cache.seqlens.long() + self.shift + depth - 1)[:, None].expand(b, k)
-        with self.rec.timer("model"):
+        with nvtx_range("drafter_forward"), self.rec.timer("model"):
             out = self.drafter.extend(tokens, feats, depth, pos, self.cache, bits, n_old)
         self.rec.drafter_pass()
         return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 import specops
+from specops._nvtx import nvtx_range
 from specops.decode._checks import prepare
 from specops.decode._common import compiled_step, start
 
@@ -52,13 +53,15 @@ def ar(
         return emit(probs[:, 0])
 
     step = compiled_step(step, compile_step)
-    tok = emit(tgt.prefill()[0])  # x_1 ~ p(x_1 | prompt)
+    with nvtx_range("ar.prefill"):
+        tok = emit(tgt.prefill()[0])  # x_1 ~ p(x_1 | prompt)
     for _ in range(length - 1):
         if out.eos is None:
             out.report()
         elif out.done():  # with EOS: the stop check, one host read per step
             break
-        tok = step(tok)
+        with nvtx_range("ar.step"):
+            tok = step(tok)
     else:  # the last token's progress report (a stop check above has made it otherwise)
         out.report()
     return out.tokens(), rec.finish()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 import specops
+from specops._nvtx import nvtx_range
 from specops.decode._checks import check_width, prepare
 from specops.decode._common import compiled_step, emit_first, init_rows, start
 
@@ -71,25 +72,26 @@ def sjd(
     rows = torch.arange(b, device=dev)
     cols = torch.arange(L, device=dev)[None, :]
 
-    p0, _ = tgt.prefill()
-    root, ones = emit_first(p0, out, rec, seed, rng)
-    # initial window: every slot drawn from the only distribution there is, p(s_1)
-    with rec.timer("specops"):
-        w, q = shift_window(
-            torch.zeros(b, L, dtype=torch.int32, device=dev),
-            None,
-            ones * L,
-            init_rows(init, p0),
-            seed,
-            rng(),
-        )
+    with nvtx_range("sjd.prefill"):
+        p0, _ = tgt.prefill()
+        root, ones = emit_first(p0, out, rec, seed, rng)
+        # initial window: every slot drawn from the only distribution there is, p(s_1)
+        with nvtx_range("draft"), rec.timer("specops"):
+            w, q = shift_window(
+                torch.zeros(b, L, dtype=torch.int32, device=dev),
+                None,
+                ones * L,
+                init_rows(init, p0),
+                seed,
+                rng(),
+            )
 
     def step(root, w, q):
         active = out.active
         inp = torch.cat([root[:, None], w[:, : L - 1]], 1)
         pos = tgt.seqlens.long()[:, None] + cols
         p, _ = tgt.forward(inp, pos, None, charged=active)  # p[:, i] = dist of slot i
-        with rec.timer("specops"):
+        with nvtx_range("verify"), rec.timer("specops"):
             r = specops.verify_jacobi(p, w, q, continue_after_reject=False, seed=seed, offset=rng())
         n = (r.num_accepted.long() + 1).clamp(max=L)
         n_emit = torch.where(active, n, 0)
@@ -98,11 +100,12 @@ def sjd(
         rec.emitted(n_emit, active)
         root = torch.where(active, r.next_window[rows, n - 1], root)
         # slots after the committed ones were drawn from their p_i: they are next drafts
-        with rec.timer("specops"):
+        with nvtx_range("draft"), rec.timer("specops"):
             w, q = shift_window(r.next_window, p, n, p[:, L - 1], seed, rng())
         return root, w, q
 
     step = compiled_step(step, compile_step)
     while not out.done():
-        root, w, q = step(root, w, q)
+        with nvtx_range("sjd.step"):
+            root, w, q = step(root, w, q)
     return out.tokens(), rec.finish()

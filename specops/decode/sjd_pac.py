@@ -52,6 +52,7 @@ from __future__ import annotations
 import torch
 
 import specops
+from specops._nvtx import nvtx_range
 from specops.decode._checks import check_branch, check_int, check_width, prepare
 from specops.decode._common import compiled_step, emit_first, init_rows, select_tree, start
 from specops.tree import Tree
@@ -132,23 +133,24 @@ def sjd_pac(
     rows1 = rows[:, None]
     cols = torch.arange(L, device=dev)[None, :]
 
-    p0, _ = tgt.prefill()
-    root, _ = emit_first(p0, out, rec, seed, rng)
-    # initial window: a chain drawn from p(s_1) (stale for every later slot) or uniformly
-    pd = torch.zeros(b, dtype=torch.bool, device=dev)
-    q = init_rows(init, p0)[:, None].expand(b, L, -1).contiguous()
     nk = win.n_kary
     n_branch = torch.zeros((), dtype=torch.long, device=dev)
-    with rec.timer("specops"):
-        x = specops.sample(q, seed=seed, offset=rng())
-    x[:, 0] = root
+    pd = torch.zeros(b, dtype=torch.bool, device=dev)
+    with nvtx_range("sjd-pac.prefill"):
+        p0, _ = tgt.prefill()
+        root, _ = emit_first(p0, out, rec, seed, rng)
+        # initial window: a chain drawn from p(s_1) (stale for every later slot) or uniformly
+        q = init_rows(init, p0)[:, None].expand(b, L, -1).contiguous()
+        with nvtx_range("draft"), rec.timer("specops"):
+            x = specops.sample(q, seed=seed, offset=rng())
+        x[:, 0] = root
 
     def step(root, x, q, pd):
         active = out.active
         tree = win.pick(pd, L)
         pos = tgt.seqlens.long()[:, None] + tree.depth
         p, _ = tgt.forward(x, pos, tree, charged=active)  # p[:, n] = dist of n's children
-        with rec.timer("specops"):
+        with nvtx_range("verify"), rec.timer("specops"):
             r = specops.verify_jacobi(
                 p,
                 x,
@@ -165,7 +167,13 @@ def sjd_pac(
         out.write(r.next_window, n_emit)
         rec.emitted(n_emit, active)
         root = torch.where(active, r.next_window[rows, a], root)
+        with nvtx_range("draft"):
+            x, q, pd = draft(tree, r, a, p, x, q, pd, root, active)
+        return root, x, q, pd
 
+    def draft(tree, r, a, p, x, q, pd, root, active):
+        """The next window from this iteration's (tree, verification r, a accepted, target rows p,
+        window x with draft rows q): AC, PD and the branch continuation.  -> (x, q, pd)."""
         # the old first-child line below the last accepted node m: line[d] = the node whose
         # target row is the stale distribution of position d (d > a); last = its deepest node
         fc = tree.first_child.long()
@@ -224,11 +232,12 @@ def sjd_pac(
             )
         x = torch.where((given >= 0) | kary, given, fresh).int()
         x[:, 0] = root
-        return root, x, q, pd
+        return x, q, pd
 
     step = compiled_step(step, compile_step)
     while not out.done():
-        root, x, q, pd = step(root, x, q, pd)
+        with nvtx_range("sjd-pac.step"):
+            root, x, q, pd = step(root, x, q, pd)
     stats = rec.finish()
     stats.extra["branch_continuations"] = int(n_branch)
     return out.tokens(), stats

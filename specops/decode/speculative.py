@@ -39,6 +39,7 @@ from __future__ import annotations
 import torch
 
 import specops
+from specops._nvtx import nvtx_range
 from specops.decode._checks import check_branch, check_int, prepare
 from specops.decode._common import DraftRunner, check_hide, compiled_step, emit_first, start
 from specops.tree import MAX_NODES, Tree, chain_bits, pack_bits
@@ -304,40 +305,45 @@ def speculative(
         sampling=sampling,
     )  # fmt: skip
     dr = DraftRunner(drafter, b, cap, rec, dev)
-    dr.prefill(prompt)  # a standalone draft model reads the prompt
     rows = torch.arange(b, device=dev)
     cols = torch.arange(width, device=dev)[None, :]
 
-    probs, hidden = tgt.prefill()
-    root, _ = emit_first(probs, out, rec, seed, rng)
-    # the drafter's first entry: [e(s_1) || f_0] (f_0 = hidden state of the prompt's last token)
-    # the drafter's first update: its prefill over the prompt, [e(x_{i+1}) || f_i] (HiViS Eq. 3;
-    # visual positions in ``hide`` omitted), or only [e(s_1) || f_{n-1}] without drafter_prefill
-    upd_tok, upd_feat, upd_n = dr.first_entries(
-        prompt, hidden, root, prefill=drafter_prefill, hide=hide,
-        keep_positions=hide_positions == "target",
-    )  # fmt: skip
+    with nvtx_range(f"{name}.prefill"):
+        dr.prefill(prompt)  # a standalone draft model reads the prompt
+        probs, hidden = tgt.prefill()
+        root, _ = emit_first(probs, out, rec, seed, rng)
+        # the drafter's first update: its prefill over the prompt, [e(x_{i+1}) || f_i] (HiViS
+        # Eq. 3; visual positions in ``hide`` omitted), or only [e(s_1) || f_{n-1}] without
+        # drafter_prefill
+        upd_tok, upd_feat, upd_n = dr.first_entries(
+            prompt, hidden, root, prefill=drafter_prefill, hide=hide,
+            keep_positions=hide_positions == "target",
+        )  # fmt: skip
     upd_n0 = upd_n  # the drafter's prefill length
     node_sum = torch.zeros((), dtype=torch.long, device=dev)
 
-    def step(root, upd_tok, upd_feat, upd_n):
-        active = out.active
+    def draft(root, upd_tok, upd_feat, upd_n, active):
+        """The drafter's update with the last committed entries, then the draft."""
         logits, g = dr.update(upd_tok, upd_feat, upd_n)
         if mode == "chain":
-            dft = draft_chain(dr, root, logits, g, num_draft, sampling, seed, rng, rec)
-            positions = tgt.seqlens.long()[:, None] + cols
-        elif mode in ("dynamic", "confidence"):
-            dft = draft_dynamic(dr, root, logits, g, branch, depth, num_nodes, rec, narrow)
-            positions = tgt.seqlens.long()[:, None] + dft.tree.depth
-            node_sum.add_(torch.where(active, (dft.tokens >= 0).sum(-1), 0).sum())
-        else:
-            dft = draft_static(
+            return draft_chain(dr, root, logits, g, num_draft, sampling, seed, rng, rec)
+        if mode == "static":
+            return draft_static(
                 dr, root, logits, g, plan, without_replacement, sampling, seed, rng, rec
             )
-            positions = tgt.seqlens.long()[:, None] + dft.tree.depth
+        dft = draft_dynamic(dr, root, logits, g, branch, depth, num_nodes, rec, narrow)
+        node_sum.add_(torch.where(active, (dft.tokens >= 0).sum(-1), 0).sum())
+        return dft
+
+    def step(root, upd_tok, upd_feat, upd_n):
+        active = out.active
+        with nvtx_range("draft"):
+            dft = draft(root, upd_tok, upd_feat, upd_n, active)
+        depth_of = cols if mode == "chain" else dft.tree.depth
+        positions = tgt.seqlens.long()[:, None] + depth_of
         # padding nodes (-1: absent candidates) go through the target as token 0, never accepted
         probs, hidden = tgt.forward(dft.tokens.clamp(min=0), positions, dft.tree, charged=active)
-        with rec.timer("specops"):
+        with nvtx_range("verify"), rec.timer("specops"):
             if mode == "chain":
                 r = specops.verify_chain(
                     probs,
@@ -381,7 +387,8 @@ def speculative(
     state = (root, upd_tok, upd_feat, upd_n)
     first = True
     while not out.done():
-        state = (step if first else compiled)(*state)
+        with nvtx_range(f"{name}.step"):
+            state = (step if first else compiled)(*state)
         first = False
     stats = rec.finish()
     stats.extra["drafter_prefill"] = float(upd_n0.float().mean())

@@ -45,6 +45,7 @@ from __future__ import annotations
 import torch
 
 import specops
+from specops._nvtx import nvtx_range
 from specops.decode._checks import check_int, prepare
 from specops.decode._common import (
     DraftRunner,
@@ -204,7 +205,6 @@ def vvs(
         cfg_scale=cfg_scale, sampling=sampling,
     )  # fmt: skip
     dr = DraftRunner(drafter, b, cap, rec, dev)
-    dr.prefill(prompt)  # a standalone draft model reads the prompt
     codebook = codebook.to(dev)
     if relax is not None:
         relax = Relaxation(relax.neighbors.to(dev), relax.delta)
@@ -212,21 +212,24 @@ def vvs(
     M = G + width  # widest drafter update: gamma stale entries redone + a + 1
     jm = torch.arange(M, device=dev)[None, :]
 
-    probs, hidden = tgt.prefill()
-    fcache = specops.FeatureCache(b, cap, hidden.shape[-1], dtype=hidden.dtype, device=dev)
-    with rec.timer("specops"):
-        fcache.write(torch.arange(prompt.shape[1], device=dev).expand(b, -1), hidden, 0)
-    root, _ = emit_first(probs, out, rec, seed, rng)
+    with nvtx_range("vvs.prefill"):
+        dr.prefill(prompt)  # a standalone draft model reads the prompt
+        probs, hidden = tgt.prefill()
+        fcache = specops.FeatureCache(b, cap, hidden.shape[-1], dtype=hidden.dtype, device=dev)
+        with rec.timer("specops"):
+            fcache.write(torch.arange(prompt.shape[1], device=dev).expand(b, -1), hidden, 0)
+        root, _ = emit_first(probs, out, rec, seed, rng)
+        # the drafter's first update: its prefill over the prompt, [e(x_{i+1}) || f_i] (HiViS
+        # Eq. 3; visual positions in ``hide`` omitted), or only [e(s_1) || f_{n-1}] without
+        # drafter_prefill
+        upd_tok, upd_feat, upd_n = dr.first_entries(
+            prompt, hidden, root, prefill=drafter_prefill, hide=hide,
+            keep_positions=hide_positions == "target",
+        )  # fmt: skip
     gamma = torch.zeros(b, dtype=torch.long, device=dev)  # unverified tokens pending
     unver = torch.full((b, G), -1, dtype=torch.int32, device=dev)  # x°, left-aligned
     droot = root.clone()  # the drafting root: last emitted token
     since = torch.zeros(b, dtype=torch.long, device=dev)  # verified steps since the last skip
-    # the drafter's first update: its prefill over the prompt, [e(x_{i+1}) || f_i] (HiViS Eq. 3;
-    # visual positions in ``hide`` omitted), or only [e(s_1) || f_{n-1}] without drafter_prefill
-    upd_tok, upd_feat, upd_n = dr.first_entries(
-        prompt, hidden, root, prefill=drafter_prefill, hide=hide,
-        keep_positions=hide_positions == "target",
-    )  # fmt: skip
     upd_n0 = upd_n  # the drafter's prefill length
     rewind = torch.zeros(b, dtype=torch.long, device=dev)
     skipped_steps = torch.zeros((), dtype=torch.long, device=dev)
@@ -299,7 +302,7 @@ def vvs(
             tree_pos = c[:, None] + gamma[:, None] + dep[:, 1:]
             pos = torch.cat([chain_pos, tree_pos], 1)
             p, h = tgt.forward(tokens, pos, bits, charged=verify)
-            with rec.timer("specops"):
+            with nvtx_range("verify"), rec.timer("specops"):
                 r = specops.verify_tree(
                     p[:, G:].contiguous(),
                     tree,
@@ -379,17 +382,20 @@ def vvs(
     upd = (upd_tok, upd_feat, upd_n)
     first = True
     while True:
-        drafted, flags = (draft if first else draft_c)(rewind, *upd, droot, gamma, since)
-        first = False
-        # the step's one host read: stop when every request is done; run no target pass at all
-        # when every active request skips verification
-        finished, any_verify = flags.tolist()
-        out.report()
-        if finished:
-            break
-        rewind, upd, root, droot, gamma, unver, since = (finish_v if any_verify else finish_s)(
-            drafted, root, droot, gamma, unver, since
-        )
+        with nvtx_range("vvs.step"):
+            with nvtx_range("draft"):
+                drafted, flags = (draft if first else draft_c)(rewind, *upd, droot, gamma, since)
+            first = False
+            # the step's one host read: stop when every request is done; run no target pass at
+            # all when every active request skips verification
+            finished, any_verify = flags.tolist()
+            out.report()
+            if finished:
+                break
+            fin = finish_v if any_verify else finish_s
+            rewind, upd, root, droot, gamma, unver, since = fin(
+                drafted, root, droot, gamma, unver, since
+            )
     stats = rec.finish()
     stats.extra.update(
         skipped_steps=int(skipped_steps),

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from specops import reference
+from specops._nvtx import traced
 from specops.ops import _attention_cascade as cascade
 from specops.ops import _common as c
 from specops.tree import Tree
@@ -123,6 +124,7 @@ def _mask_bits(op, tree, batch, n, dev):
     return mask
 
 
+@traced("tree_attention")
 def tree_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -278,6 +280,7 @@ def _attn_fake(q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_sc
 c.register("tree_attention", _attn_impl, _attn_fake, outs=2)
 
 
+@traced("append_kv")
 def append_kv(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,

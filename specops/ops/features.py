@@ -380,6 +380,7 @@ class FeatureCache:
             raise ValueError(f"specops.{op}: step must fit in int32 (|step| < 2**31), got {step}")
         return None, step
 
+    @traced("FeatureCache.write")
     def write(self, positions: torch.Tensor, feats: torch.Tensor, step) -> None:
         """store[b, positions[b, j]] = feats[b, j], stamped ``step``; -1 positions skipped."""
         op = "FeatureCache.write"

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from specops import reference
+from specops._nvtx import traced
 from specops.ops import _common as c
 
 __all__ = ["probs_from_logits"]
@@ -18,6 +19,7 @@ _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _INTS = (torch.int32, torch.int64)
 
 
+@traced("probs_from_logits")
 def probs_from_logits(
     logits: torch.Tensor,
     *,

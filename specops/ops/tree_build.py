@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from specops import reference
+from specops._nvtx import traced
 from specops.ops import _common as c
 from specops.tree import Tree
 
@@ -66,6 +67,7 @@ class DynamicTree(NamedTuple):
         return self.tree.parents
 
 
+@traced("select_frontier")
 def select_frontier(
     logprobs: torch.Tensor,
     width: int,
@@ -106,6 +108,7 @@ def select_frontier(
     return Frontier(index, scores, torch.div(index, k, rounding_mode="floor"), toks)
 
 
+@traced("build_dynamic_tree")
 def build_dynamic_tree(
     root_tokens: torch.Tensor,
     tokens: torch.Tensor,
