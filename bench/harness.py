@@ -199,7 +199,7 @@ def git_commit() -> str:
 
 
 def _package_version() -> str:
-    from specops._build import build_info
+    from specops import build_info
 
     return build_info()["version"]
 

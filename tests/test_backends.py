@@ -47,3 +47,21 @@ def test_validating_follows_validation():
         with specops.validation(False):
             assert specops.validating() is False
     assert specops.validating() is before
+
+
+def test_auto_on_a_gpu_follows_the_committed_measurements(monkeypatch):
+    """The table lists each op's backends fastest first as the committed GPU CSVs measured them
+    (sample: Triton ahead of CUDA, h200-940f467.csv), and "auto" on a GPU takes the first usable
+    one.  The build is pretended to have CUDA and Triton."""
+    from specops.ops import _backends
+
+    monkeypatch.setattr(_backends, "_RESOLVED", {})
+    monkeypatch.setattr(_build, "has_cuda_kernels", lambda: True)
+    monkeypatch.setattr(_build, "has_triton", lambda: True)
+    monkeypatch.setattr(_build, "triton_interpret", lambda: False)
+    gpu = torch.device("cuda")
+    assert specops.backend_table()["sample"][:2] == ("triton", "cuda")
+    assert specops.resolve_backend("sample", gpu) == "triton"
+    assert specops.resolve_backend("sample", gpu, "cuda") == "cuda"  # named: as asked
+    assert specops.resolve_backend("verify_chain", gpu) == "cuda"
+    assert specops.resolve_backend("sample", "cpu") == ("cpu" if _build.has_cpp() else "reference")

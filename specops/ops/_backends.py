@@ -89,7 +89,7 @@ def usable_backends(device: torch.device, have: tuple[str, ...]) -> list[str]:
     return out
 
 
-# Resolved (backend, device type, have, TRITON_INTERPRET) -> backend: what decides a resolution
+# Resolved (op, backend, device type, have, TRITON_INTERPRET) -> backend: what decides a resolution
 # is fixed for the process (the build, triton's presence) apart from the interpreter switch, so
 # every call after the first costs one dict lookup (the full resolution costs ~3 us on these
 # CPUs, as much as a small kernel).  "cascade" is never cached: it probes flash-attn.
@@ -102,7 +102,7 @@ def pick_backend(op: str, backend: str, device: torch.device, have: tuple[str, .
     "auto" takes the fastest usable one, but never the Triton interpreter on CPU and never
     "cascade" (a peer built on the optional flash-attn: asked for by name only).  An explicit
     backend that is not usable raises: nothing silently runs something else."""
-    key = (backend, device.type, have, _build.triton_interpret())
+    key = (op, backend, device.type, have, _build.triton_interpret())
     hit = _RESOLVED.get(key)
     if hit is not None:
         return hit
