@@ -1,5 +1,6 @@
-// Binding of sample: probs float32 [rows, V] (last dim contiguous), the random stream, out int32
-// [rows] contiguous.  specops/ops/sample.py flattens the leading dims and normalises.
+// Bindings of sample and sample_without_replacement: probs float32 [rows, V] (last dim
+// contiguous), the random stream, out int32 [rows] (sample) or [rows, k] (without replacement)
+// contiguous.  specops/ops/sample.py flattens the leading dims and normalises.
 #include "bind.h"
 #include "launchers.h"
 #include "specops/sample.h"
@@ -19,16 +20,23 @@ struct SampleArgs {
   int32_t* out;
 };
 
-SampleArgs sample_args(bool cuda, T probs, T seed, int64_t seed_value, T offset,
-                       int64_t offset_value, T uniforms, T out) {
-  const ArgCheck c{"sample", cuda};
+// probs float32 [rows, V], V >= 1, last dim contiguous: sets a.probs, a.rows, a.vocab and
+// a.row_stride.
+template <typename A>
+void set_probs(const ArgCheck& c, A& a, const TensorArg& probs) {
   c.inner_contiguous(c.need(probs, "probs", DType::f32, 2), "probs");
   if (probs.size[1] < 1) c.fail("probs", "must have a non-empty last dim");
-  SampleArgs a;
   a.probs = probs.as<const float>();
   a.rows = probs.size[0];
   a.vocab = probs.size[1];
   a.row_stride = probs.stride[0];
+}
+
+SampleArgs sample_args(bool cuda, T probs, T seed, int64_t seed_value, T offset,
+                       int64_t offset_value, T uniforms, T out) {
+  const ArgCheck c{"sample", cuda};
+  SampleArgs a;
+  set_probs(c, a, probs);
   a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, a.rows, 1);
   a.out = c.output(out, "out", DType::i32, {a.rows}, probs).as<int32_t>();
   if (cuda) {
@@ -38,6 +46,18 @@ SampleArgs sample_args(bool cuda, T probs, T seed, int64_t seed_value, T offset,
           c.scratch(TensorArg(), "split_sums", DType::f64, {a.rows, a.split.chunks}, probs)
               .as<double>();
   }
+  return a;
+}
+
+SampleWorArgs wor_args(bool cuda, T probs, int64_t k, T seed, int64_t seed_value, T offset,
+                       int64_t offset_value, T uniforms, T out) {
+  const ArgCheck c{"sample_without_replacement", cuda};
+  SampleWorArgs a;
+  set_probs(c, a, probs);
+  if (k < 1) c.fail("k", "must be >= 1");
+  a.k = k;
+  a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, a.rows, a.vocab);
+  a.out = c.output(out, "out", DType::i32, {a.rows, k}, probs).as<int32_t>();
   return a;
 }
 
@@ -55,14 +75,22 @@ std::string run_cuda(const SampleArgs& a, void* stream) {
 
 void bind_sample(py::module_& m) {
   host_kernel_names().push_back("sample");
+  host_kernel_names().push_back("sample_without_replacement");
   m.def("sample_cpu", host(sample_args, run_host));
+  m.def("sample_without_replacement_cpu", host(wor_args, sample_wor_host));
 #ifdef SPECOPS_WITH_CUDA
   cuda_kernel_names().push_back("sample");
+  cuda_kernel_names().push_back("sample_without_replacement");
   m.def("sample_cuda", cuda(sample_args, run_cuda<gpu::launch_sample>, "sample"));
+  m.def("sample_without_replacement_cuda",
+        cuda(wor_args, gpu::launch_sample_wor, "sample_without_replacement"));
 #endif
 #ifdef SPECOPS_WITH_CUDA_SIM
   cuda_sim_kernel_names().push_back("sample");
+  cuda_sim_kernel_names().push_back("sample_without_replacement");
   m.def("sample_cuda_sim", cuda_sim(sample_args, run_cuda<sim::launch_sample>, "sample"));
+  m.def("sample_without_replacement_cuda_sim",
+        cuda_sim(wor_args, sim::launch_sample_wor, "sample_without_replacement"));
 #endif
 }
 

@@ -1,7 +1,6 @@
-// Bindings of the verification kernels (and sampling without replacement).  Each takes its
-// tensors as TensorArg (csrc/tensor_arg.h) and checks what the kernel reads; the user-facing
-// checks and the normalisation (float32 rows, int32 trees) live in specops/ops/verify.py and
-// specops/ops/_verify_kernels.py.
+// Bindings of the verification kernels.  Each takes its tensors as TensorArg (csrc/tensor_arg.h)
+// and checks what the kernel reads; the user-facing checks and the normalisation (float32 rows,
+// int32 trees) live in specops/ops/verify.py and specops/ops/_verify_kernels.py.
 #include "bind.h"
 #include "launchers.h"
 #include "specops/path_acceptance.h"
@@ -80,23 +79,6 @@ VerifyTreeArgs tree_args(bool cuda, T target, T draft, T tokens, T first_child, 
   return a;
 }
 
-SampleWorArgs wor_args(bool cuda, T probs, int64_t k, T seed, int64_t seed_value, T offset,
-                       int64_t offset_value, T uniforms, T out) {
-  const ArgCheck c{"sample_without_replacement", cuda};
-  c.inner_contiguous(c.need(probs, "probs", DType::f32, 2), "probs");
-  if (probs.size[1] < 1) c.fail("probs", "must have a non-empty last dim");
-  SampleWorArgs a;
-  a.probs = probs.as<const float>();
-  a.rows = probs.size[0];
-  a.vocab = probs.size[1];
-  a.row_stride = probs.stride[0];
-  if (k < 1) c.fail("k", "must be >= 1");
-  a.k = k;
-  a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, a.rows, a.vocab);
-  a.out = c.output(out, "out", DType::i32, {a.rows, k}, probs).as<int32_t>();
-  return a;
-}
-
 PathAcceptanceArgs path_args(bool cuda, T target, T draft, T tokens, T parents, int64_t num_paths,
                              T workspace, T out_kappa, T out_expected_len) {
   const ArgCheck c{"path_acceptance", cuda};
@@ -124,11 +106,9 @@ PathAcceptanceArgs path_args(bool cuda, T target, T draft, T tokens, T parents, 
 void bind_verify(py::module_& m) {
   host_kernel_names().push_back("verify_chain");
   host_kernel_names().push_back("verify_tree");
-  host_kernel_names().push_back("sample_without_replacement");
   host_kernel_names().push_back("path_acceptance");
   m.def("verify_chain_cpu", host(chain_args, verify_chain_host));
   m.def("verify_tree_cpu", host(tree_args, verify_tree_host));
-  m.def("sample_without_replacement_cpu", host(wor_args, sample_wor_host));
   m.def("path_acceptance_cpu", host(path_args, path_acceptance_host));
   m.def("path_acceptance_ws_size", [](int64_t nodes) {  // CUDA workspace bytes per request
     return nodes <= kPathSmemNodes ? int64_t{0} : path_workspace_bytes(nodes);
@@ -136,22 +116,16 @@ void bind_verify(py::module_& m) {
 #ifdef SPECOPS_WITH_CUDA
   cuda_kernel_names().push_back("verify_chain");
   cuda_kernel_names().push_back("verify_tree");
-  cuda_kernel_names().push_back("sample_without_replacement");
   cuda_kernel_names().push_back("path_acceptance");
   m.def("verify_chain_cuda", cuda(chain_args, gpu::launch_verify_chain, "verify_chain"));
   m.def("verify_tree_cuda", cuda(tree_args, gpu::launch_verify_tree, "verify_tree"));
-  m.def("sample_without_replacement_cuda",
-        cuda(wor_args, gpu::launch_sample_wor, "sample_without_replacement"));
   m.def("path_acceptance_cuda", cuda(path_args, gpu::launch_path_acceptance, "path_acceptance"));
 #endif
 #ifdef SPECOPS_WITH_CUDA_SIM
-  for (const char* k :
-       {"verify_chain", "verify_tree", "sample_without_replacement", "path_acceptance"})
+  for (const char* k : {"verify_chain", "verify_tree", "path_acceptance"})
     cuda_sim_kernel_names().push_back(k);
   m.def("verify_chain_cuda_sim", cuda_sim(chain_args, sim::launch_verify_chain, "verify_chain"));
   m.def("verify_tree_cuda_sim", cuda_sim(tree_args, sim::launch_verify_tree, "verify_tree"));
-  m.def("sample_without_replacement_cuda_sim",
-        cuda_sim(wor_args, sim::launch_sample_wor, "sample_without_replacement"));
   m.def("path_acceptance_cuda_sim",
         cuda_sim(path_args, sim::launch_path_acceptance, "path_acceptance"));
 #endif

@@ -1,6 +1,7 @@
 #include "launchers.h"
 #include "specops/launch.cuh"
 #include "specops/sample.cuh"
+#include "specops/sample_wor.cuh"
 
 namespace specops {
 namespace SPECOPS_LAUNCH_NS {
@@ -21,6 +22,14 @@ std::string launch_sample(const float* probs, int64_t rows, int64_t vocab, int64
   return error_text(launch_kernel("sample_split_draw_kernel", sample_split_draw_kernel<kBlock>,
                                   dim3(static_cast<unsigned>(rows)), dim3(kBlock), 0, s, probs,
                                   vocab, row_stride, rng, split, out));
+}
+
+std::string launch_sample_wor(const SampleWorArgs& args, void* stream) {
+  if (args.rows == 0 || args.k == 0) return std::string();
+  constexpr int kBlock = 256;
+  return error_text(launch_kernel("sample_wor_kernel", sample_wor_kernel<kBlock, 8>,
+                                  dim3(static_cast<unsigned>(args.rows)), dim3(kBlock), 0,
+                                  static_cast<cudaStream_t>(stream), args));
 }
 
 #ifndef SPECOPS_CUDA_SIM

@@ -1,7 +1,6 @@
 #include "launchers.h"
 #include "specops/launch.cuh"
 #include "specops/path_acceptance.cuh"
-#include "specops/sample_wor.cuh"
 #include "specops/verify.cuh"
 
 namespace specops {
@@ -30,14 +29,6 @@ std::string launch_verify_tree(const VerifyTreeArgs& args, void* stream) {
   constexpr int kBlock = 512;
   return error_text(launch_kernel("verify_tree_kernel", verify_tree_kernel<kBlock>,
                                   dim3(static_cast<unsigned>(args.batch)), dim3(kBlock), 0,
-                                  static_cast<cudaStream_t>(stream), args));
-}
-
-std::string launch_sample_wor(const SampleWorArgs& args, void* stream) {
-  if (args.rows == 0 || args.k == 0) return std::string();
-  constexpr int kBlock = 256;
-  return error_text(launch_kernel("sample_wor_kernel", sample_wor_kernel<kBlock, 8>,
-                                  dim3(static_cast<unsigned>(args.rows)), dim3(kBlock), 0,
                                   static_cast<cudaStream_t>(stream), args));
 }
 

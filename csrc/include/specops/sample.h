@@ -17,4 +17,34 @@ namespace specops {
 void sample_host(const float* probs, int64_t rows, int64_t vocab, int64_t row_stride, RngArgs rng,
                  int32_t* out);
 
+// ---- sampling without replacement (Gumbel top-k) ----------------------------------------------
+// key_v = log(p_v) - log(-log(u_v)) in float32 (entries with mass(p_v) = 0 never chosen); the
+// k largest keys, largest first, ties to the lower id.
+struct KeyId {
+  float key;
+  int32_t id;
+};
+
+// The uniform a Gumbel key uses: Philox's lie in [2^-24, 1 - 2^-24]; a caller's below 2^-24
+// (0 and NaN included) counts as 2^-24, so an entry with mass always has a key > -inf and can be
+// chosen (u = 1 gives +inf: first).  The same rule in reference.sample_without_replacement.
+SPECOPS_HD float gumbel_uniform(float u) { return u > 0x1p-24f ? u : 0x1p-24f; }
+
+// a ranks strictly before b: larger key, or equal key and lower id.
+SPECOPS_HD bool key_before(KeyId a, KeyId b) {
+  return a.key > b.key || (a.key == b.key && a.id < b.id);
+}
+
+struct SampleWorArgs {
+  const float* probs;  // [R, V], last dim contiguous
+  int64_t row_stride, rows, vocab, k;
+  RngArgs rng;   // row r = flat row r; draw v = entry v (draws_per_row = V)
+  int32_t* out;  // [R, k]
+};
+
+// Gumbel top-k of one row: out[0..k) (-1 padded), uniforms at draws draw0 + v of `row`.
+void gumbel_topk_host(const float* p, int64_t vocab, const RngArgs& rng, int64_t row, int64_t draw0,
+                      int64_t k, int32_t* out);
+void sample_wor_host(const SampleWorArgs& args);
+
 }  // namespace specops

@@ -1,5 +1,5 @@
 // CUDA sampling without replacement by Gumbel top-k (same maths as gumbel_topk_host in
-// specops/verify.h and reference.sample_without_replacement): key_v = log(p_v) - log(-log(u_v))
+// specops/sample.h and reference.sample_without_replacement): key_v = log(p_v) - log(-log(u_v))
 // in float32 for mass(p_v) > 0 (NaN, negative, +inf never chosen), the k largest keys, largest
 // first, ties to the lower id, -1 padding.
 //
@@ -15,7 +15,7 @@
 #include <cub/block/block_reduce.cuh>
 
 #include "specops/common.h"
-#include "specops/verify.h"
+#include "specops/sample.h"
 
 namespace specops {
 
