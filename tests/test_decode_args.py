@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import specops
-from specops.decode import ar, sjd, sjd_pac, speculative, vvs
+from specops.decode import Sampling, ar, sjd, sjd_pac, speculative, vvs
 from specops.models.loading import load_default
 
 CLS = torch.arange(2)
@@ -157,3 +157,14 @@ def test_sizes_past_the_image_or_the_vocabulary(model, method, name, value):
 
 def test_speculative_tree_type(model):
     _raises(TypeError, "tree", speculative, model, None, CLS, tree=3, length=4)
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_sampling_settings_are_one_object(model, method):
+    """The sampling keywords (temperature, top_k, top_p, cfg_scale, seed) gather into one
+    ``Sampling``; any other keyword is a TypeError naming it and the settings, before any work."""
+    msg = _raises(TypeError, "'temprature'", METHODS[method], model, CLS, length=4, temprature=0)
+    assert "temperature, top_k, top_p, cfg_scale, seed" in msg, msg
+    s = Sampling.of(method, dict(temperature=0, top_k=3, cfg_scale=2.0, seed=5))
+    assert s == Sampling(0, 3, None, 2.0, 5) and s.greedy
+    assert s.probs_kwargs == dict(temperature=0, top_k=3, top_p=None)

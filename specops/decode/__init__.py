@@ -21,6 +21,7 @@ model / specops / other).
 from specops.decode._common import compiled_step
 from specops.decode.ar import ar
 from specops.decode.progress import progress
+from specops.decode.sampling import Sampling
 from specops.decode.sjd import sjd
 from specops.decode.sjd_pac import sjd_pac
 from specops.decode.speculative import speculative
@@ -28,5 +29,6 @@ from specops.decode.stats import Stats
 from specops.decode.vvs import lantern, vvs
 
 __all__ = [
-    "compiled_step", "ar", "speculative", "sjd", "sjd_pac", "vvs", "lantern", "Stats", "progress",
+    "compiled_step", "ar", "speculative", "sjd", "sjd_pac", "vvs", "lantern", "Sampling", "Stats",
+    "progress",
 ]  # fmt: skip

@@ -20,6 +20,7 @@ import specops
 from specops._nvtx import nvtx_range
 from specops.decode._checks import prepare, prompt_tokens
 from specops.decode.progress import current_hook
+from specops.decode.sampling import Sampling
 from specops.decode.stats import Recorder
 from specops.tree import Tree
 
@@ -67,27 +68,27 @@ def compiled_step(step, how):
     return torch.compile(step, fullgraph=True, dynamic=False, backend=backend)
 
 
-def start(name, model, prompt, length: int, *, width, slack, cfg_scale, sampling, out_slack=None):
-    """The set-up every method shares.  ``width``: the most tokens one step emits; the cache holds
-    prompt + length + ``slack`` tokens (finished requests still ride along); the output keeps
-    ``out_slack`` (default ``width``) spare columns.  -> (recorder with its timer running,
-    offsets, target runner, output buffer, cache capacity)."""
+def start(name, model, prompt, length: int, sampling: Sampling, *, width, slack, out_slack=None):
+    """The set-up every method shares, sampling as ``sampling`` says.  ``width``: the most tokens
+    one step emits; the cache holds prompt + length + ``slack`` tokens (finished requests still
+    ride along); the output keeps ``out_slack`` (default ``width``) spare columns.
+    -> (recorder with its timer running, offsets, target runner, output buffer, cache capacity)."""
     b, dev = prompt.shape[0], prompt.device
     rec = Recorder(name, b, length, width, dev)
     rng = Offsets(device=dev)
     rec.timer.start()
     cap = prompt.shape[1] + length + slack
-    tgt = TargetRunner(model, prompt, capacity=cap, rec=rec, cfg_scale=cfg_scale, **sampling)
+    tgt = TargetRunner(model, prompt, capacity=cap, rec=rec, sampling=sampling)
     eos = getattr(model, "eos_token_ids", None)  # a model may stop requests at these tokens
     out = Output(b, length, width if out_slack is None else out_slack, dev, eos=eos)
     return rec, rng, tgt, out, cap
 
 
-def emit_first(probs, out, rec, seed: int, rng) -> tuple[torch.Tensor, torch.Tensor]:
+def emit_first(probs, out, rec, sampling: Sampling, rng) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample the first token s_1 ~ probs [B, V] (the prefill's last row) and emit it.
     -> (root [B] int32, ones [B] int64)."""
     with rec.timer("specops"):
-        root = specops.sample(probs, seed=seed, offset=rng())
+        root = specops.sample(probs, seed=sampling.seed, offset=rng())
     ones = torch.ones(root.shape[0], dtype=torch.long, device=root.device)
     out.write(root[:, None], ones)
     rec.emitted(ones, ones.bool())
@@ -95,9 +96,10 @@ def emit_first(probs, out, rec, seed: int, rng) -> tuple[torch.Tensor, torch.Ten
 
 
 class TargetRunner:
-    """The target model with its static KV cache.  With ``cfg_scale`` the cache holds 2B rows,
-    cond then uncond; both halves get the same draft tokens and their logits are combined by
-    ``probs_from_logits(cond, cfg_scale=s, uncond_logits=uncond)`` (uncond + s (cond - uncond)).
+    """The target model with its static KV cache.  With ``sampling.cfg_scale`` the cache holds
+    2B rows, cond then uncond; both halves get the same draft tokens and their logits are
+    combined by ``probs_from_logits(cond, cfg_scale=s, uncond_logits=uncond)`` (uncond +
+    s (cond - uncond)).
     Returns float32 probabilities at the sampling temperature / top-k / top-p, and the cond
     half's hidden states."""
 
@@ -108,17 +110,14 @@ class TargetRunner:
         *,
         capacity: int,
         rec: Recorder,
-        temperature: float = 1.0,
-        top_k=None,
-        top_p=None,
-        cfg_scale=None,
+        sampling: Sampling = Sampling(),
         uncond_prompt: torch.Tensor | None = None,
     ):
         self.model, self.rec = model, rec
         self.batch = prompt.shape[0]
-        self.cfg = cfg_scale is not None
-        self.cfg_scale = cfg_scale
-        self.sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+        self.cfg_scale = sampling.cfg_scale
+        self.cfg = self.cfg_scale is not None
+        self.sampling = sampling.probs_kwargs
         self.prompt = prompt
         if self.cfg:
             if uncond_prompt is None and callable(getattr(model, "uncond_prompt", None)):

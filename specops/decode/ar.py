@@ -8,6 +8,7 @@ import specops
 from specops._nvtx import nvtx_range
 from specops.decode._checks import prepare
 from specops.decode._common import compiled_step, start
+from specops.decode.sampling import Sampling
 
 __all__ = ["ar"]
 
@@ -18,30 +19,26 @@ def ar(
     classes,
     *,
     length: int | None = None,
-    temperature: float = 1.0,
-    top_k=None,
-    top_p=None,
-    cfg_scale=None,
-    seed: int = 0,
     compile_step=None,
+    **sampling_kwargs,
 ):
     """Sample ``length`` tokens after each prompt: x_{t+1} ~ p(. | x_<=t), one pass each.
+    ``sampling_kwargs``: the ``Sampling`` settings (temperature, top_k, top_p, cfg_scale, seed);
     ``temperature=0`` is greedy.  ``compile_step``: see ``specops.decode.compiled_step``.
     -> (tokens [B, length] int32, Stats)."""
+    sampling = Sampling.of("ar", sampling_kwargs)
     prompt, length = prepare("ar", model, classes, length)
     dev = prompt.device
     b = prompt.shape[0]
-    sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     rec, rng, tgt, out, _ = start(
-        "ar", model, prompt, length, width=1, slack=1, cfg_scale=cfg_scale, sampling=sampling,
-        out_slack=0,
-    )  # fmt: skip
+        "ar", model, prompt, length, sampling, width=1, slack=1, out_slack=0
+    )
     slot0 = torch.zeros(b, 1, dtype=torch.int32, device=dev)
 
     def emit(probs):
         active = out.active  # all True unless a request stopped at EOS
         with rec.timer("specops"):
-            tok = specops.sample(probs, seed=seed, offset=rng())  # x ~ p (argmax at T = 0)
+            tok = specops.sample(probs, seed=sampling.seed, offset=rng())  # x ~ p (T = 0: argmax)
         out.write(tok[:, None], active.long())
         rec.emitted(active.long(), active)
         return tok

@@ -21,6 +21,7 @@ import specops
 from specops._nvtx import nvtx_range
 from specops.decode._checks import check_width, prepare
 from specops.decode._common import compiled_step, emit_first, init_rows, start
+from specops.decode.sampling import Sampling
 
 __all__ = ["sjd", "shift_window"]
 
@@ -49,32 +50,26 @@ def sjd(
     window: int = 16,
     init="target",
     length: int | None = None,
-    temperature: float = 1.0,
-    top_k=None,
-    top_p=None,
-    cfg_scale=None,
-    seed: int = 0,
     compile_step=None,
+    **sampling_kwargs,
 ):
     """SJD with a window of ``window`` slots.  ``init``: the first window's draws, "target" (from
     p(s_1)), "uniform" (uniform over the vocabulary, as SJD-PAC's authors initialise) or a [V]
-    bool mask of the image tokens.  ``compile_step``: see ``specops.decode.compiled_step``.
+    bool mask of the image tokens.  ``sampling_kwargs``: the ``Sampling`` settings (temperature,
+    top_k, top_p, cfg_scale, seed).  ``compile_step``: see ``specops.decode.compiled_step``.
     -> (tokens [B, length] int32, Stats)."""
-
+    sampling = Sampling.of("sjd", sampling_kwargs)
+    seed = sampling.seed
     L = check_width("sjd", "window", window)
-    sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     prompt, length = prepare("sjd", model, classes, length)
     b, dev = prompt.shape[0], prompt.device
-    rec, rng, tgt, out, _ = start(
-        "sjd", model, prompt, length, width=L, slack=2 * L + 1, cfg_scale=cfg_scale,
-        sampling=sampling,
-    )  # fmt: skip
+    rec, rng, tgt, out, _ = start("sjd", model, prompt, length, sampling, width=L, slack=2 * L + 1)
     rows = torch.arange(b, device=dev)
     cols = torch.arange(L, device=dev)[None, :]
 
     with nvtx_range("sjd.prefill"):
         p0, _ = tgt.prefill()
-        root, ones = emit_first(p0, out, rec, seed, rng)
+        root, ones = emit_first(p0, out, rec, sampling, rng)
         # initial window: every slot drawn from the only distribution there is, p(s_1)
         with nvtx_range("draft"), rec.timer("specops"):
             w, q = shift_window(

@@ -55,6 +55,7 @@ import specops
 from specops._nvtx import nvtx_range
 from specops.decode._checks import check_branch, check_int, check_width, prepare
 from specops.decode._common import compiled_step, emit_first, init_rows, select_tree, start
+from specops.decode.sampling import Sampling
 from specops.tree import Tree
 
 __all__ = ["sjd_pac"]
@@ -97,20 +98,18 @@ def sjd_pac(
     branch_continuation: bool = True,
     init="target",
     length: int | None = None,
-    temperature: float = 1.0,
-    top_k=None,
-    top_p=None,
-    cfg_scale=None,
-    seed: int = 0,
     compile_step=None,
+    **sampling_kwargs,
 ):
     """SJD-PAC with a window of ``window`` nodes, a ``branch``-ary proactive tree of ``depth``
     levels (counting its root); ``continuation`` / ``proactive`` / ``branch_continuation`` switch
     AC / PD / the chain continuation after a non-first leaf off for ablations; ``init``: "target"
     (p(s_1)), "uniform" (the authors': uniform over the vocabulary) or a [V] bool mask of the
-    image tokens to draw the first window uniformly from.  ``compile_step``: see
-    ``specops.decode.compiled_step``.  -> (tokens [B, length] int32, Stats with
-    extra["branch_continuations"])."""
+    image tokens to draw the first window uniformly from.  ``sampling_kwargs``: the ``Sampling``
+    settings.  ``compile_step``: see ``specops.decode.compiled_step``.  -> (tokens [B, length]
+    int32, Stats with extra["branch_continuations"])."""
+    sampling = Sampling.of("sjd_pac", sampling_kwargs)
+    seed = sampling.seed
     L = check_width("sjd_pac", "window", window)
     K = check_branch("sjd_pac", branch, model)
     depth = check_int("sjd_pac", "depth", depth, 1, L, " (the window)")
@@ -120,13 +119,11 @@ def sjd_pac(
         raise ValueError(
             f"sjd_pac: window must hold the {K}-ary depth-{depth} tree ({n_tree} nodes), got {L}"
         )
-    sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     prompt, length = prepare("sjd_pac", model, classes, length)
     b, dev = prompt.shape[0], prompt.device
     rec, rng, tgt, out, _ = start(
-        "sjd-pac", model, prompt, length, width=L, slack=2 * L + 1, cfg_scale=cfg_scale,
-        sampling=sampling,
-    )  # fmt: skip
+        "sjd-pac", model, prompt, length, sampling, width=L, slack=2 * L + 1
+    )
     win = _Windows(K, depth, L, dev)
     chain_cont = proactive and branch_continuation and depth > 1 and win.n_kary < L
     rows = torch.arange(b, device=dev)
@@ -138,7 +135,7 @@ def sjd_pac(
     pd = torch.zeros(b, dtype=torch.bool, device=dev)
     with nvtx_range("sjd-pac.prefill"):
         p0, _ = tgt.prefill()
-        root, _ = emit_first(p0, out, rec, seed, rng)
+        root, _ = emit_first(p0, out, rec, sampling, rng)
         # initial window: a chain drawn from p(s_1) (stale for every later slot) or uniformly
         q = init_rows(init, p0)[:, None].expand(b, L, -1).contiguous()
         with nvtx_range("draft"), rec.timer("specops"):

@@ -42,6 +42,7 @@ import specops
 from specops._nvtx import nvtx_range
 from specops.decode._checks import check_branch, check_int, prepare
 from specops.decode._common import DraftRunner, check_hide, compiled_step, emit_first, start
+from specops.decode.sampling import Sampling
 from specops.tree import MAX_NODES, Tree, chain_bits, pack_bits
 
 __all__ = ["speculative", "draft_dynamic", "Drafted"]
@@ -57,15 +58,16 @@ class Drafted:
         self.beams, self.chain = beams, chain
 
 
-def draft_chain(dr: DraftRunner, root, logits, g, k: int, sampling, seed, rng, rec) -> Drafted:
-    """x_j ~ q_j = drafter(. | x_<j), j = 1..k, each fed back with the drafter's own feature."""
+def draft_chain(dr: DraftRunner, root, logits, g, k: int, sampling: Sampling, rng, rec) -> Drafted:
+    """x_j ~ q_j = drafter(. | x_<j), j = 1..k, each fed back with the drafter's own feature;
+    q_j at the run's temperature / top-k / top-p."""
     b = root.shape[0]
     bits = chain_bits(k, b, root.device)
     toks, qs = [root.int()], []
     for j in range(k):
         with rec.timer("specops"):
-            q = specops.probs_from_logits(logits, **sampling)
-            x = specops.sample(q, seed=seed, offset=rng())
+            q = specops.probs_from_logits(logits, **sampling.probs_kwargs)
+            x = specops.sample(q, seed=sampling.seed, offset=rng())
         toks.append(x)
         qs.append(q)
         if j < k - 1:
@@ -166,7 +168,9 @@ class StaticPlan:
         self.bits = pack_bits(self.tree.ancestors[:1, 1:, 1:])  # drafter slot = node - 1
 
 
-def draft_static(dr: DraftRunner, root, logits, g, plan: StaticPlan, wor, sampling, seed, rng, rec):
+def draft_static(
+    dr: DraftRunner, root, logits, g, plan: StaticPlan, wor, sampling: Sampling, rng, rec
+):
     """Children of every node drawn from the node's drafter distribution q (i.i.d., or without
     replacement), level by level; the drafter runs on every non-leaf level."""
     b = root.shape[0]
@@ -177,8 +181,9 @@ def draft_static(dr: DraftRunner, root, logits, g, plan: StaticPlan, wor, sampli
     v = logits.shape[-1]
     qrows = torch.zeros(b, n, v, dtype=torch.float32, device=dev)
     feats = torch.zeros(b, n, g.shape[-1], dtype=g.dtype, device=dev)
+    seed, probs_kwargs = sampling.seed, sampling.probs_kwargs
     with rec.timer("specops"):
-        qrows[:, 0] = specops.probs_from_logits(logits, **sampling)
+        qrows[:, 0] = specops.probs_from_logits(logits, **probs_kwargs)
     feats[:, 0] = g
     bits = plan.bits.expand(b, -1, -1)
     for li, (lo, hi, kids, par) in enumerate(plan.levels):
@@ -195,7 +200,7 @@ def draft_static(dr: DraftRunner, root, logits, g, plan: StaticPlan, wor, sampli
         lg, gg = dr.extend(tokens[:, lo:hi], feats[:, par], li + 1, bits[:, : hi - 1], lo - 1)
         feats[:, lo:hi] = gg
         with rec.timer("specops"):
-            qrows[:, lo:hi] = specops.probs_from_logits(lg, **sampling)
+            qrows[:, lo:hi] = specops.probs_from_logits(lg, **probs_kwargs)
     return Drafted(plan.tree, tokens, qrows)
 
 
@@ -224,15 +229,11 @@ def speculative(
     relax=None,
     block: bool = False,
     length: int | None = None,
-    temperature: float = 1.0,
-    top_k=None,
-    top_p=None,
-    cfg_scale=None,
-    seed: int = 0,
     drafter_prefill: bool = True,
     hide=None,
     hide_positions: str = "compact",
     compile_step=None,
+    **sampling_kwargs,
 ):
     """Speculative decoding of ``length`` tokens per prompt.
 
@@ -242,6 +243,7 @@ def speculative(
     "entropy" (H(q) <= ``threshold`` nats) or "top1" (max q >= ``threshold``); ``num_nodes`` is
     the node budget, the tree may use fewer; extra["mean_tree_nodes"]) or a static ``Tree``
     (children sampled; ``without_replacement`` picks the sibling scheme).
+    ``sampling_kwargs``: the ``Sampling`` settings (temperature, top_k, top_p, cfg_scale, seed);
     ``temperature=0``: greedy drafts and greedy verification.  ``relax``: LANTERN relaxed
     acceptance (``specops.decode.lantern(codebook, k, delta)``; LOSSY, the LANTERN baseline of
     the VVS paper).  ``block``: block verification of the chain (``tree=None``; Sun et al. 2024,
@@ -256,6 +258,8 @@ def speculative(
     ``specops.decode.compiled_step`` (the first step, whose drafter update reads the prompt's
     entries, runs eagerly; every later step has the same shapes).
     -> (tokens [B, length], Stats)."""
+    sampling = Sampling.of("speculative", sampling_kwargs)
+    seed, greedy = sampling.seed, sampling.greedy
     tree_sizes("speculative", model, branch, depth, num_nodes)
     num_draft = check_int("speculative", "num_draft", num_draft, 1, MAX_NODES - 1,
                           " (Tree.MAX_NODES - 1)")  # fmt: skip
@@ -268,14 +272,12 @@ def speculative(
     dev = prompt.device
     hide = check_hide("speculative", prompt, hide, drafter_prefill, hide_positions, drafter)
     if relax is not None:
-        if temperature == 0:
+        if greedy:
             raise ValueError("speculative: relax (LANTERN) needs sampling; greedy is exact")
         relax = specops.Relaxation(relax.neighbors.to(dev), relax.delta)
     b = prompt.shape[0]
-    greedy = temperature == 0
     if block and (tree is not None or greedy or relax is not None):
         raise ValueError("speculative: block=True verifies a sampled chain (tree=None, no relax)")
-    sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     if tree is None:
         mode, width, nodes = "chain", num_draft + 1, num_draft + 1
     elif isinstance(tree, str):
@@ -301,9 +303,8 @@ def speculative(
     if mode == "confidence":
         narrow = lambda lg: confident(lg, confidence, threshold)
     rec, rng, tgt, out, cap = start(
-        name, model, prompt, length, width=width, slack=width + nodes + 1, cfg_scale=cfg_scale,
-        sampling=sampling,
-    )  # fmt: skip
+        name, model, prompt, length, sampling, width=width, slack=width + nodes + 1
+    )
     dr = DraftRunner(drafter, b, cap, rec, dev)
     rows = torch.arange(b, device=dev)
     cols = torch.arange(width, device=dev)[None, :]
@@ -311,7 +312,7 @@ def speculative(
     with nvtx_range(f"{name}.prefill"):
         dr.prefill(prompt)  # a standalone draft model reads the prompt
         probs, hidden = tgt.prefill()
-        root, _ = emit_first(probs, out, rec, seed, rng)
+        root, _ = emit_first(probs, out, rec, sampling, rng)
         # the drafter's first update: its prefill over the prompt, [e(x_{i+1}) || f_i] (HiViS
         # Eq. 3; visual positions in ``hide`` omitted), or only [e(s_1) || f_{n-1}] without
         # drafter_prefill
@@ -326,11 +327,9 @@ def speculative(
         """The drafter's update with the last committed entries, then the draft."""
         logits, g = dr.update(upd_tok, upd_feat, upd_n)
         if mode == "chain":
-            return draft_chain(dr, root, logits, g, num_draft, sampling, seed, rng, rec)
+            return draft_chain(dr, root, logits, g, num_draft, sampling, rng, rec)
         if mode == "static":
-            return draft_static(
-                dr, root, logits, g, plan, without_replacement, sampling, seed, rng, rec
-            )
+            return draft_static(dr, root, logits, g, plan, without_replacement, sampling, rng, rec)
         dft = draft_dynamic(dr, root, logits, g, branch, depth, num_nodes, rec, narrow)
         node_sum.add_(torch.where(active, (dft.tokens >= 0).sum(-1), 0).sum())
         return dft

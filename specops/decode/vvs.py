@@ -54,6 +54,7 @@ from specops.decode._common import (
     emit_first,
     start,
 )
+from specops.decode.sampling import Sampling
 from specops.decode.speculative import draft_dynamic, tree_sizes
 from specops.reference.verify import Relaxation
 from specops.tree import Tree, pack_bits
@@ -160,15 +161,11 @@ def vvs(
     num_nodes: int = 24,
     relax: Relaxation | None = None,
     length: int | None = None,
-    temperature: float = 1.0,
-    top_k=None,
-    top_p=None,
-    cfg_scale=None,
-    seed: int = 0,
     drafter_prefill: bool = True,
     hide=None,
     hide_positions: str = "compact",
     compile_step=None,
+    **sampling_kwargs,
 ):
     """VVS on top of EAGLE-2 drafting (``branch``/``depth``/``num_nodes`` as in
     ``speculative``); ``codebook`` [V, C] = the VQ latent embeddings; ``threshold`` = T_sim
@@ -182,12 +179,15 @@ def vvs(
     ``hide_positions``: the drafter's prefill over the prompt and HiViS hidden visual tokens, as
     in ``speculative``.  ``compile_step`` (``specops.decode.compiled_step``): a step is two
     graphs around its host decision, the drafting half and the finishing half (one function per
-    outcome of the decision), each compiled once per run."""
+    outcome of the decision), each compiled once per run.  ``sampling_kwargs``: the ``Sampling``
+    settings (temperature, top_k, top_p, cfg_scale, seed)."""
+    sampling = Sampling.of("vvs", sampling_kwargs)
+    seed, greedy = sampling.seed, sampling.greedy
     if schedule not in ("similarity", "interval"):
         raise ValueError(f"vvs: schedule must be 'similarity' or 'interval', got {schedule!r}")
     if paths not in ("tree", "frontier"):
         raise ValueError(f"vvs: paths must be 'tree' or 'frontier', got {paths!r}")
-    if relax is not None and temperature == 0:
+    if relax is not None and greedy:
         raise ValueError("vvs: relax (LANTERN) needs sampling; greedy (temperature=0) is exact")
     tree_sizes("vvs", model, branch, depth, num_nodes)
     check_int("vvs", "interval", interval, 1)
@@ -196,14 +196,11 @@ def vvs(
     dev = prompt.device
     hide = check_hide("vvs", prompt, hide, drafter_prefill, hide_positions, drafter)
     b = prompt.shape[0]
-    greedy = temperature == 0
-    sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     G, D, N = depth, depth, num_nodes
     width = D + 1
     rec, rng, tgt, out, cap = start(
-        "vvs", model, prompt, length, width=width + G, slack=G + N + width + 2,
-        cfg_scale=cfg_scale, sampling=sampling,
-    )  # fmt: skip
+        "vvs", model, prompt, length, sampling, width=width + G, slack=G + N + width + 2
+    )
     dr = DraftRunner(drafter, b, cap, rec, dev)
     codebook = codebook.to(dev)
     if relax is not None:
@@ -218,7 +215,7 @@ def vvs(
         fcache = specops.FeatureCache(b, cap, hidden.shape[-1], dtype=hidden.dtype, device=dev)
         with rec.timer("specops"):
             fcache.write(torch.arange(prompt.shape[1], device=dev).expand(b, -1), hidden, 0)
-        root, _ = emit_first(probs, out, rec, seed, rng)
+        root, _ = emit_first(probs, out, rec, sampling, rng)
         # the drafter's first update: its prefill over the prompt, [e(x_{i+1}) || f_i] (HiViS
         # Eq. 3; visual positions in ``hide`` omitted), or only [e(s_1) || f_{n-1}] without
         # drafter_prefill

@@ -23,6 +23,7 @@ import torch
 
 from specops import decode
 from specops.decode.progress import current_hook
+from specops.decode.sampling import NAMES as SAMPLING
 from specops.hf.drafter import HFDrafter, check_drafter
 from specops.hf.model import HFModel
 
@@ -130,10 +131,9 @@ def _method(method: str, options: dict, drafter):
             + ("needs a drafter= (a draft causal LM)" if drafter is None else "takes no drafter")
         )
     fn = METHODS[method]
-    allowed = set(inspect.signature(fn).parameters) - {
-        "model", "drafter", "classes", "length", "temperature", "top_k", "top_p", "seed",
-        "cfg_scale",
-    }  # fmt: skip
+    params = inspect.signature(fn).parameters.values()
+    named = {p.name for p in params if p.kind is not p.VAR_KEYWORD}  # **sampling_kwargs apart
+    allowed = named - {"model", "drafter", "classes", "length", *SAMPLING}
     bad = sorted(set(options) - allowed)
     if bad:
         raise TypeError(

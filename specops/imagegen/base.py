@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 import torch
 
 from specops import decode
+from specops.decode.sampling import NAMES as SAMPLING
 
 __all__ = ["Pipeline", "ImageResult", "METHODS", "check_sampling"]
 
 METHODS = ("ar", "sjd", "sjd_pac", "speculative", "vvs")
-_SAMPLING = ("temperature", "top_k", "top_p", "cfg_scale")
 
 
 @dataclass
@@ -86,16 +86,15 @@ class Pipeline:
                 f"drafter*.pt in the model directory: a specops.models.Drafter checkpoint)"
             )
         fn = getattr(decode, method)
-        allowed = set(inspect.signature(fn).parameters) - {
-            "model", "drafter", "classes", "codebook", "length", "seed", *_SAMPLING,
-        }  # fmt: skip
+        params = inspect.signature(fn).parameters
+        named = {k for k, p in params.items() if p.kind is not p.VAR_KEYWORD}  # **sampling_kwargs
+        allowed = named - {"model", "drafter", "classes", "codebook", "length", *SAMPLING}
         allowed |= set(cls.extra_options.get(method, ()))
         bad = sorted(set(options) - allowed)
         if bad:
             raise TypeError(
                 f"generate_image: method {method!r} takes the options {sorted(allowed)}, got {bad}"
             )
-        params = inspect.signature(fn).parameters
         for k, v in options.items():  # a number option given a value of another kind
             d = params[k].default if k in params else _EXTRA_DEFAULTS.get(k)
             if (
