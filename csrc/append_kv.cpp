@@ -35,19 +35,18 @@ void copy_row(char* dst, const int64_t* t, const char* src, const int64_t* s,
 
 void append_kv_host(const AppendKVArgs& a) {
   // nothing to copy (and no row pointer to hand memcpy: empty tensors may have none)
-  if (a.hkv == 0 || a.d == 0 || a.capacity <= 0 || (a.page_size > 0 && a.num_pages <= 0)) return;
+  if (a.hkv == 0 || a.d == 0 || a.bt.capacity <= 0 || (a.bt.page_size > 0 && a.bt.num_pages <= 0))
+    return;
   // a row is a copy of 2 Hkv D elements: cheap per element, so the pool only for large appends
   const int64_t work = std::max<int64_t>(a.hkv * a.d * a.elem_bytes / 32, 1);
   parallel_for(a.batch * a.n, work, [&](int64_t r) {
     const int64_t b = r / a.n, i = r % a.n;
     const int64_t pos = read_index(a.seqlens, a.seqlens64, b * a.seqlens_stride) + i;
-    if (pos < 0 || pos >= a.capacity) return;  // dropped: outside the cache
+    if (pos < 0 || pos >= a.bt.capacity) return;  // dropped: outside the cache
     int64_t page = b, row = pos;
-    if (a.page_size > 0) {
-      const int64_t at = b * a.bt_stride_b + (pos / a.page_size) * a.bt_stride_p;
-      page = std::min(std::max(read_index(a.block_table, a.block_table64, at), int64_t{0}),
-                      a.num_pages - 1);
-      row = pos % a.page_size;
+    if (a.bt.page_size > 0) {
+      page = a.bt.page(b, pos);
+      row = pos % a.bt.page_size;
     }
     const char* ks = a.k + b * a.k_stride[0] + i * a.k_stride[1];
     const char* vs = a.v + b * a.v_stride[0] + i * a.v_stride[1];

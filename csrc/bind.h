@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "specops/block_table.h"
 #include "specops/common.h"
 #include "tensor_arg.h"
 
@@ -104,6 +105,33 @@ inline int64_t tree_array(const ArgCheck& c, const TensorArg& t, const char* nam
 inline RelaxArgs relax_args(const ArgCheck& c, const TensorArg& nb, double delta, int64_t v) {
   c.contiguous(c.maybe(nb, "relax.neighbors", DType::i32, 2, {v, -1}), "relax.neighbors");
   return RelaxArgs{nb.as<const int32_t>(), nb.defined() ? nb.size[1] : 0, delta};
+}
+
+// A KV cache's layout (specops/block_table.h): block_table None (cache [B, S, ...]: its dim 0
+// must be the batch, taken from `batch_from`) or int32/int64 [B, pages] (cache [P, page, ...],
+// P >= 1).  `cache` is the K cache, named `cache_name` in messages.
+inline BlockTable block_table_arg(const ArgCheck& c, const TensorArg& block_table,
+                                  const TensorArg& cache, const char* cache_name, int64_t batch,
+                                  const char* batch_from) {
+  BlockTable t{};
+  if (!block_table.defined()) {
+    if (cache.size[0] != batch)
+      c.fail(cache_name, "must have batch dim " + std::to_string(batch) + " (from " + batch_from +
+                             "); paged caches need block_table");
+    t.capacity = cache.size[1];
+    return t;
+  }
+  const DType dt = block_table.dtype == DType::i64 ? DType::i64 : DType::i32;
+  c.need(block_table, "block_table", dt, 2, {batch});
+  if (cache.size[0] == 0) c.fail(cache_name, "must have at least one page");
+  t.data = block_table.data;
+  t.is64 = block_table.dtype == DType::i64;
+  t.stride_b = block_table.stride[0];
+  t.stride_p = block_table.stride[1];
+  t.page_size = cache.size[1];
+  t.num_pages = cache.size[0];
+  t.capacity = block_table.size[1] * t.page_size;
+  return t;
 }
 
 inline void check_cuda_error(const std::string& err, const char* op) {

@@ -45,23 +45,7 @@ AppendKVArgs append_args(bool cuda, T k_cache, T v_cache, T k, T v, T seqlens, T
   a.seqlens = seqlens.data;
   a.seqlens64 = seqlens.dtype == DType::i64;
   a.seqlens_stride = seqlens.stride[0];
-  if (block_table.defined()) {
-    c.need(block_table, "block_table", block_table.dtype == DType::i64 ? DType::i64 : DType::i32, 2,
-           {a.batch});
-    if (k_cache.size[0] == 0) c.fail("k_cache", "must have at least one page");
-    a.block_table = block_table.data;
-    a.block_table64 = block_table.dtype == DType::i64;
-    a.bt_stride_b = block_table.stride[0];
-    a.bt_stride_p = block_table.stride[1];
-    a.page_size = k_cache.size[1];
-    a.num_pages = k_cache.size[0];
-    a.capacity = block_table.size[1] * a.page_size;
-  } else {
-    if (k_cache.size[0] != a.batch)
-      c.fail("k_cache", "must have batch dim " + std::to_string(a.batch) +
-                            " (from k); paged caches need block_table");
-    a.capacity = k_cache.size[1];
-  }
+  a.bt = block_table_arg(c, block_table, k_cache, "k_cache", a.batch, "k");
   return a;
 }
 

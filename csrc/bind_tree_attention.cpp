@@ -64,24 +64,7 @@ TreeAttnArgs attn_args(bool cuda, T q, T k, T v, T seqlens, T mask, T block_tabl
   a.mask_sb = mask.size[0] == 1 ? 0 : mask.stride[0];
   a.mask_sn = mask.stride[1];
   a.mask_sw = mask.stride[2];
-  if (block_table.defined()) {
-    c.need(block_table, "block_table", block_table.dtype == DType::i64 ? DType::i64 : DType::i32, 2,
-           {a.batch});
-    if (k.size[0] == 0) c.fail("k_cache", "must have at least one page");
-    a.block_table = block_table.data;
-    a.bt64 = block_table.dtype == DType::i64;
-    a.bt_sb = block_table.stride[0];
-    a.bt_sp = block_table.stride[1];
-    a.num_pages = k.size[0];
-    a.page_size = k.size[1];
-    a.capacity = block_table.size[1] * a.page_size;
-  } else {
-    if (k.size[0] != a.batch)
-      c.fail("k_cache", "must have batch dim " + std::to_string(a.batch) +
-                            " (from q); paged caches need block_table");
-    a.block_table = nullptr;
-    a.capacity = k.size[1];
-  }
+  a.bt = block_table_arg(c, block_table, k, "k_cache", a.batch, "q");
   a.scale = static_cast<float>(scale);
   a.out = c.output(out, "out", DType::f32, {a.batch, a.n, a.hq, a.d}, q).as<float>();
   a.lse = c.output(lse, "lse", DType::f32, {a.batch, a.n, a.hq}, q).as<float>();

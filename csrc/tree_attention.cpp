@@ -285,12 +285,8 @@ struct Item {
   // The K (or V) row of request b, KV head h at logical position pos (0 <= pos < capacity).
   const char* row(const char* base, int64_t s0, int64_t s1, int64_t sh, int64_t b, int64_t h,
                   int64_t pos) const {
-    if (!a.block_table) return base + b * s0 + pos * s1 + h * sh;
-    const int64_t at = b * a.bt_sb + (pos / a.page_size) * a.bt_sp;
-    int64_t page = a.bt64 ? static_cast<const int64_t*>(a.block_table)[at]
-                          : static_cast<const int32_t*>(a.block_table)[at];
-    page = std::min(std::max<int64_t>(page, 0), a.num_pages - 1);
-    return base + page * s0 + (pos % a.page_size) * s1 + h * sh;
+    if (!a.bt.data) return base + b * s0 + pos * s1 + h * sh;
+    return base + a.bt.page(b, pos) * s0 + (pos % a.bt.page_size) * s1 + h * sh;
   }
 
   void load(const char* p, int64_t sd, int64_t width, float* dst) const {
@@ -307,7 +303,7 @@ struct Item {
 #if defined(SPECOPS_HOST_AVX512)
     const int64_t es = a.kind == kF32 ? 4 : 2, bytes = a.d * es;
     if (a.k_sd != es || a.v_sd != es) return;
-    for (int64_t pos = pos0; pos < std::min(pos1, a.capacity); ++pos) {
+    for (int64_t pos = pos0; pos < std::min(pos1, a.bt.capacity); ++pos) {
       const char* kr = row(a.k, a.k_s0, a.k_s1, a.k_sh, b, h, pos);
       const char* vr = row(a.v, a.v_s0, a.v_s1, a.v_sh, b, h, pos);
       for (int64_t c = 0; c < bytes; c += 64) {
@@ -396,7 +392,7 @@ struct Item {
     // visible keys: the prefix [0, clamp(L, 0, C)), then the slots j with 0 <= L + j < C
     const int64_t L = a.seqlens64 ? static_cast<const int64_t*>(a.seqlens)[b * a.seqlens_s]
                                   : static_cast<const int32_t*>(a.seqlens)[b * a.seqlens_s];
-    const int64_t cap = a.capacity, pre = std::min(std::max<int64_t>(L, 0), cap);
+    const int64_t cap = a.bt.capacity, pre = std::min(std::max<int64_t>(L, 0), cap);
     const int64_t j_lo = L < 0 ? (L <= -a.n ? a.n : -L) : 0;
     const int64_t j_hi = L >= cap ? 0 : std::min(a.n, cap - L);
     prefetch(b, h, 0, std::min(kBlock, pre));

@@ -10,6 +10,8 @@
 #pragma once
 #include <stdint.h>
 
+#include "specops/block_table.h"
+
 namespace specops {
 
 struct AppendKVArgs {
@@ -23,13 +25,8 @@ struct AppendKVArgs {
   int64_t k_stride[4], v_stride[4];    // [B, N, Hkv, D], bytes
   const void* seqlens;                 // [B] int32 or int64
   bool seqlens64;
-  int64_t seqlens_stride;   // elements
-  const void* block_table;  // [B, pages] int32 or int64, or nullptr
-  bool block_table64;
-  int64_t bt_stride_b, bt_stride_p;  // elements
-  int64_t capacity;                  // S, or pages * page_size
-  int64_t page_size;                 // 0: contiguous
-  int64_t num_pages;
+  int64_t seqlens_stride;  // elements
+  BlockTable bt;           // the caches' layout: contiguous, or paged through block_table
 };
 
 // CPU twin: the (b, n) rows in parallel, each copied to its slot when in range.

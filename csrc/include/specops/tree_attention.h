@@ -29,6 +29,8 @@
 #pragma once
 #include <stdint.h>
 
+#include "specops/block_table.h"
+
 namespace specops {
 
 struct TreeAttnArgs {
@@ -48,14 +50,11 @@ struct TreeAttnArgs {
   // mask_bits [1 or B, N, W] int32; strides in elements (mask_sb = 0 for one row shared)
   const int32_t* mask;
   int64_t mask_sb, mask_sn, mask_sw;
-  // block_table [B, max_pages] int32 or int64 (nullptr: contiguous cache); strides in elements
-  const void* block_table;
-  bool bt64;
-  int64_t bt_sb, bt_sp;
-  int64_t num_pages, page_size;
+  // the caches' layout: block_table [B, max_pages] int32 or int64 (data nullptr: contiguous
+  // cache), capacity S or max_pages * page
+  BlockTable bt;
   int64_t batch, n, hq, hkv, d;
-  int64_t capacity;  // S, or max_pages * page
-  float scale;       // sm_scale
+  float scale;  // sm_scale
   // outputs, contiguous float32: out [B, N, Hq, D], lse [B, N, Hq]
   float* out;
   float* lse;
