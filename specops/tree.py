@@ -166,8 +166,7 @@ class Tree:
     O(B * N * ceil(N/32)) memory and O(log N) vectorised steps; B = 0 is allowed."""
 
     MAX_NODES = MAX_NODES
-    # Static sizes the verify ops need: the longest root-to-leaf path (max depth + 1) and the
-    # most leaves of any row; None until known (specops.reference.verify reads and caches them).
+    # The static sizes behind ``path_width`` and ``num_leaves``; None until known.
     _path_width: int | None = None
     _num_leaves: int | None = None
 
@@ -383,6 +382,33 @@ class Tree:
     @property
     def device(self) -> torch.device:
         return self.parents.device
+
+    @property
+    def path_width(self) -> int:
+        """Nodes on the longest root-to-leaf path of any row (max depth + 1; 1 for B = 0): the
+        width of ``verify_tree``'s outputs.  Static (no device read) for a tree validated on the
+        host, on the CPU, from a classmethod or from ``with_path_width``; otherwise read from the
+        device once and kept."""
+        if self._path_width is None:
+            self._path_width = int(self.depth.max()) + 1 if self.depth.numel() else 1
+        return self._path_width
+
+    @property
+    def num_leaves(self) -> int:
+        """Most leaves of any row (0 for B = 0): the path count of ``paths()`` and
+        ``path_acceptance``; static as ``path_width`` is."""
+        if self._num_leaves is None:
+            self._num_leaves = int(self.is_leaf.sum(-1).max()) if self.is_leaf.numel() else 0
+        return self._num_leaves
+
+    def with_path_width(self, width: int) -> Tree:
+        """This tree (the same tensors) with its ``path_width`` stated, for a tree built on the
+        device whose longest path the builder knows without looking (EAGLE-2's tree of depth D:
+        at most D + 1 nodes), so that verifying it reads nothing from the device.  ``width`` must
+        be at least max depth + 1 (not checked: that would read the device); a wider one only
+        pads the outputs."""
+        width = _check_int("with_path_width", "width", width, 1)
+        return Tree._of(self._tensors(), width, self._num_leaves)
 
     @property
     def ancestors(self) -> torch.Tensor:

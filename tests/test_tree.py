@@ -239,3 +239,26 @@ def test_empty_batch_through_the_verify_ops():
         torch.zeros(0, 3, 2, 2), torch.zeros(0, 2, 2, dtype=torch.int32), 5,
     )  # fmt: skip
     assert t.tree.batch_size == 0 and t.draft_tokens.shape == (0, 5)
+
+
+def test_static_sizes_are_read_only_properties():
+    """path_width (max depth + 1) and num_leaves (most leaves of a row): static for the
+    classmethods, read once and kept for a tree whose sizes were not known; not writable;
+    with_path_width states the width on a copy that shares the tensors."""
+    t = Tree.kary_chain(2, 3, 10, batch=2)
+    assert (t.path_width, t.num_leaves) == (3 + 10 - 7, 4)
+    with pytest.raises(AttributeError):
+        t.path_width = 3
+    lazy = Tree._of(t._tensors())  # sizes unknown, as a tree built on the device
+    assert (lazy._path_width, lazy._num_leaves) == (None, None)
+    assert (lazy.path_width, lazy.num_leaves) == (t.path_width, t.num_leaves)
+    assert (lazy._path_width, lazy._num_leaves) == (t.path_width, t.num_leaves)  # kept
+    wide = t.with_path_width(12)
+    assert wide.path_width == 12 and t.path_width == 6 and wide.num_leaves == 4
+    assert wide.parents is t.parents and wide.mask_bits is t.mask_bits
+    with pytest.raises(ValueError, match="width"):
+        t.with_path_width(0)
+    with pytest.raises(TypeError, match="width"):
+        t.with_path_width(2.0)
+    empty = Tree.from_parents(torch.zeros(0, 5, dtype=torch.int32))
+    assert (empty.path_width, empty.num_leaves) == (1, 0)

@@ -559,7 +559,7 @@ def tree_speculative_sampling(
     # which verify_tree rejects (-1 would remove the node)
     cand = candidates.long()
     tokens = torch.where(keep, torch.where((cand >= 0) & (cand < vocab), cand, vocab), -1)
-    tree._path_width = min(steps, n)  # known statically: no host read
+    tree = tree.with_path_width(min(steps, n))  # known statically: no host read
     u = torch.cat([uniform_samples[:, 1:].float(),
                    uniform_samples_for_final_sampling.reshape(bs, 1).float()], 1)  # fmt: skip
     r = specops.verify_tree(target_probs, tree, tokens, draft_probs, uniforms=u,

@@ -388,15 +388,16 @@ class Output:
 
 
 def select_tree(cond: torch.Tensor, a: Tree, b: Tree, width: int) -> Tree:
-    """Per-request choice between two trees of the same size: row r is a's where cond[r], else
-    b's.  Built on the device (no validation, no host read); ``width`` = max depth + 1."""
+    """Per-request choice between two trees of the same size whose sizes are static (e.g. from
+    the classmethods): row r is a's where cond[r], else b's.  Built on the device (no
+    validation, no host read); ``width`` = max depth + 1."""
     n = cond.shape[0]
     a, b = a.expand(n), b.expand(n)
     picked = []
     for va, vb in zip(a._tensors(), b._tensors()):
         picked.append(torch.where(cond.reshape(-1, *([1] * (va.dim() - 1))), va, vb))
-    la, lb = a._num_leaves, b._num_leaves  # rows take either tree's leaves
-    return Tree._of(picked, width, None if la is None or lb is None else max(la, lb))
+    leaves = max(a.num_leaves, b.num_leaves)  # rows take either tree's leaves
+    return Tree._of(picked, width, leaves)
 
 
 def init_rows(init, p0: torch.Tensor) -> torch.Tensor:

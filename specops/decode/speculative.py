@@ -142,8 +142,8 @@ def draft_dynamic(
         par_slot = lo + ps
     with rec.timer("specops"):
         t = specops.build_dynamic_tree(root.int(), tokens, logps, frontier, num_nodes)
-    t.tree._path_width = min(depth + 1, num_nodes)  # a path holds <= N nodes
-    return Drafted(t.tree, t.draft_tokens, None, beams=path)
+    tree = t.tree.with_path_width(min(depth + 1, num_nodes))  # a path holds <= N nodes
+    return Drafted(tree, t.draft_tokens, None, beams=path)
 
 
 class StaticPlan:
@@ -155,8 +155,7 @@ class StaticPlan:
         depth = tree.depth[0].tolist()
         if any(depth[i] < depth[i - 1] for i in range(1, len(depth))):
             raise ValueError("speculative: a static tree must list its nodes breadth-first")
-        self.tree = tree.to(device)
-        self.tree._path_width = max(depth) + 1
+        self.tree = tree.to(device).with_path_width(max(depth) + 1)
         self.levels = []  # (lo, hi, {parent: [children]}, parent index tensor)
         for d in range(1, max(depth) + 1):
             nodes = [i for i in range(len(depth)) if depth[i] == d]

@@ -321,7 +321,7 @@ def verify_tree(
         if rng is not None and o is not None:
             try:
                 return TreeResult(*fast(target_probs, draft_probs, draft_tokens, tree.first_child,
-                    tree.next_sibling, rv._path_width(tree), without_replacement, None, 0.0,
+                    tree.next_sibling, tree.path_width, without_replacement, None, 0.0,
                     greedy, *rng, uniforms, None, None, *o))  # fmt: skip
             except (TypeError, ValueError):
                 pass  # the checks below name what is wrong, or normalise what the kernel reads
@@ -343,7 +343,7 @@ def verify_tree(
         if draft_probs is not None:
             c.check_values_probs(op, "draft_probs", draft_probs)
         c.check_values_ids(op, "draft_tokens", draft_tokens[:, 1:], v)
-    width = rv._path_width(tree)
+    width = tree.path_width
     args = (target_probs, tree.first_child, tree.next_sibling, width, draft_tokens, draft_probs,
             wor, seed_t, seed_i, off_t, off_i, nb, delta, greedy, uniforms, backend)  # fmt: skip
     i32 = torch.int32
@@ -439,7 +439,7 @@ def path_acceptance(
         if o is not None:
             try:
                 return fast(target_probs, draft_probs, draft_tokens, tree.parents,
-                            rv._num_leaves(tree), None, *o)  # fmt: skip
+                            tree.num_leaves, None, *o)  # fmt: skip
             except (TypeError, ValueError):
                 pass  # the checks below name what is wrong, or normalise what the kernel reads
     b, n, v = _check_target(op, target_probs, backend)
@@ -453,7 +453,7 @@ def path_acceptance(
         if draft_probs is not None:
             c.check_values_probs(op, "draft_probs", draft_probs)
         c.check_values_ids(op, "draft_tokens", draft_tokens[:, 1:], v)
-    num_paths = rv._num_leaves(tree)
+    num_paths = tree.num_leaves
     args = (target_probs, draft_probs, tree.parents, num_paths, draft_tokens, backend)
     f32 = torch.float32
     specs = lambda: (

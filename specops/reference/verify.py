@@ -120,23 +120,9 @@ def _draws(seed, offset, rows: int, draws: int, device, uniforms) -> torch.Tenso
     )
 
 
-def _path_width(tree) -> int:
-    """max depth + 1 of a Tree: one host read per Tree object, cached on it as ``_path_width``
-    (tree builders that know the depth statically may set it to avoid the read)."""
-    w = getattr(tree, "_path_width", None)
-    if w is None:
-        w = int(tree.depth.max()) + 1 if tree.depth.numel() else 1
-        tree._path_width = w
-    return w
-
-
 def _num_leaves(tree) -> int:
-    """Most leaves of any row of a Tree (host read, cached as ``_num_leaves``)."""
-    n = getattr(tree, "_num_leaves", None)
-    if n is None:
-        n = int(tree.is_leaf.sum(-1).max()) if tree.is_leaf.numel() else 0
-        tree._num_leaves = n
-    return n
+    """Most leaves of any row of a Tree (``Tree.num_leaves``)."""
+    return tree.num_leaves
 
 
 # chain --------------------------------------------------------------------------------------
@@ -364,7 +350,7 @@ def verify_tree(
     b, n, v = target_probs.shape
     dev = target_probs.device
     if width is None:
-        width = _path_width(tree)
+        width = tree.path_width
     fc, ns = _tree_arrays(tree, b, dev)
     u = None if greedy else _draws(seed, offset, b, n, dev, uniforms)
     q = mass(draft_probs.to(dev)) if draft_probs is not None else None
@@ -561,7 +547,7 @@ def path_acceptance(
     dev = target_probs.device
     par = tree.parents.to(dev).long().expand(b, -1)
     if num_paths is None:
-        num_paths = _num_leaves(tree)
+        num_paths = tree.num_leaves
     return _path_acceptance(target_probs, draft_probs, par, draft_tokens, num_paths)
 
 
