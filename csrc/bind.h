@@ -15,11 +15,6 @@
 
 namespace specops {
 
-template <typename T>
-inline T* ptr(int64_t address) {
-  return reinterpret_cast<T*>(static_cast<intptr_t>(address));
-}
-
 // Token / index ids: int32 or int64 of the given rank (and sizes), last dim contiguous.
 inline const TensorArg& need_ids(const ArgCheck& c, const TensorArg& t, const char* name, int ndim,
                                  std::initializer_list<int64_t> sizes = {}) {

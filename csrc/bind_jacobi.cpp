@@ -63,7 +63,6 @@ JacobiArgs jacobi_args(bool cuda, T target, T draft, T window, T first_child, T 
 
 void bind_jacobi(py::module_& m) {
   host_kernel_names().push_back("verify_jacobi");
-  m.def("jacobi_ws_size", [](int64_t len, int64_t k) { return jacobi_ws_size(len, k); });
   m.def("verify_jacobi_cpu", host(jacobi_args, verify_jacobi_host));
 #ifdef SPECOPS_WITH_CUDA
   cuda_kernel_names().push_back("verify_jacobi");

@@ -110,9 +110,6 @@ void bind_verify(py::module_& m) {
   m.def("verify_chain_cpu", host(chain_args, verify_chain_host));
   m.def("verify_tree_cpu", host(tree_args, verify_tree_host));
   m.def("path_acceptance_cpu", host(path_args, path_acceptance_host));
-  m.def("path_acceptance_ws_size", [](int64_t nodes) {  // CUDA workspace bytes per request
-    return nodes <= kPathSmemNodes ? int64_t{0} : path_workspace_bytes(nodes);
-  });
 #ifdef SPECOPS_WITH_CUDA
   cuda_kernel_names().push_back("verify_chain");
   cuda_kernel_names().push_back("verify_tree");

@@ -42,18 +42,16 @@ void bind_traffic(py::module_& m);
 #endif
 
 PYBIND11_MODULE(SPECOPS_MODULE, m) {
-  m.doc() = "specops compiled kernels (raw-pointer interface; use the specops package)";
+  m.doc() = "specops compiled kernels (private: use the specops package)";
 
 #ifdef SPECOPS_WITH_CUDA
   m.attr("with_cuda") = true;
   m.attr("cuda_archs") = std::string(SPECOPS_CUDA_ARCHS_STR);
   m.attr("cuda_version") = std::string(SPECOPS_CUDA_VERSION_STR);
-  m.def("cuda_device_count", &gpu::device_count);
 #else
   m.attr("with_cuda") = false;
   m.attr("cuda_archs") = std::string();
   m.attr("cuda_version") = std::string();
-  m.def("cuda_device_count", []() { return 0; });
 #endif
   m.attr("cxx_compiler") = std::string(SPECOPS_CXX_COMPILER_STR);
 

@@ -371,7 +371,7 @@ double mass_sum_host(const float* p, int64_t lo, int64_t hi) {
 #if defined(SPECOPS_HOST_AVX512)
   if (have_avx512()) return mass_sum_avx512(p, lo, hi);
 #endif
-  return sum_range_host([p](int64_t v) { return mass(p[v]); }, lo, hi);
+  return sum_range_host(MassW{p}, lo, hi);
 }
 
 int64_t compact_above_host(const float* p, int64_t lo, int64_t hi, float thr, int32_t* idx,

@@ -141,12 +141,12 @@ struct HostJacobiOps {
     };
     return ids[draw_host_chunked(weight, lists.m, u, chunk_sum)];
   }
-  int32_t draw(const PosW& w, float u) {  // over p's list (compacted here if not yet)
+  int32_t draw(const MassW& w, float u) {  // over p's list (compacted here if not yet)
     pos_lists(w.p);
     if (lists.m == 0) return 0;  // no mass: the fallback token
     const float* pos = lists.buf->pos.data();
     const auto chunk_sum = [&](int64_t lo, int64_t hi) { return mass_sum_host(pos, lo, hi); };
-    return lists.buf->idx[draw_host_chunked(PosW{pos}, lists.m, u, chunk_sum)];
+    return lists.buf->idx[draw_host_chunked(MassW{pos}, lists.m, u, chunk_sum)];
   }
   // The draw from r = max(p - q, 0) over the residual's list (compacted by the sum); -1 when r
   // has no mass.
@@ -154,7 +154,7 @@ struct HostJacobiOps {
     if (!(sum(r) > 0.0)) return -1;
     const float* res = lists.buf->res.data();
     const auto chunk_sum = [&](int64_t lo, int64_t hi) { return mass_sum_host(res, lo, hi); };
-    return lists.buf->idx[draw_host_chunked(PosW{res}, lists.m, u, chunk_sum)];
+    return lists.buf->idx[draw_host_chunked(MassW{res}, lists.m, u, chunk_sum)];
   }
 
   // Candidate j is the draw over p's list with candidates 0..j-1 zeroed in place: the draw from
@@ -174,7 +174,7 @@ struct HostJacobiOps {
         out[j] = -1;
         continue;
       }
-      const int32_t i = draw_in_chunks(PosW{w}, ch, rng->uniform(row, draw0 + j));
+      const int32_t i = draw_in_chunks(MassW{w}, ch, rng->uniform(row, draw0 + j));
       out[j] = lists.buf->idx[i];
       w[i] = 0.f;
       const int64_t c = i / ch.size;

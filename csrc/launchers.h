@@ -31,7 +31,6 @@
 namespace specops {
 namespace gpu {
 SPECOPS_DECLARE_LAUNCHERS
-int device_count();
 }  // namespace gpu
 namespace sim {
 SPECOPS_DECLARE_LAUNCHERS

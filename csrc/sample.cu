@@ -32,16 +32,5 @@ std::string launch_sample_wor(const SampleWorArgs& args, void* stream) {
                                   static_cast<cudaStream_t>(stream), args));
 }
 
-#ifndef SPECOPS_CUDA_SIM
-int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
-#endif
-
 }  // namespace SPECOPS_LAUNCH_NS
 }  // namespace specops

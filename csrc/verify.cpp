@@ -10,21 +10,9 @@ namespace specops {
 
 namespace {
 
-struct Positive {  // mass(p): NaN, negative and +inf entries count as 0
-  const float* p;
-  float operator()(int64_t i) const { return mass(p[i]); }
-};
-
-struct Residual {  // r = max(p - q, 0); q == nullptr: q = one-hot(x)
-  const float* p;
-  const float* q;
-  int64_t x;
-  float operator()(int64_t i) const { return residual_at(p, q, x, i); }
-};
-
 // t ~ mass(p) with uniform u (vectorised chunk sums).
 int32_t draw_positive(const float* p, int64_t vocab, float u) {
-  return draw_host_chunked(Positive{p}, vocab, u,
+  return draw_host_chunked(MassW{p}, vocab, u,
                            [p](int64_t lo, int64_t hi) { return mass_sum_host(p, lo, hi); });
 }
 
@@ -32,23 +20,9 @@ int32_t draw_positive(const float* p, int64_t vocab, float u) {
 // scales u by its sum), or -1 when the residual has no mass.
 int32_t draw_residual(const float* p, const float* q, int64_t x, int64_t vocab, float u) {
   if (!(resid_sum_host(p, q, x, 0, vocab) > 0.0)) return -1;
-  return draw_host_chunked(Residual{p, q, x}, vocab, u,
+  return draw_host_chunked(ResidW{p, q, x}, vocab, u,
                            [&](int64_t lo, int64_t hi) { return resid_sum_host(p, q, x, lo, hi); });
 }
-
-struct BlockResidual {  // r(y) = max(float32(w p(y) - q(y)), 0)
-  const float* p;
-  const float* q;
-  int64_t x;
-  double w;
-  float operator()(int64_t i) const { return block_residual_at(p, q, x, w, i); }
-};
-
-struct NormBlockResidual {
-  BlockResidual r;
-  double inv;  // 1 / sum(r)
-  float operator()(int64_t i) const { return scaled(r(i), inv); }
-};
 
 // Block verification of request b (specops/verify.h): the accepted prefix length in *tau and
 // the final token.

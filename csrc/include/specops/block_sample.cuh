@@ -1,6 +1,6 @@
 // Block-wide pieces shared by the CUDA sampling and verification kernels: float64 sums and the
 // inverse-CDF draw  token = min{i : w_0 + ... + w_i > u * total}  over a weight functor w(i),
-// in tiles of BLOCK entries in index order.  Same maths as inverse_cdf_host (specops/verify.h)
+// in tiles of BLOCK entries in index order.  Same maths as draw_in_chunks (specops/prob_math.h)
 // and reference.inverse_cdf; sums in double, so summation order only matters on ~1e-16 ties.
 #pragma once
 #include <stdint.h>

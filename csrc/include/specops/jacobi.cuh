@@ -380,7 +380,7 @@ struct BlockJacobiOps {
     if (k <= 0) return;
     const int64_t chunk = chunk_size();
     const int64_t nchunks = num_chunks(chunk);
-    int last = chunk_pass(PosW{p}, chunk, nchunks);
+    int last = chunk_pass(MassW{p}, chunk, nchunks);
     for (int64_t j = 0; j < k; ++j) {
       const ExclW w{p, out, j};
       double running, target;

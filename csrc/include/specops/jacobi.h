@@ -119,11 +119,6 @@ SPECOPS_HD float jacobi_pool(const PF& p, int64_t vocab, int64_t x, const RelaxA
   return static_cast<float>(pool);
 }
 
-struct RawRow {  // mass(p(v)) of a stored row (the NaN policy: NaN, < 0, +inf count as 0)
-  const float* p;
-  SPECOPS_HD float operator()(int64_t v) const { return mass(p[v]); }
-};
-
 // Test of draft x: u * q(x) < p(x) + pool(x); has_q false means q = one-hot(x), q(x) = 1.
 // Ids outside [0, V) have p(x) = q(x) = 0 and are always rejected.
 template <class PF, class QF>
@@ -140,7 +135,7 @@ SPECOPS_HD bool jacobi_chain_ok(const JacobiArgs& A, int64_t b, int64_t i) {
   const int64_t x = jacobi_tok(A, b, i);
   if (x == -1) return false;
   const float* q = jacobi_q(A, b, i);
-  return jacobi_accept(A.rng.uniform(b, i), RawRow{jacobi_p(A, b, i)}, RawRow{q}, q != nullptr,
+  return jacobi_accept(A.rng.uniform(b, i), MassW{jacobi_p(A, b, i)}, MassW{q}, q != nullptr,
                        A.vocab, x, A.relax);
 }
 
@@ -161,7 +156,7 @@ template <class Ops>
 SPECOPS_HD int32_t jacobi_residual_draw(Ops& ops, const float* p, const float* q, int64_t x,
                                         float u) {
   const int32_t t = ops.draw_residual(ResidW{p, q, x}, u);  // -1: r has no mass
-  return t >= 0 ? t : ops.draw(PosW{p}, u);
+  return t >= 0 ? t : ops.draw(MassW{p}, u);
 }
 
 // Chain mode, slot i of request b, given the accepted prefix a: next_window[i] and the slot's
@@ -184,7 +179,7 @@ SPECOPS_HD void jacobi_chain_slot(const JacobiArgs& A, int64_t b, int64_t i, int
   } else if (i == a) {
     t = jacobi_residual_draw(ops, p, q, x, u);
   } else {
-    t = ops.draw(PosW{p}, u);  // plain SJD: later slots sampled afresh from p
+    t = ops.draw(MassW{p}, u);  // plain SJD: later slots sampled afresh from p
   }
   if (ops.leader()) A.out_next_window[b * L + i] = t;
   if (A.num_candidates > 1) {
@@ -233,7 +228,7 @@ SPECOPS_HD TreeView jacobi_tree_view(const JacobiArgs& A, int64_t b) {
 // rejected before it): draw c - 1.
 SPECOPS_HD bool jacobi_fresh_test(const JacobiArgs& A, int64_t b, int64_t m, int64_t c, int64_t x) {
   const float* q = jacobi_q(A, b, m);
-  return jacobi_accept(A.rng.uniform(b, c - 1), RawRow{jacobi_p(A, b, m)}, RawRow{q}, q != nullptr,
+  return jacobi_accept(A.rng.uniform(b, c - 1), MassW{jacobi_p(A, b, m)}, MassW{q}, q != nullptr,
                        A.vocab, x, A.relax);
 }
 
@@ -377,7 +372,7 @@ SPECOPS_HD void jacobi_tree_node(const JacobiArgs& A, int64_t b, const TreeView&
         const bool keep = jacobi_fresh_test(A, b, n, c, x);
         t = keep ? static_cast<int32_t>(x) : jacobi_residual_draw(ops, p, q, x, u);
       } else {
-        t = ops.draw(PosW{p}, u);
+        t = ops.draw(MassW{p}, u);
       }
     }
     if (ops.leader()) ws[jacobi_ws_node_tok(L) + n] = t;

@@ -64,7 +64,9 @@ SPECOPS_HD void load4(const float* row, int64_t i, float* o) {
 }
 SPECOPS_HD float relu(float d) { return d > 0.f ? d : 0.f; }
 
-struct PosW {  // mass(p): what inverse_cdf samples from a raw row
+// w(v) = mass(p[v]): a stored row as every pass sums, draws from and takes the argmax of
+// (NaN, negative and +inf entries count as 0).
+struct MassW {
   const float* p;
   SPECOPS_HD float operator()(int64_t v) const { return mass(p[v]); }
   SPECOPS_HD void quad(int64_t i, float* o) const {
@@ -244,22 +246,6 @@ inline void sum2_range_host(const F& f, int64_t lo, int64_t hi, double* s1, doub
   }
   *s1 = a;
   *s2 = b;
-}
-
-// min{i : w_0 + ... + w_i > target, w_i > 0} (float64 sums), else the last positive, else 0.
-template <typename W>
-inline int32_t inverse_cdf_host(W w, int64_t vocab, double target) {
-  double running = 0.0;
-  int32_t last = 0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    const double wi = static_cast<double>(w(i));
-    if (wi > 0.0) {
-      running += wi;
-      last = static_cast<int32_t>(i);
-      if (running > target) return static_cast<int32_t>(i);
-    }
-  }
-  return last;
 }
 
 // The chunks of a host draw over n entries (at most kMax of at least 256 entries) and their

@@ -8,14 +8,9 @@
 
 #include "specops/block_sample.cuh"
 #include "specops/common.h"
-#include "specops/mass.h"
+#include "specops/prob_math.h"  // MassW
 
 namespace specops {
-
-struct NonNegative {  // mass(p): NaN, negative and +inf entries count as 0
-  const float* p;
-  __device__ float operator()(int64_t i) const { return mass(p[i]); }
-};
 
 template <int BLOCK>
 __global__ void sample_kernel(const float* __restrict__ probs, int64_t vocab, int64_t row_stride,
@@ -23,7 +18,7 @@ __global__ void sample_kernel(const float* __restrict__ probs, int64_t vocab, in
   __shared__ typename BlockSampler<BLOCK>::TempStorage tmp;
   const int64_t row = blockIdx.x;
   BlockSampler<BLOCK> sampler(tmp);
-  const int tok = sampler.draw(NonNegative{probs + row * row_stride}, vocab, rng.uniform(row, 0));
+  const int tok = sampler.draw(MassW{probs + row * row_stride}, vocab, rng.uniform(row, 0));
   if (threadIdx.x == 0) out[row] = tok;
 }
 
@@ -34,7 +29,7 @@ __global__ void sample_split_sum_kernel(const float* __restrict__ probs, int64_t
   __shared__ typename BlockSampler<BLOCK>::TempStorage tmp;
   const int64_t row = blockIdx.x / split.chunks, c = blockIdx.x % split.chunks;
   const int64_t lo = c * split.chunk, hi = lo + split.chunk < vocab ? lo + split.chunk : vocab;
-  const double s = BlockSampler<BLOCK>(tmp).sum(NonNegative{probs + row * row_stride}, lo, hi);
+  const double s = BlockSampler<BLOCK>(tmp).sum(MassW{probs + row * row_stride}, lo, hi);
   if (threadIdx.x == 0) split.sums[blockIdx.x] = s;
 }
 
@@ -51,8 +46,8 @@ __global__ void sample_split_draw_kernel(const float* __restrict__ probs, int64_
   int64_t begin, until;
   double before, target;
   sampler.split_locate(split, row, rng.uniform(row, 0), &begin, &before, &target, &until);
-  const int tok = sampler.inverse_cdf(NonNegative{probs + row * row_stride}, vocab, target, begin,
-                                      before, until);
+  const int tok =
+      sampler.inverse_cdf(MassW{probs + row * row_stride}, vocab, target, begin, before, until);
   if (threadIdx.x == 0) out[row] = tok;
 }
 

@@ -11,36 +11,9 @@
 
 namespace specops {
 
-struct PositiveDev {  // mass(p): NaN, negative and +inf entries count as 0
-  const float* p;
-  __device__ float operator()(int64_t i) const { return mass(p[i]); }
-};
-
-struct RawDev {  // greedy argmax: the reference's argmax of mass(p) (0 for a row without mass)
-  const float* p;
-  __device__ float operator()(int64_t i) const { return mass(p[i]); }
-};
-
-struct ResidualDev {  // r = max(p - q, 0); q == nullptr: q = one-hot(x)
-  const float* p;
-  const float* q;
-  int64_t x;
-  __device__ float operator()(int64_t i) const { return residual_at(p, q, x, i); }
-};
-
-struct BlockResidualDev {  // r(y) = max(float32(w p(y) - q(y)), 0); q == nullptr: one-hot(x)
-  const float* p;
-  const float* q;
-  int64_t x;
-  double w;
-  __device__ float operator()(int64_t i) const { return block_residual_at(p, q, x, w, i); }
-};
-
-struct NormBlockResidualDev {
-  BlockResidualDev r;
-  double inv;  // 1 / sum(r)
-  __device__ float operator()(int64_t i) const { return scaled(r(i), inv); }
-};
+// The rows the passes read are prob_math.h's and verify.h's functors: MassW (draws and the
+// greedy argmax: the reference's argmax of mass(p), 0 for a row without mass), ResidW,
+// BlockResidual, NormBlockResidual.
 
 // Both block sums (valid on every thread) of two per-thread partials.
 template <int BLOCK>
@@ -134,7 +107,7 @@ __global__ void verify_chain_split_draw_kernel(VerifyChainArgs a) {
   double before, target;
   const double total = sampler.split_locate(a.split, b, u, &begin, &before, &target, &until);
   const int t = w.residual && !(total > 0.0)
-                    ? sampler.draw(PositiveDev{w.p}, a.vocab, u)
+                    ? sampler.draw(MassW{w.p}, a.vocab, u)
                     : sampler.inverse_cdf(w, a.vocab, target, begin, before, until);
   if (threadIdx.x == 0) chain_write_prefix(a, b, acc, t);
 }
@@ -157,7 +130,7 @@ __global__ void verify_chain_kernel(VerifyChainArgs a) {
   if (a.greedy) {
     // accept x_i iff x_i == argmax p_i (first maximal id); t = argmax of the first unmatched row
     while (true) {
-      t = sampler.argmax(RawDev{a.target + b * a.target_sb + acc * a.target_sk}, a.vocab);
+      t = sampler.argmax(MassW{a.target + b * a.target_sb + acc * a.target_sk}, a.vocab);
       if (acc >= n_valid || a.tokens[b * a.tokens_sb + acc] != t) break;
       ++acc;
     }
@@ -166,8 +139,8 @@ __global__ void verify_chain_kernel(VerifyChainArgs a) {
     // residual sums and the draw are block-parallel
     const auto residual = [&](int64_t i, double w) {
       const float* q = a.draft ? a.draft + b * a.draft_sb + i * a.draft_sk : nullptr;
-      return BlockResidualDev{a.target + b * a.target_sb + i * a.target_sk, q,
-                              a.tokens[b * a.tokens_sb + i], w};
+      return BlockResidual{a.target + b * a.target_sb + i * a.target_sk, q,
+                           a.tokens[b * a.tokens_sb + i], w};
     };
     acc = 0;
     for (int64_t i = n_valid; i >= 1; --i) {
@@ -181,23 +154,22 @@ __global__ void verify_chain_kernel(VerifyChainArgs a) {
     const float u = a.rng.uniform(b, a.k);
     t = -1;
     if (acc < n_valid) {  // t ~ norm(r_tau), or p_{tau+1} when r_tau has no mass
-      const BlockResidualDev r = residual(acc, chain_block_weight(a, b, acc));
+      const BlockResidual r = residual(acc, chain_block_weight(a, b, acc));
       const double s = sampler.sum(r, a.vocab);
-      if (s > 0.0) t = sampler.draw(NormBlockResidualDev{r, inverse_of(s)}, a.vocab, u);
+      if (s > 0.0) t = sampler.draw(NormBlockResidual{r, inverse_of(s)}, a.vocab, u);
     }
-    if (t < 0)
-      t = sampler.draw(PositiveDev{a.target + b * a.target_sb + acc * a.target_sk}, a.vocab, u);
+    if (t < 0) t = sampler.draw(MassW{a.target + b * a.target_sb + acc * a.target_sk}, a.vocab, u);
   } else {
     const float* pa = a.target + b * a.target_sb + acc * a.target_sk;
     const float u = a.rng.uniform(b, a.k);
     t = -1;
     if (acc < n_valid) {  // draft acc rejected: t ~ norm(max(p_a - q_a, 0)), drawn from r
       const float* qa = a.draft ? a.draft + b * a.draft_sb + acc * a.draft_sk : nullptr;
-      const ResidualDev r{pa, qa, a.tokens[b * a.tokens_sb + acc]};
+      const ResidW r{pa, qa, a.tokens[b * a.tokens_sb + acc]};
       const double s = sampler.sum(r, a.vocab);
       if (s > 0.0) t = sampler.inverse_cdf(r, a.vocab, static_cast<double>(u) * s);
     }
-    if (t < 0) t = sampler.draw(PositiveDev{pa}, a.vocab, u);  // bonus, or residual w/o mass
+    if (t < 0) t = sampler.draw(MassW{pa}, a.vocab, u);  // bonus, or residual w/o mass
   }
   if (threadIdx.x == 0) chain_write_prefix(a, b, acc, t);
 }
@@ -215,12 +187,12 @@ __global__ void verify_tree_kernel(VerifyTreeArgs a) {
   if (threadIdx.x == 0) tree_walk_init(a, b, s_w);
   __syncthreads();
   if (a.greedy) {
-    int best = sampler.argmax(RawDev{a.target + b * a.target_sb}, V);
+    int best = sampler.argmax(MassW{a.target + b * a.target_sb}, V);
     while (true) {
       if (threadIdx.x == 0) s_event = tree_walk_advance(a, b, s_w, best);
       __syncthreads();
       if (s_event != kTreeDescend) break;
-      best = sampler.argmax(RawDev{a.target + b * a.target_sb + s_w.cur * a.target_sn}, V);
+      best = sampler.argmax(MassW{a.target + b * a.target_sb + s_w.cur * a.target_sn}, V);
     }
     if (threadIdx.x == 0) tree_walk_finish(a, b, s_w, best);
     return;
@@ -237,7 +209,7 @@ __global__ void verify_tree_kernel(VerifyTreeArgs a) {
     const float* q = tree_q(a, b, s_w);
     const int64_t x = s_w.x;
     const bool wor = a.without_replacement && q != nullptr;
-    const ResidualDev r{p, q, x};
+    const ResidW r{p, q, x};
     double lp = 0.0, lq = 0.0;
     for (int64_t i = threadIdx.x; i < V; i += BLOCK) {
       lp += static_cast<double>(r(i));
@@ -254,7 +226,7 @@ __global__ void verify_tree_kernel(VerifyTreeArgs a) {
     __syncthreads();
     if (threadIdx.x == 0) tree_walk_rejected(a, s_w, s.x > 0.0);
   }
-  const int t = sampler.draw(PositiveDev{tree_p(a, b, s_w)}, V, a.rng.uniform(b, a.nodes - 1));
+  const int t = sampler.draw(MassW{tree_p(a, b, s_w)}, V, a.rng.uniform(b, a.nodes - 1));
   if (threadIdx.x == 0) tree_walk_finish(a, b, s_w, t);
 }
 

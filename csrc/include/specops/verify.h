@@ -127,6 +127,18 @@ SPECOPS_HD float block_residual_at(const float* p, const float* q, int64_t x, do
   const double qi = q ? static_cast<double>(mass(q[i])) : (i == x ? 1.0 : 0.0);
   return clamp0(static_cast<float>(w * static_cast<double>(mass(p[i])) - qi));
 }
+struct BlockResidual {  // w(i) = block_residual_at(p, q, x, w, i)
+  const float* p;
+  const float* q;
+  int64_t x;
+  double w;
+  SPECOPS_HD float operator()(int64_t i) const { return block_residual_at(p, q, x, w, i); }
+};
+struct NormBlockResidual {  // norm(r): the draw's row after a rejection at tau
+  BlockResidual r;
+  double inv;  // 1 / sum(r)
+  SPECOPS_HD float operator()(int64_t i) const { return scaled(r(i), inv); }
+};
 
 SPECOPS_HD double block_stop(double z, double w) {
   const double den = z + (1.0 - w);

@@ -103,7 +103,3 @@ inline cudaError_t cudaFuncSetAttribute(K kernel, cudaFuncAttribute attr, int va
   ::cuda_sim::set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), value);
   return cudaSuccess;
 }
-inline cudaError_t cudaGetDeviceCount(int* n) {
-  *n = 0;
-  return cudaSuccess;
-}
