@@ -81,7 +81,7 @@ PAGES = {
     "decode": (
         "Decoding loop",
         "One short function per method on any model that follows the protocol in "
-        "`specops.decode._common`, the progress hook, and the statistics every method returns.",
+        "`specops.decode._runners`, the progress hook, and the statistics every method returns.",
         [("specops.decode", None)],
     ),
 }

@@ -191,7 +191,7 @@ def test_device_offsets_do_not_recompile():
 
     f = torch.compile(lambda p, o: specops.sample(p, seed=1, offset=o), backend=backend,
                       fullgraph=True)  # fmt: skip
-    from specops.decode._common import Offsets
+    from specops.decode._loop import Offsets
 
     rng = Offsets()
     with specops.validation(False):  # value checks read the data: not traceable

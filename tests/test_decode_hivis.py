@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specops.decode import ar, speculative, vvs
-from specops.decode._common import DraftRunner
+from specops.decode._runners import DraftRunner
 from specops.decode.stats import Recorder
 from specops.models.loading import load_default
 

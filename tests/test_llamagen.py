@@ -26,7 +26,7 @@ from specops.imagegen.tiny import (
     official_t2i_gpt,
     tiny_vq16,
 )
-from specops.models.llamagen import load_llamagen, to_official
+from specops.models.llamagen_gpt import load_llamagen, to_official
 from specops.models.vqgan import load_vq16, to_uint8
 
 KEYS = json.loads((Path(__file__).parent / "data" / "llamagen_keys.json").read_text())

@@ -20,6 +20,7 @@ __all__ = [
     "prompt_tokens",
     "decode_length",
     "prepare",
+    "check_hide",
 ]
 
 
@@ -159,3 +160,27 @@ def prepare(fn: str, model, classes, length) -> tuple[torch.Tensor, int]:
     """What every method checks first, before any work: -> (prompt [B, P], length)."""
     prompt, longest = prompt_tokens(model, classes, fn)
     return prompt, decode_length(fn, model, length, longest)
+
+
+def check_hide(name: str, prompt, hide, drafter_prefill: bool, hide_positions: str, drafter=None):
+    """Validate the HiViS options of ``speculative`` / ``vvs`` (shapes only: no host read)."""
+    if hide_positions not in ("compact", "target"):
+        raise ValueError(
+            f"{name}: hide_positions must be 'compact' or 'target', got {hide_positions!r}"
+        )
+    if hide is None:
+        return None
+    if not drafter_prefill:
+        raise ValueError(f"{name}: hide= needs drafter_prefill=True (it selects prefill entries)")
+    if getattr(drafter, "reads_prompt", False):
+        raise ValueError(
+            f"{name}: hide= applies to feature drafters; a standalone draft model reads the "
+            "whole prompt itself"
+        )
+    hide = torch.as_tensor(hide, device=prompt.device)
+    if hide.dtype != torch.bool or hide.shape != prompt.shape:
+        raise ValueError(
+            f"{name}: hide must be a bool mask of the prompt's shape {tuple(prompt.shape)}, got "
+            f"{hide.dtype} {tuple(hide.shape)}"
+        )
+    return hide

@@ -7,7 +7,7 @@ import torch
 import specops
 from specops._nvtx import nvtx_range
 from specops.decode._checks import prepare
-from specops.decode._common import compiled_step, start
+from specops.decode._loop import compiled_step, start
 from specops.decode.sampling import Sampling
 
 __all__ = ["ar"]

@@ -20,7 +20,7 @@ import torch
 import specops
 from specops._nvtx import nvtx_range
 from specops.decode._checks import check_width, prepare
-from specops.decode._common import compiled_step, emit_first, init_rows, start
+from specops.decode._loop import compiled_step, emit_first, init_rows, start
 from specops.decode.sampling import Sampling
 
 __all__ = ["sjd", "shift_window"]

@@ -54,7 +54,7 @@ import torch
 import specops
 from specops._nvtx import nvtx_range
 from specops.decode._checks import check_branch, check_int, check_width, prepare
-from specops.decode._common import compiled_step, emit_first, init_rows, select_tree, start
+from specops.decode._loop import compiled_step, emit_first, init_rows, select_tree, start
 from specops.decode.sampling import Sampling
 from specops.tree import Tree
 

@@ -40,8 +40,9 @@ import torch
 
 import specops
 from specops._nvtx import nvtx_range
-from specops.decode._checks import check_branch, check_int, prepare
-from specops.decode._common import DraftRunner, check_hide, compiled_step, emit_first, start
+from specops.decode._checks import check_branch, check_hide, check_int, prepare
+from specops.decode._loop import compiled_step, emit_first, start
+from specops.decode._runners import DraftRunner
 from specops.decode.sampling import Sampling
 from specops.tree import MAX_NODES, Tree, chain_bits, pack_bits
 

@@ -46,14 +46,9 @@ import torch
 
 import specops
 from specops._nvtx import nvtx_range
-from specops.decode._checks import check_int, prepare
-from specops.decode._common import (
-    DraftRunner,
-    check_hide,
-    compiled_step,
-    emit_first,
-    start,
-)
+from specops.decode._checks import check_hide, check_int, prepare
+from specops.decode._loop import compiled_step, emit_first, start
+from specops.decode._runners import DraftRunner
 from specops.decode.sampling import Sampling
 from specops.decode.speculative import draft_dynamic, tree_sizes
 from specops.reference.verify import Relaxation

@@ -22,7 +22,7 @@ import numbers
 import torch
 
 from specops import decode
-from specops.decode.progress import current_hook
+from specops.decode.hooks import current_hook
 from specops.decode.sampling import NAMES as SAMPLING
 from specops.hf.drafter import HFDrafter, check_drafter
 from specops.hf.model import HFModel

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from specops.imagegen.base import Pipeline
-from specops.models.llamagen import LlamaGenT2I, load_llamagen
+from specops.models.llamagen_gpt import LlamaGenT2I, load_llamagen
 from specops.models.loading import load_drafter_file
 from specops.models.vqgan import load_vq16, to_uint8
 

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specops.models.llamagen import read_state_dict
+from specops.models.llamagen_gpt import read_state_dict
 
 __all__ = ["VQGANConfig", "VQGANDecoder", "load_vq16", "load_chameleon_vqgan", "to_uint8"]
 

@@ -1,4 +1,4 @@
-"""A progress / streaming hook for every decoding method.
+"""The decoding loop's hooks: ``progress``, a per-step progress / streaming hook for every method.
 
     with specops.decode.progress(lambda counts, length: print(counts.tolist(), length)):
         tokens, stats = sjd_pac(model, classes)

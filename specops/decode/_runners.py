@@ -1,5 +1,5 @@
-"""What every decoding method shares: the target runner (static cache, CFG pairs, probs), the
-drafter runner, the output buffer and the random-offset counter.
+"""The model runners of the decoding loop: the target (static KV cache, CFG pairs, probabilities)
+and an EAGLE/HiViS feature drafter (its own cache).
 
 Model protocol (DESIGN.md, "The decoding loop")::
 
@@ -18,81 +18,11 @@ import torch
 
 import specops
 from specops._nvtx import nvtx_range
-from specops.decode._checks import prepare, prompt_tokens
-from specops.decode.progress import current_hook
 from specops.decode.sampling import Sampling
 from specops.decode.stats import Recorder
 from specops.tree import Tree
 
-__all__ = [
-    "compiled_step",
-    "TargetRunner",
-    "DraftRunner",
-    "Output",
-    "Offsets",
-    "prompt_tokens",
-    "prepare",
-    "select_tree",
-    "start",
-    "emit_first",
-    "init_rows",
-    "check_hide",
-]
-
-
-class Offsets:
-    """Philox offsets: every random op call of a run reads its own counter block.
-
-    The counter is an int64 device tensor advanced in place (offset 1, 2, ... as before), never
-    a Python int: a CUDA graph replays the advance instead of baking one value in, and
-    torch.compile sees one tensor input instead of a new constant (a recompile) per call.  Ops
-    read it when they run, in stream order, before the next advance."""
-
-    def __init__(self, start: int = 0, device="cpu"):
-        self.counter = torch.full((1,), start, dtype=torch.int64, device=device)
-
-    def __call__(self) -> torch.Tensor:
-        self.counter += 1
-        return self.counter
-
-
-def compiled_step(step, how):
-    """One decoding iteration, compiled or not: ``how`` None / False runs ``step`` eagerly; True
-    or a torch.compile backend name ("inductor", "aot_eager", ...) compiles it whole
-    (``fullgraph=True``: a graph break is an error, not a silent slow path).  Every step's
-    inputs keep their shapes and seeds / offsets are device tensors, so it compiles once per
-    run; the loop's stop check (one host read) stays outside."""
-    if how is None or how is False:
-        return step
-    backend = "inductor" if how is True else how
-    return torch.compile(step, fullgraph=True, dynamic=False, backend=backend)
-
-
-def start(name, model, prompt, length: int, sampling: Sampling, *, width, slack, out_slack=None):
-    """The set-up every method shares, sampling as ``sampling`` says.  ``width``: the most tokens
-    one step emits; the cache holds prompt + length + ``slack`` tokens (finished requests still
-    ride along); the output keeps ``out_slack`` (default ``width``) spare columns.
-    -> (recorder with its timer running, offsets, target runner, output buffer, cache capacity)."""
-    b, dev = prompt.shape[0], prompt.device
-    rec = Recorder(name, b, length, width, dev)
-    rng = Offsets(device=dev)
-    rec.timer.start()
-    cap = prompt.shape[1] + length + slack
-    tgt = TargetRunner(model, prompt, capacity=cap, rec=rec, sampling=sampling)
-    eos = getattr(model, "eos_token_ids", None)  # a model may stop requests at these tokens
-    out = Output(b, length, width if out_slack is None else out_slack, dev, eos=eos)
-    return rec, rng, tgt, out, cap
-
-
-def emit_first(probs, out, rec, sampling: Sampling, rng) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample the first token s_1 ~ probs [B, V] (the prefill's last row) and emit it.
-    -> (root [B] int32, ones [B] int64)."""
-    with rec.timer("specops"):
-        root = specops.sample(probs, seed=sampling.seed, offset=rng())
-    ones = torch.ones(root.shape[0], dtype=torch.long, device=root.device)
-    out.write(root[:, None], ones)
-    rec.emitted(ones, ones.bool())
-    return root, ones
+__all__ = ["TargetRunner", "DraftRunner"]
 
 
 class TargetRunner:
@@ -306,110 +236,3 @@ class DraftRunner:
         """Forget the last n[b] committed entries (VVS: they were built on stale features and
         are redone after post-verification)."""
         self.cache.seqlens -= n.to(self.cache.seqlens.dtype)
-
-
-def check_hide(name: str, prompt, hide, drafter_prefill: bool, hide_positions: str, drafter=None):
-    """Validate the HiViS options of ``speculative`` / ``vvs`` (shapes only: no host read)."""
-    if hide_positions not in ("compact", "target"):
-        raise ValueError(
-            f"{name}: hide_positions must be 'compact' or 'target', got {hide_positions!r}"
-        )
-    if hide is None:
-        return None
-    if not drafter_prefill:
-        raise ValueError(f"{name}: hide= needs drafter_prefill=True (it selects prefill entries)")
-    if getattr(drafter, "reads_prompt", False):
-        raise ValueError(
-            f"{name}: hide= applies to feature drafters; a standalone draft model reads the "
-            "whole prompt itself"
-        )
-    hide = torch.as_tensor(hide, device=prompt.device)
-    if hide.dtype != torch.bool or hide.shape != prompt.shape:
-        raise ValueError(
-            f"{name}: hide must be a bool mask of the prompt's shape {tuple(prompt.shape)}, got "
-            f"{hide.dtype} {tuple(hide.shape)}"
-        )
-    return hide
-
-
-class Output:
-    """Emitted tokens [B, T] (int32, -1 until written), written at each request's count.  With
-    ``eos`` (token ids [E]) a request stops at its first EOS: its count jumps to T, so it is no
-    longer active; what its row holds after the EOS is unspecified (-1 or the rest of that step's
-    tokens)."""
-
-    def __init__(self, batch: int, length: int, slack: int, device, eos=None):
-        self.length = length
-        self.buf = torch.full((batch, length + slack + 1), -1, dtype=torch.int32, device=device)
-        self.count = torch.zeros(batch, dtype=torch.int64, device=device)
-        self._trash = length + slack
-        self.eos = None if eos is None else torch.as_tensor(eos, device=device).reshape(-1)
-
-    @property
-    def active(self) -> torch.Tensor:
-        return self.count < self.length
-
-    def write(self, tokens: torch.Tensor, n: torch.Tensor) -> None:
-        """Append the first n[b] entries of tokens [B, M] to request b."""
-        m = tokens.shape[1]
-        cols = torch.arange(m, device=tokens.device)[None, :]
-        ok = cols < n[:, None]
-        idx = torch.where(ok, (self.count[:, None] + cols).clamp(max=self._trash), self._trash)
-        self.buf.scatter_(1, idx, tokens.to(torch.int32))
-        self.count += n.long()
-        if self.eos is not None:  # a request that wrote an EOS is finished
-            hit = (torch.isin(tokens, self.eos) & ok).any(1)
-            self.count = torch.where(hit, self.count.clamp(min=self.length), self.count)
-
-    def done(self) -> bool:
-        """The loop's one host read per step; it also feeds the progress hook, if one is set."""
-        if current_hook() is None:
-            return bool((self.count >= self.length).all())
-        return bool((self._feed() >= self.length).all())
-
-    def report(self) -> None:
-        """Feed the progress hook from a loop whose stop check is not ``done()`` (AR, VVS): a
-        host read only while a hook is set."""
-        if current_hook() is not None:
-            self._feed()
-
-    def _feed(self) -> torch.Tensor:
-        """Call the progress hook (specops.decode.progress) -> host counts [B]."""
-        hook, with_tokens = current_hook()
-        counts = self.count.cpu()
-        if with_tokens:
-            hook(counts, self.length, self.buf[:, : self.length].cpu())
-        else:
-            hook(counts, self.length)
-        return counts
-
-    def tokens(self) -> torch.Tensor:
-        return self.buf[:, : self.length]
-
-
-def select_tree(cond: torch.Tensor, a: Tree, b: Tree, width: int) -> Tree:
-    """Per-request choice between two trees of the same size whose sizes are static (e.g. from
-    the classmethods): row r is a's where cond[r], else b's.  Built on the device (no
-    validation, no host read); ``width`` = max depth + 1."""
-    n = cond.shape[0]
-    a, b = a.expand(n), b.expand(n)
-    picked = []
-    for va, vb in zip(a._tensors(), b._tensors()):
-        picked.append(torch.where(cond.reshape(-1, *([1] * (va.dim() - 1))), va, vb))
-    leaves = max(a.num_leaves, b.num_leaves)  # rows take either tree's leaves
-    return Tree._of(picked, width, leaves)
-
-
-def init_rows(init, p0: torch.Tensor) -> torch.Tensor:
-    """The initial window's draft distribution [B, V]: p(s_1) ("target"), uniform over the
-    vocabulary ("uniform") or over the tokens of a [V] bool mask."""
-    if isinstance(init, str):
-        if init == "target":
-            return p0
-        if init == "uniform":
-            return torch.full_like(p0, 1.0 / p0.shape[-1])
-        raise ValueError(f"init must be 'target', 'uniform' or a [V] bool mask, got {init!r}")
-    mask = torch.as_tensor(init, device=p0.device)
-    if mask.shape != p0.shape[-1:] or mask.dtype != torch.bool or not bool(mask.any()):
-        raise ValueError(f"init mask must be a non-empty [V={p0.shape[-1]}] bool tensor")
-    return (mask.float() / mask.sum()).expand_as(p0)
