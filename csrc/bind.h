@@ -116,17 +116,28 @@ inline BlockTable block_table_arg(const ArgCheck& c, const TensorArg& block_tabl
     t.capacity = cache.size[1];
     return t;
   }
-  const DType dt = block_table.dtype == DType::i64 ? DType::i64 : DType::i32;
-  c.need(block_table, "block_table", dt, 2, {batch});
+  const bool is64 = block_table.dtype == DType::i64;
+  c.need(block_table, "block_table", is64 ? DType::i64 : DType::i32, 2, {batch});
   if (cache.size[0] == 0) c.fail(cache_name, "must have at least one page");
-  t.data = block_table.data;
-  t.is64 = block_table.dtype == DType::i64;
-  t.stride_b = block_table.stride[0];
-  t.stride_p = block_table.stride[1];
-  t.page_size = cache.size[1];
-  t.num_pages = cache.size[0];
-  t.capacity = block_table.size[1] * t.page_size;
-  return t;
+  const int64_t page = cache.size[1];
+  return BlockTable{
+      block_table.data,
+      is64,
+      block_table.stride[0],       // stride_b
+      block_table.stride[1],       // stride_p
+      page,                        // page_size
+      cache.size[0],               // num_pages
+      block_table.size[1] * page,  // capacity
+  };
+}
+
+// The CUDA kernels' split of a row's draw at small batch (RowSplit, specops/common.h), with its
+// float64 workspace [rows, chunks] when it splits.
+inline RowSplit split_arg(const ArgCheck& c, int64_t rows, int64_t vocab, const TensorArg& like) {
+  RowSplit s = row_split(rows, vocab);
+  if (s.chunks > 1)
+    s.sums = c.scratch(TensorArg(), "split_sums", DType::f64, {rows, s.chunks}, like).as<double>();
+  return s;
 }
 
 inline void check_cuda_error(const std::string& err, const char* op) {

@@ -39,13 +39,7 @@ SampleArgs sample_args(bool cuda, T probs, T seed, int64_t seed_value, T offset,
   set_probs(c, a, probs);
   a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, a.rows, 1);
   a.out = c.output(out, "out", DType::i32, {a.rows}, probs).as<int32_t>();
-  if (cuda) {
-    a.split = row_split(a.rows, a.vocab);
-    if (a.split.chunks > 1)
-      a.split.sums =
-          c.scratch(TensorArg(), "split_sums", DType::f64, {a.rows, a.split.chunks}, probs)
-              .as<double>();
-  }
+  if (cuda) a.split = split_arg(c, a.rows, a.vocab, probs);
   return a;
 }
 

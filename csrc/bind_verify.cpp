@@ -34,13 +34,8 @@ VerifyChainArgs chain_args(bool cuda, T target, T draft, T tokens, T num_draft, 
       c.output(out_tokens, "out_tokens", DType::i32, {a.batch, k + 1}, target).as<int32_t>();
   a.out_num_accepted =
       c.output(out_num, "out_num_accepted", DType::i32, {a.batch}, target).as<int32_t>();
-  if (cuda && !greedy && !block) {  // the CUDA kernel's split final draw at small batch
-    a.split = row_split(a.batch, a.vocab);
-    if (a.split.chunks > 1)
-      a.split.sums =
-          c.scratch(TensorArg(), "split_sums", DType::f64, {a.batch, a.split.chunks}, target)
-              .as<double>();
-  }
+  if (cuda && !greedy && !block)  // the CUDA kernel's split final draw at small batch
+    a.split = split_arg(c, a.batch, a.vocab, target);
   return a;
 }
 
