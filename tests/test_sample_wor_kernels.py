@@ -107,7 +107,7 @@ def test_many_rows_agree_exactly(be):
 
 def test_cpu_skips_keep_the_top_k():
     """The CPU twin skips the logs of entries whose 1 - u rules them out and the Philox draw of
-    entries too small to get in whatever their u (verify.cpp gumbel_topk_host): on wide rows with
+    entries too small to get in whatever their u (sample.cpp gumbel_topk_host): on wide rows with
     a long tail of tiny probabilities (most entries skipped) the ids still equal the reference."""
     gen = torch.Generator().manual_seed(3)
     for sharp in (3.0, 8.0):
