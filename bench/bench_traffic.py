@@ -40,6 +40,27 @@ def _chain_floor(p, x, q, r) -> int:
     return rows + b * (k1 + 1) * F32
 
 
+def _tree_floor(p, q, tree, r) -> int:
+    """verify_tree: p(x_c) and q(x_c) for each tested child (the children of every node on the
+    accepted path up to the accepted one, all children of the last node); the rows the final
+    token is drawn from (the last node's p row, and the q row of each of its rejected children
+    when drafts have probabilities); the outputs."""
+    b, n, v = p.shape
+    par = tree.parents.reshape(-1, n)[0].tolist()
+    kids = [[c for c in range(n) if par[c] == m] for m in range(n)]
+    total = 0
+    for bb in range(b):
+        a = int(r.num_accepted[bb])
+        path = r.path[bb, : a + 1].tolist()
+        tested = sum(kids[m].index(nxt) + 1 for m, nxt in zip(path, path[1:]))
+        rejected = len(kids[path[-1]])
+        tested += rejected
+        per_test = 2 if q is not None else 1
+        total += tested * per_test * F32 + v * F32 * (1 + (rejected if q is not None else 0))
+    width = r.path.shape[1]
+    return total + b * (2 * width + 1) * F32
+
+
 def _sample_floor(p, k=1) -> int:
     """sample / sample_without_replacement: every row once, k ids out per row."""
     rows = p.numel() // p.shape[-1]
@@ -231,6 +252,22 @@ def _cuda_cases(quick: bool):
             return _chain_floor(p, x, q, r)
 
         cases.append(("verify_chain", f"B={b} K={k} V={v}", verify))
+    trees = (
+        [(2, (2, 3), 1000, False)]
+        if quick
+        else [(1, (4, 3), 128256, True), (8, (2, 4), 32000, False)]
+    )
+    for b, (k, d), v, det in trees:
+        tree = Tree.kary(k, d)
+        p, x, q = bench_verify._tree_inputs(b, tree, v, "cpu", _gen(b + k + v), deterministic=det)
+
+        def vtree(p=p, x=x, q=q, tree=tree):
+            r = specops.verify_tree(p, tree, x, q, seed=1, backend="cuda_sim")
+            return _tree_floor(p, q, tree, r)
+
+        cases.append(
+            ("verify_tree", f"B={b} N={tree.num_nodes} V={v} {'det' if det else 'iid'}", vtree)
+        )
     jac = [("sjd", 2, 8, 1000, None)] if quick else [("sjd", 2, 64, 65536, None)]
     jac += (
         [("sjd_pac root", 2, 13, 1000, (3, 3, 13))]

@@ -387,9 +387,13 @@ TensorArg ArgCheck::scratch(const TensorArg& t, const char* name, DType dtype,
     int i = 0;
     for (int64_t s : sizes) r.size[i++] = s;
     for (int64_t j = r.ndim - 1, st = 1; j >= 0; st *= r.size[j--]) r.stride[j] = st;
+    // 256-byte aligned, as cudaMalloc's: cuda_sim's sector counts (csrc/sim/traffic) then see
+    // the layout a GPU workspace has, the same on every run
+    constexpr uintptr_t kAlign = 256;
     const int64_t bytes = r.numel() * dtype_size(dtype);
-    o->host_scratch.emplace_back(new char[bytes > 0 ? bytes : 1]);
-    r.data = o->host_scratch.back().get();
+    o->host_scratch.emplace_back(new char[(bytes > 0 ? bytes : 1) + kAlign]);
+    const uintptr_t raw = reinterpret_cast<uintptr_t>(o->host_scratch.back().get());
+    r.data = reinterpret_cast<void*>((raw + kAlign - 1) / kAlign * kAlign);
     o->record(r, name);
     return r;
   }

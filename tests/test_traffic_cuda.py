@@ -49,17 +49,23 @@ def test_sectors_per_request_tell_the_access_patterns_apart():
 def test_counting_an_op_changes_nothing_and_counts_only_its_tensors():
     gen = torch.Generator().manual_seed(0)
     p = torch.rand(3, 5000, generator=gen)
-    p[:, 4096:] = 0  # the draw's target lies in the first tile of 2048 entries at most twice
     want = specops.sample(p, seed=4, backend="cuda_sim")
     with traffic_cuda.counting() as launches:
         got = specops.sample(p, seed=4, backend="cuda_sim")
     assert torch.equal(got, want)
-    (t,) = launches
-    assert t.kernel == "sample_kernel" and t.grid == (3, 1, 1) and t.bytes_written == 3 * 4
-    # pass 1 reads every row entry once; the draw's pass reads whole tiles up to the target's:
-    # only the probabilities (4 bytes an entry) and the token ids count, never shared memory
-    row = 5000 * 4
-    assert all(row + 4 < b <= 2 * row + 4 for b in t.cta_bytes) and t.barriers > 0
+    # 3 rows of 5000: each row split over 2 blocks (RowSplit: chunks of 2528 entries)
+    sums, draw = launches
+    assert sums.kernel == "sample_split_sum_kernel" and sums.grid == (6, 1, 1)
+    # pass 1: every entry read once (4 bytes), one float64 chunk sum written per block; only
+    # the probabilities, the sums and the token ids count, never shared memory
+    assert sums.bytes_read == 3 * 5000 * 4 and sums.bytes_written == 6 * 8
+    assert sorted(set(sums.cta_bytes)) == [2472 * 4 + 8, 2528 * 4 + 8]
+    # pass 2: the row's two chunk sums, then in the chunk holding the target its tiles (2048
+    # entries, the last one cut at the chunk's end) up to the target's, that one read twice (its
+    # sum, then the scan): at most the chunk and one tile; one id out
+    assert draw.kernel == "sample_split_draw_kernel" and draw.grid == (3, 1, 1)
+    assert draw.bytes_written == 3 * 4 and draw.barriers > 0
+    assert all(2 * 8 + 4 < b <= 2 * 8 + (2528 + 2048) * 4 + 4 for b in draw.cta_bytes)
     assert specops._build._C is not None and not hasattr(specops._build._C, "traffic_begin")
 
 
