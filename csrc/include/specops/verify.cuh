@@ -174,8 +174,18 @@ __global__ void verify_chain_kernel(VerifyChainArgs a) {
   if (threadIdx.x == 0) chain_write_prefix(a, b, acc, t);
 }
 
+// The current target row for the block passes: tree_p's entries with node cur's folded
+// rejections applied, through mass().
+struct TreeRowW {
+  const float* p;
+  const TreeWalk* w;
+  __device__ float operator()(int64_t i) const { return mass(tree_fold(*w, p[i], i)); }
+};
+
 // Tree walk: thread 0 runs tree_walk_advance until it needs the vocabulary; the block then
-// rewrites the workspace rows (residual / renormalised q) or draws the final token.
+// sums the residual and either folds the rejection in (deterministic drafts: one read of the
+// row, nothing written) or rewrites the workspace rows (residual / renormalised q); at the end
+// it draws the final token.
 template <int BLOCK>
 __global__ void verify_tree_kernel(VerifyTreeArgs a) {
   __shared__ typename BlockSampler<BLOCK>::TempStorage tmp;
@@ -208,7 +218,30 @@ __global__ void verify_tree_kernel(VerifyTreeArgs a) {
     const float* p = tree_p(a, b, s_w);
     const float* q = tree_q(a, b, s_w);
     const int64_t x = s_w.x;
-    const bool wor = a.without_replacement && q != nullptr;
+    if (q == nullptr && s_w.nfold == kTreeFold) {  // fold full: write the row out once
+      for (int64_t i = threadIdx.x; i < V; i += BLOCK) wp[i] = tree_fold(s_w, p[i], i);
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        s_w.nfold = 0;
+        s_w.p_ws = true;
+      }
+      __syncthreads();
+      p = wp;
+    }
+    if (q == nullptr) {  // one-hot q: sum r = max(p - [i == x], 0) over the folded row, no write
+      double lp = 0.0;
+      for (int64_t i = threadIdx.x; i < V; i += BLOCK)
+        lp += static_cast<double>(clamp0(mass(tree_fold(s_w, p[i], i)) - (i == x ? 1.f : 0.f)));
+      const double2 s = block_sum2<BLOCK>(tmp, lp, 0.0);
+      if (threadIdx.x == 0 && s.x > 0.0) {
+        s_w.fold_x[s_w.nfold] = x;
+        s_w.fold_inv[s_w.nfold] = inverse_of(s.x);
+        ++s_w.nfold;
+      }
+      __syncthreads();
+      continue;
+    }
+    const bool wor = a.without_replacement;
     const ResidW r{p, q, x};
     double lp = 0.0, lq = 0.0;
     for (int64_t i = threadIdx.x; i < V; i += BLOCK) {
@@ -226,7 +259,7 @@ __global__ void verify_tree_kernel(VerifyTreeArgs a) {
     __syncthreads();
     if (threadIdx.x == 0) tree_walk_rejected(a, s_w, s.x > 0.0);
   }
-  const int t = sampler.draw(MassW{tree_p(a, b, s_w)}, V, a.rng.uniform(b, a.nodes - 1));
+  const int t = sampler.draw(TreeRowW{tree_p(a, b, s_w), &s_w}, V, a.rng.uniform(b, a.nodes - 1));
   if (threadIdx.x == 0) tree_walk_finish(a, b, s_w, t);
 }
 

@@ -20,7 +20,9 @@
 
 namespace specops {
 
-SPECOPS_HD float lantern_pool(const float* p, int64_t vocab, int64_t x, const RelaxArgs& relax) {
+// Row: a const float* or any type with float operator[](int64_t) (the tree walk's TreeRow).
+template <class Row>
+SPECOPS_HD float lantern_pool(const Row& p, int64_t vocab, int64_t x, const RelaxArgs& relax) {
   if (relax.neighbors == nullptr || x < 0 || x >= vocab) return 0.f;
   const int32_t* nb = relax.neighbors + x * relax.k;
   double cum = 0.0, pool = 0.0;
@@ -34,9 +36,10 @@ SPECOPS_HD float lantern_pool(const float* p, int64_t vocab, int64_t x, const Re
 }
 
 // accept x iff u * q(x) < p(x) + pool(x); q == nullptr means q = one-hot(x), q(x) = 1.
-SPECOPS_HD bool accept_draft(float u, const float* p, const float* q, int64_t vocab, int64_t x,
+template <class Row>
+SPECOPS_HD bool accept_draft(float u, const Row& p, const float* q, int64_t vocab, int64_t x,
                              const RelaxArgs& relax) {
-  const float px = prob_at(p, vocab, x);
+  const float px = (x >= 0 && x < vocab) ? mass(p[x]) : 0.f;  // prob_at over any Row
   const float qx = q ? prob_at(q, vocab, x) : 1.f;
   return u * qx < px + lantern_pool(p, vocab, x, relax);
 }
@@ -172,7 +175,11 @@ struct VerifyTreeArgs {
   int32_t* out_num_accepted;  // [B]
 };
 
-// The walk's scalar state (one request).
+// The walk's scalar state (one request).  With deterministic drafts the CUDA kernel does not
+// write the residual rows: it folds them in, keeping node cur's rejections (x_j, 1 / s_j) with
+// mass, and p_j(i) = scaled(max(mass(p_{j-1}(i)) - [i == x_j], 0), 1 / s_j) from target row cur
+// (tree_fold): the same float32 values the workspace would hold.  The CPU twin never folds.
+constexpr int kTreeFold = 16;
 struct TreeWalk {
   int64_t cur;    // last accepted node
   int64_t cand;   // next child of `cur` to test, -1 when none is left
@@ -180,6 +187,21 @@ struct TreeWalk {
   int64_t steps;  // children looked at (a valid tree needs at most N - 1)
   int64_t x;      // token of the child just rejected (kTreeReject)
   bool p_ws, q_ws;
+  int nfold;                   // folded rejections of node cur (0 when p_ws)
+  int64_t fold_x[kTreeFold];   // their tokens
+  double fold_inv[kTreeFold];  // 1 / s_j
+};
+
+// Entry i of the current target row: tree_p's entry with the folded rejections applied.
+SPECOPS_HD float tree_fold(const TreeWalk& w, float v, int64_t i) {
+  for (int j = 0; j < w.nfold; ++j)
+    v = scaled(clamp0(mass(v) - (i == w.fold_x[j] ? 1.f : 0.f)), w.fold_inv[j]);
+  return v;
+}
+struct TreeRow {  // the current target row as the acceptance tests read it
+  const float* p;
+  const TreeWalk* w;
+  SPECOPS_HD float operator[](int64_t i) const { return tree_fold(*w, p[i], i); }
 };
 
 enum TreeEvent : int { kTreeDone = 0, kTreeReject = 1, kTreeDescend = 2 };
@@ -212,6 +234,7 @@ SPECOPS_HD void tree_walk_init(const VerifyTreeArgs& a, int64_t b, TreeWalk& w) 
   w.steps = 0;
   w.x = -1;
   w.p_ws = w.q_ws = false;
+  w.nfold = 0;
 }
 
 // Runs the walk's scalar decisions until it needs a pass over the vocabulary:
@@ -236,7 +259,7 @@ SPECOPS_HD int tree_walk_advance(const VerifyTreeArgs& a, int64_t b, TreeWalk& w
       acc = x == greedy_best;
     } else {
       const float u = a.rng.uniform(b, c - 1);
-      acc = accept_draft(u, tree_p(a, b, w), tree_q(a, b, w), a.vocab, x, a.relax);
+      acc = accept_draft(u, TreeRow{tree_p(a, b, w), &w}, tree_q(a, b, w), a.vocab, x, a.relax);
     }
     if (acc) {  // descend: path[a + 1] = c, tokens[a] = x; fresh rows of c
       if (w.a + 1 < a.width) a.out_path[b * a.width + w.a + 1] = static_cast<int32_t>(c);
@@ -244,6 +267,7 @@ SPECOPS_HD int tree_walk_advance(const VerifyTreeArgs& a, int64_t b, TreeWalk& w
       ++w.a;
       w.cur = c;
       w.p_ws = w.q_ws = false;
+      w.nfold = 0;
       w.cand = tree_link(a.first_child, a, b, c);
       if (a.greedy) return kTreeDescend;
       continue;
