@@ -1,8 +1,8 @@
-"""verify_tree's walk where the CUDA kernel folds rejections in (deterministic drafts: the residual
-row is never written, its entries are recomputed from the target row, csrc/include/specops/
-verify.h TreeWalk): many rejected siblings at one node, past the 16 the fold holds (the row is then
-written out once and folding goes on from it), LANTERN relaxation reading the folded row, and
-non-finite entries; every backend against the reference, token for token."""
+"""verify_tree's walk where the CUDA kernel folds rejections in (sampling with replacement: the
+residual row is never written, its entries are recomputed from the target row and the draft row,
+csrc/include/specops/verify.h TreeWalk): many rejected siblings at one node, past the 16 the fold
+holds (the row is then written out once and folding goes on from it), LANTERN relaxation reading
+the folded row, and non-finite entries; every backend against the reference, token for token."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from test_verify_kernels import BACKENDS, run_tree
 import specops
 from specops import Relaxation
 
+KINDS = ["det", "iid", "wor"]  # one-hot drafts; draft probabilities with / without replacement
+
 
 def _star_of_stars(k: int, k2: int) -> specops.Tree:
     """Root with k children; its first child with k2 children of its own."""
@@ -21,28 +23,43 @@ def _star_of_stars(k: int, k2: int) -> specops.Tree:
     return specops.Tree.from_parents(torch.tensor([parents]))
 
 
+def _drafts(kind, p, g):
+    """(q or None, without_replacement)."""
+    if kind == "det":
+        return None, False
+    q = torch.softmax(torch.log(p.clamp_min(1e-30)) + torch.randn(p.shape, generator=g), -1)
+    return q, kind == "wor"
+
+
 @pytest.mark.parametrize("be", BACKENDS)
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("k", [3, 16, 17, 40])
-def test_many_rejected_siblings_deterministic_drafts(be, k):
+def test_many_rejected_siblings(be, kind, k):
     g = gen(k)
     tree = _star_of_stars(k, k)
     n, v = tree.num_nodes, 300
     p = torch.softmax(torch.randn(2, n, v, generator=g) * 2, -1)
+    q, wor = _drafts(kind, p, g)
     tok = torch.randint(0, v, (2, n), generator=g)
+    tok[:, 1 : k + 1] = torch.randperm(v, generator=g)[:k]  # distinct siblings (wor)
+    tok[:, k + 1 :] = torch.randperm(v, generator=g)[:k]
     u = torch.rand(2, n, generator=g) * 0.2 + 0.8  # high uniforms: most siblings rejected
-    # request 0: the first child of the root accepted, its children then rejected one by one
-    p[0, 0, tok[0, 1]] = 0.95
-    u[0, 0] = 0.5
-    out = run_tree(be, p, tree, tok, None, uniforms=u)
+    # request 0: the first child of the root accepted, its children then tested one by one
+    p[0, 0, tok[0, 1]] = 50.0
+    u[0, 0] = 0.01
+    with specops.validation(False):
+        out = run_tree(be, p, tree, tok, q, uniforms=u, without_replacement=wor)
     assert out.path[0, 1] == 1  # request 0 went down to node 1
 
 
 @pytest.mark.parametrize("be", BACKENDS)
-def test_folded_row_with_relaxation_and_non_finite_entries(be):
+@pytest.mark.parametrize("kind", KINDS)
+def test_folded_row_with_relaxation_and_non_finite_entries(be, kind):
     g = gen(5)
     tree = _star_of_stars(20, 3)
     n, v = tree.num_nodes, 200
     p = torch.softmax(torch.randn(3, n, v, generator=g), -1)
+    q, wor = _drafts(kind, p, g)
     p[:, :, ::17] = float("nan")
     p[:, :, 5::23] = -1.0
     p[:, :, 7] = float("inf")
@@ -51,5 +68,6 @@ def test_folded_row_with_relaxation_and_non_finite_entries(be):
     u = torch.rand(3, n, generator=g) * 0.5 + 0.5
     with specops.validation(False):
         for delta in (0.0, 0.01, 0.5):
-            run_tree(be, p, tree, tok, None, uniforms=u, relax=Relaxation(nb, delta))
-        run_tree(be, p, tree, tok, None, seed=3)
+            relax = Relaxation(nb, delta)
+            run_tree(be, p, tree, tok, q, uniforms=u, relax=relax, without_replacement=wor)
+        run_tree(be, p, tree, tok, q, seed=3, without_replacement=wor)

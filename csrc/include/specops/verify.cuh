@@ -178,14 +178,15 @@ __global__ void verify_chain_kernel(VerifyChainArgs a) {
 // rejections applied, through mass().
 struct TreeRowW {
   const float* p;
+  const float* q;
   const TreeWalk* w;
-  __device__ float operator()(int64_t i) const { return mass(tree_fold(*w, p[i], i)); }
+  __device__ float operator()(int64_t i) const { return mass(tree_fold(*w, p[i], i, q)); }
 };
 
 // Tree walk: thread 0 runs tree_walk_advance until it needs the vocabulary; the block then
-// sums the residual and either folds the rejection in (deterministic drafts: one read of the
-// row, nothing written) or rewrites the workspace rows (residual / renormalised q); at the end
-// it draws the final token.
+// sums the residual and either folds the rejection in (with replacement: one read of p's row,
+// and of q's with draft probabilities, nothing written) or, without replacement, rewrites the
+// workspace rows (residual / renormalised q); at the end it draws the final token.
 template <int BLOCK>
 __global__ void verify_tree_kernel(VerifyTreeArgs a) {
   __shared__ typename BlockSampler<BLOCK>::TempStorage tmp;
@@ -213,13 +214,15 @@ __global__ void verify_tree_kernel(VerifyTreeArgs a) {
     if (threadIdx.x == 0) s_event = tree_walk_advance(a, b, s_w, -1);
     __syncthreads();
     if (s_event != kTreeReject) break;
-    // rejected child x: p <- norm(max(p - q, 0)) (unchanged if no mass); without replacement
-    // also q <- norm(q with q(x) = 0) (zeros if no mass).  Both sums first, then in place.
+    // rejected child x: p <- norm(max(p - q, 0)) (unchanged if no mass), folded in (below) or,
+    // without replacement, written with q <- norm(q with q(x) = 0) (zeros if no mass): both
+    // sums first, then in place.
     const float* p = tree_p(a, b, s_w);
     const float* q = tree_q(a, b, s_w);
     const int64_t x = s_w.x;
-    if (q == nullptr && s_w.nfold == kTreeFold) {  // fold full: write the row out once
-      for (int64_t i = threadIdx.x; i < V; i += BLOCK) wp[i] = tree_fold(s_w, p[i], i);
+    const bool wor = a.without_replacement && q != nullptr;
+    if (!wor && s_w.nfold == kTreeFold) {  // fold full: write the row out once
+      for (int64_t i = threadIdx.x; i < V; i += BLOCK) wp[i] = tree_fold(s_w, p[i], i, q);
       __syncthreads();
       if (threadIdx.x == 0) {
         s_w.nfold = 0;
@@ -228,10 +231,12 @@ __global__ void verify_tree_kernel(VerifyTreeArgs a) {
       __syncthreads();
       p = wp;
     }
-    if (q == nullptr) {  // one-hot q: sum r = max(p - [i == x], 0) over the folded row, no write
+    if (!wor) {  // sum r = max(p - q, 0) over the folded row (q one-hot without q), no write
       double lp = 0.0;
-      for (int64_t i = threadIdx.x; i < V; i += BLOCK)
-        lp += static_cast<double>(clamp0(mass(tree_fold(s_w, p[i], i)) - (i == x ? 1.f : 0.f)));
+      for (int64_t i = threadIdx.x; i < V; i += BLOCK) {
+        const float qi = q ? mass(q[i]) : (i == x ? 1.f : 0.f);
+        lp += static_cast<double>(clamp0(mass(tree_fold(s_w, p[i], i, q)) - qi));
+      }
       const double2 s = block_sum2<BLOCK>(tmp, lp, 0.0);
       if (threadIdx.x == 0 && s.x > 0.0) {
         s_w.fold_x[s_w.nfold] = x;
@@ -241,7 +246,6 @@ __global__ void verify_tree_kernel(VerifyTreeArgs a) {
       __syncthreads();
       continue;
     }
-    const bool wor = a.without_replacement;
     const ResidW r{p, q, x};
     double lp = 0.0, lq = 0.0;
     for (int64_t i = threadIdx.x; i < V; i += BLOCK) {
@@ -259,7 +263,8 @@ __global__ void verify_tree_kernel(VerifyTreeArgs a) {
     __syncthreads();
     if (threadIdx.x == 0) tree_walk_rejected(a, s_w, s.x > 0.0);
   }
-  const int t = sampler.draw(TreeRowW{tree_p(a, b, s_w), &s_w}, V, a.rng.uniform(b, a.nodes - 1));
+  const int t = sampler.draw(TreeRowW{tree_p(a, b, s_w), tree_q(a, b, s_w), &s_w}, V,
+                             a.rng.uniform(b, a.nodes - 1));
   if (threadIdx.x == 0) tree_walk_finish(a, b, s_w, t);
 }
 

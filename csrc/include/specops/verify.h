@@ -175,9 +175,10 @@ struct VerifyTreeArgs {
   int32_t* out_num_accepted;  // [B]
 };
 
-// The walk's scalar state (one request).  With deterministic drafts the CUDA kernel does not
-// write the residual rows: it folds them in, keeping node cur's rejections (x_j, 1 / s_j) with
-// mass, and p_j(i) = scaled(max(mass(p_{j-1}(i)) - [i == x_j], 0), 1 / s_j) from target row cur
+// The walk's scalar state (one request).  Sampling with replacement (q the same draft row for
+// every child of a node, or one-hot without q) the CUDA kernel does not write the residual rows:
+// it keeps node cur's rejections with mass, (x_j, 1 / s_j), and folds them in wherever it reads
+// the row, p_j(i) = scaled(max(mass(p_{j-1}(i)) - q_j(i), 0), 1 / s_j) from tree_p's row
 // (tree_fold): the same float32 values the workspace would hold.  The CPU twin never folds.
 constexpr int kTreeFold = 16;
 struct TreeWalk {
@@ -192,16 +193,19 @@ struct TreeWalk {
   double fold_inv[kTreeFold];  // 1 / s_j
 };
 
-// Entry i of the current target row: tree_p's entry with the folded rejections applied.
-SPECOPS_HD float tree_fold(const TreeWalk& w, float v, int64_t i) {
+// Entry i of the current target row: v = tree_p's entry with the folded rejections applied; q:
+// the node's draft row (nullptr: one-hot drafts, q_j = one-hot(x_j)).
+SPECOPS_HD float tree_fold(const TreeWalk& w, float v, int64_t i, const float* q) {
+  const float qi = q && w.nfold > 0 ? mass(q[i]) : 0.f;
   for (int j = 0; j < w.nfold; ++j)
-    v = scaled(clamp0(mass(v) - (i == w.fold_x[j] ? 1.f : 0.f)), w.fold_inv[j]);
+    v = scaled(clamp0(mass(v) - (q ? qi : (i == w.fold_x[j] ? 1.f : 0.f))), w.fold_inv[j]);
   return v;
 }
 struct TreeRow {  // the current target row as the acceptance tests read it
   const float* p;
+  const float* q;
   const TreeWalk* w;
-  SPECOPS_HD float operator[](int64_t i) const { return tree_fold(*w, p[i], i); }
+  SPECOPS_HD float operator[](int64_t i) const { return tree_fold(*w, p[i], i, q); }
 };
 
 enum TreeEvent : int { kTreeDone = 0, kTreeReject = 1, kTreeDescend = 2 };
@@ -259,7 +263,8 @@ SPECOPS_HD int tree_walk_advance(const VerifyTreeArgs& a, int64_t b, TreeWalk& w
       acc = x == greedy_best;
     } else {
       const float u = a.rng.uniform(b, c - 1);
-      acc = accept_draft(u, TreeRow{tree_p(a, b, w), &w}, tree_q(a, b, w), a.vocab, x, a.relax);
+      const float* q = tree_q(a, b, w);
+      acc = accept_draft(u, TreeRow{tree_p(a, b, w), q, &w}, q, a.vocab, x, a.relax);
     }
     if (acc) {  // descend: path[a + 1] = c, tokens[a] = x; fresh rows of c
       if (w.a + 1 < a.width) a.out_path[b * a.width + w.a + 1] = static_cast<int32_t>(c);
