@@ -87,34 +87,45 @@ def _calibration_traffic() -> list[tuple[str, str, float, KernelTraffic]]:
 
 
 # Left out of the fit (reported beside it): compute-bound kernels, which the model cannot see.
-# sample_without_replacement draws a Philox uniform and takes two logs per vocabulary entry.
-COMPUTE_BOUND = ("sample_without_replacement",)
+# sample_without_replacement draws a Philox uniform and takes two logs per vocabulary entry;
+# verify_tree at 940f467 divided every entry of a residual row by a float64 sum (one float64
+# division an entry; the reciprocal came later).
+COMPUTE_BOUND = ("sample_without_replacement", "verify_tree@940f467")
+
+# Kernels counted as built at the commit their H200 rows measured: the counting commit (6177bf4)
+# cherry-picked onto that commit, built with `ninja _traffic`, run over that commit's bench
+# inputs (docs/gpu_cost.md): (counts file, measured CSV, ops).
+OLD_COMMITS = [
+    ("traffic-2460aef-verify_chain.json", "h200-2460aef-chain.csv", ("verify_chain",)),
+    ("traffic-940f467-sample-verify_tree.json", "h200-940f467.csv", ("sample", "verify_tree")),
+]
 
 
 def _old_commit_traffic() -> list[tuple[str, str, float, KernelTraffic]]:
-    """verify_chain as built at 2460aef (the kernel its H200 rows measured), counted by the
-    traffic module cherry-picked onto that commit: bench/results/traffic-2460aef-verify_chain.json
-    (docs/gpu_cost.md says how it was made)."""
+    """The OLD_COMMITS kernels' counts beside their measured medians, op named ``op@commit``."""
     import csv
     import json
     import os
 
     here = os.path.join(os.path.dirname(__file__), "results")
-    measured = {}
-    with open(os.path.join(here, "h200-2460aef-chain.csv")) as f:
-        for row in csv.DictReader(f):
-            if row["op"] == "verify_chain" and row["backend"] == "cuda":
-                measured[row["shape"]] = float(row["median_us"])
-    with open(os.path.join(here, "traffic-2460aef-verify_chain.json")) as f:
-        launches = json.load(f)["launches"]
     out = []
-    for r in launches:
-        t = KernelTraffic(
-            "cuda", r["kernel"], tuple(r["grid"]), r["bytes_read"], r["bytes_written"],
-            r["requests"], r["sectors"], r["cta_bytes"], r["barriers"], r["cta_barriers"],
-        )  # fmt: skip
-        if r["shape"] in measured:
-            out.append(("verify_chain@2460aef", r["shape"], measured[r["shape"]], t))
+    for counts, measured_csv, ops in OLD_COMMITS:
+        commit = counts.split("-")[1]
+        measured = {}
+        with open(os.path.join(here, measured_csv)) as f:
+            for row in csv.DictReader(f):
+                if row["op"] in ops and row["backend"] == "cuda":
+                    measured[(row["op"], row["shape"])] = float(row["median_us"])
+        with open(os.path.join(here, counts)) as f:
+            launches = json.load(f)["launches"]
+        for r in launches:
+            t = KernelTraffic(
+                "cuda", r["kernel"], tuple(r["grid"]), r["bytes_read"], r["bytes_written"],
+                r["requests"], r["sectors"], r["cta_bytes"], r["barriers"], r["cta_barriers"],
+            )  # fmt: skip
+            op = r.get("op", ops[0])
+            if (op, r["shape"]) in measured:
+                out.append((f"{op}@{commit}", r["shape"], measured[(op, r["shape"])], t))
     return out
 
 
