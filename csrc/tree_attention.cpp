@@ -422,7 +422,16 @@ void tree_attention_host(const TreeAttnArgs& a) {
   if (a.batch == 0 || a.n == 0 || a.hq == 0 || a.hkv == 0) return;
   const int64_t g = a.hq / a.hkv, tiles = (a.n * g + kTile - 1) / kTile;
   const Item item{a, have_avx512(), g, a.n * g, tiles, round16(a.d)};
-  parallel_for(a.batch * a.hkv, item);
+  // work of an item (b, h): its visible keys times its n * G query rows times D; a decode-sized
+  // call stays on this thread (waking the pool costs more than it saves, and far more when the
+  // other core is busy: the wait for a worker is then a scheduler time slice)
+  int64_t keys = 0;
+  for (int64_t b = 0; b < a.batch; ++b) {
+    const int64_t L = a.seqlens64 ? static_cast<const int64_t*>(a.seqlens)[b * a.seqlens_s]
+                                  : static_cast<const int32_t*>(a.seqlens)[b * a.seqlens_s];
+    keys += std::min(std::max<int64_t>(L, 0), a.bt.capacity) + a.n;
+  }
+  parallel_for(a.batch * a.hkv, keys / a.batch * a.n * g * a.d, item);
 }
 
 }  // namespace specops
