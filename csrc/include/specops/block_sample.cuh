@@ -26,6 +26,13 @@ struct MaxFloatIdx {  // (value, index) max; ties -> lower index
   }
 };
 
+// Where a split draw's scan starts (BlockSampler::split_locate).
+struct SplitStart {
+  int64_t begin, until;  // the chunk holding the target: [begin, until)
+  double before;         // the sum of the chunks before it
+  double target, total;  // u * total, and the row's total
+};
+
 template <int BLOCK>
 struct BlockSampler {
   using Reduce = cub::BlockReduce<double, BLOCK>;
@@ -137,9 +144,8 @@ struct BlockSampler {
   // per thread; chunks <= BLOCK) the total, target = u * total, and where the scan starts: the
   // first chunk whose inclusive prefix passes the target (else the last chunk with mass, else
   // chunk 0), with the exclusive prefix before it and the chunk's end (inverse_cdf's `until`).
-  // Returns the total (valid on every thread).
-  __device__ double split_locate(const RowSplit& s, int64_t row, float u, int64_t* begin,
-                                 double* before_begin, double* target, int64_t* chunk_end) {
+  // Valid on every thread.
+  __device__ SplitStart split_locate(const RowSplit& s, int64_t row, float u) {
     __shared__ int s_chunk;
     __shared__ double s_before, s_sum;
     const int j = threadIdx.x;
@@ -160,11 +166,8 @@ struct BlockSampler {
     __syncthreads();
     if (j == s_chunk) s_before = before;
     __syncthreads();
-    *begin = static_cast<int64_t>(s_chunk) * s.chunk;
-    *chunk_end = *begin + s.chunk;
-    *before_begin = s_before;
-    *target = static_cast<double>(u) * s_sum;
-    const double r = s_sum;
+    const SplitStart r{s.lo(s_chunk), s.lo(s_chunk) + s.chunk, s_before,
+                       static_cast<double>(u) * s_sum, s_sum};
     __syncthreads();
     return r;
   }

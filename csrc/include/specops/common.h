@@ -60,6 +60,11 @@ struct RowSplit {
   int64_t chunk = 0;       // entries per CTA
   int64_t chunks = 1;      // CTAs per row; 1: no split (one launch, one CTA per row)
   double* sums = nullptr;  // [rows, chunks] float64 workspace
+  // chunk c of a row of `vocab` entries: [lo(c), hi(c, vocab))
+  SPECOPS_HD int64_t lo(int64_t c) const { return c * chunk; }
+  SPECOPS_HD int64_t hi(int64_t c, int64_t vocab) const {
+    return lo(c) + chunk < vocab ? lo(c) + chunk : vocab;
+  }
 };
 
 // The split geometry: about kSplitCtas CTAs in pass 1 (two per SM of a 132-SM H100/H200: a

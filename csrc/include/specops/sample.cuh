@@ -28,8 +28,8 @@ __global__ void sample_split_sum_kernel(const float* __restrict__ probs, int64_t
                                         int64_t row_stride, RowSplit split) {
   __shared__ typename BlockSampler<BLOCK>::TempStorage tmp;
   const int64_t row = blockIdx.x / split.chunks, c = blockIdx.x % split.chunks;
-  const int64_t lo = c * split.chunk, hi = lo + split.chunk < vocab ? lo + split.chunk : vocab;
-  const double s = BlockSampler<BLOCK>(tmp).sum(MassW{probs + row * row_stride}, lo, hi);
+  const double s = BlockSampler<BLOCK>(tmp).sum(MassW{probs + row * row_stride}, split.lo(c),
+                                                split.hi(c, vocab));
   if (threadIdx.x == 0) split.sums[blockIdx.x] = s;
 }
 
@@ -43,11 +43,9 @@ __global__ void sample_split_draw_kernel(const float* __restrict__ probs, int64_
   __shared__ typename BlockSampler<BLOCK>::TempStorage tmp;
   const int64_t row = blockIdx.x;
   BlockSampler<BLOCK> sampler(tmp);
-  int64_t begin, until;
-  double before, target;
-  sampler.split_locate(split, row, rng.uniform(row, 0), &begin, &before, &target, &until);
-  const int tok =
-      sampler.inverse_cdf(MassW{probs + row * row_stride}, vocab, target, begin, before, until);
+  const SplitStart at = sampler.split_locate(split, row, rng.uniform(row, 0));
+  const int tok = sampler.inverse_cdf(MassW{probs + row * row_stride}, vocab, at.target, at.begin,
+                                      at.before, at.until);
   if (threadIdx.x == 0) out[row] = tok;
 }
 

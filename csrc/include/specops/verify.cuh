@@ -86,8 +86,8 @@ __global__ void verify_chain_split_sum_kernel(VerifyChainArgs a) {
   const int64_t b = blockIdx.x / s.chunks, c = blockIdx.x % s.chunks;
   int64_t n_valid, acc, x;
   chain_prefix<BLOCK>(a, b, tmp, &n_valid, &acc, &x);
-  const int64_t lo = c * s.chunk, hi = lo + s.chunk < a.vocab ? lo + s.chunk : a.vocab;
-  const double sum = BlockSampler<BLOCK>(tmp).sum(chain_final_row(a, b, acc, n_valid, x), lo, hi);
+  const double sum = BlockSampler<BLOCK>(tmp).sum(chain_final_row(a, b, acc, n_valid, x), s.lo(c),
+                                                  s.hi(c, a.vocab));
   if (threadIdx.x == 0) s.sums[blockIdx.x] = sum;
 }
 
@@ -103,12 +103,10 @@ __global__ void verify_chain_split_draw_kernel(VerifyChainArgs a) {
   chain_prefix<BLOCK>(a, b, tmp, &n_valid, &acc, &x);
   const ChainFinalRow w = chain_final_row(a, b, acc, n_valid, x);
   const float u = a.rng.uniform(b, a.k);
-  int64_t begin, until;
-  double before, target;
-  const double total = sampler.split_locate(a.split, b, u, &begin, &before, &target, &until);
-  const int t = w.residual && !(total > 0.0)
+  const SplitStart at = sampler.split_locate(a.split, b, u);
+  const int t = w.residual && !(at.total > 0.0)
                     ? sampler.draw(MassW{w.p}, a.vocab, u)
-                    : sampler.inverse_cdf(w, a.vocab, target, begin, before, until);
+                    : sampler.inverse_cdf(w, a.vocab, at.target, at.begin, at.before, at.until);
   if (threadIdx.x == 0) chain_write_prefix(a, b, acc, t);
 }
 
@@ -117,9 +115,9 @@ __global__ void verify_chain_kernel(VerifyChainArgs a) {
   __shared__ typename BlockSampler<BLOCK>::TempStorage tmp;
   BlockSampler<BLOCK> sampler(tmp);
   const int64_t b = blockIdx.x;
-  int64_t n_valid, acc = 0;  // greedy walks below; block verification scans from the last draft
+  int64_t n_valid, acc = 0, x = -1;  // greedy walks below; block scans from the last draft
   if (!a.greedy && !a.block) {
-    chain_prefix<BLOCK>(a, b, tmp, &n_valid, &acc);
+    chain_prefix<BLOCK>(a, b, tmp, &n_valid, &acc, &x);
   } else {
     __shared__ int64_t s_valid;
     if (threadIdx.x == 0) s_valid = chain_num_valid(a, b);
@@ -160,16 +158,15 @@ __global__ void verify_chain_kernel(VerifyChainArgs a) {
     }
     if (t < 0) t = sampler.draw(MassW{a.target + b * a.target_sb + acc * a.target_sk}, a.vocab, u);
   } else {
-    const float* pa = a.target + b * a.target_sb + acc * a.target_sk;
+    // draft acc rejected: t ~ norm(max(p_a - q_a, 0)), drawn from r itself; bonus: t ~ p_a
+    const ChainFinalRow w = chain_final_row(a, b, acc, n_valid, x);
     const float u = a.rng.uniform(b, a.k);
     t = -1;
-    if (acc < n_valid) {  // draft acc rejected: t ~ norm(max(p_a - q_a, 0)), drawn from r
-      const float* qa = a.draft ? a.draft + b * a.draft_sb + acc * a.draft_sk : nullptr;
-      const ResidW r{pa, qa, a.tokens[b * a.tokens_sb + acc]};
-      const double s = sampler.sum(r, a.vocab);
-      if (s > 0.0) t = sampler.inverse_cdf(r, a.vocab, static_cast<double>(u) * s);
+    if (w.residual) {
+      const double s = sampler.sum(w, a.vocab);
+      if (s > 0.0) t = sampler.inverse_cdf(w, a.vocab, static_cast<double>(u) * s);
     }
-    if (t < 0) t = sampler.draw(MassW{pa}, a.vocab, u);  // bonus, or residual w/o mass
+    if (t < 0) t = sampler.draw(MassW{w.p}, a.vocab, u);  // bonus, or residual w/o mass
   }
   if (threadIdx.x == 0) chain_write_prefix(a, b, acc, t);
 }
@@ -234,8 +231,9 @@ __global__ void verify_tree_kernel(VerifyTreeArgs a) {
     if (!wor) {  // sum r = max(p - q, 0) over the folded row (q one-hot without q), no write
       double lp = 0.0;
       for (int64_t i = threadIdx.x; i < V; i += BLOCK) {
-        const float qi = q ? mass(q[i]) : (i == x ? 1.f : 0.f);
-        lp += static_cast<double>(clamp0(mass(tree_fold(s_w, p[i], i, q)) - qi));
+        const float qm = q ? mass(q[i]) : 0.f;  // q read once for the fold and this step
+        const float pi = mass(tree_fold_at(s_w, p[i], i, q, qm));
+        lp += static_cast<double>(clamp0(pi - tree_q_at(q, qm, i, x)));
       }
       const double2 s = block_sum2<BLOCK>(tmp, lp, 0.0);
       if (threadIdx.x == 0 && s.x > 0.0) {

@@ -188,18 +188,25 @@ struct TreeWalk {
   int64_t steps;  // children looked at (a valid tree needs at most N - 1)
   int64_t x;      // token of the child just rejected (kTreeReject)
   bool p_ws, q_ws;
-  int nfold;                   // folded rejections of node cur (0 when p_ws)
+  int nfold;                   // rejections of node cur folded in on top of tree_p's row
   int64_t fold_x[kTreeFold];   // their tokens
   double fold_inv[kTreeFold];  // 1 / s_j
 };
 
-// Entry i of the current target row: v = tree_p's entry with the folded rejections applied; q:
-// the node's draft row (nullptr: one-hot drafts, q_j = one-hot(x_j)).
-SPECOPS_HD float tree_fold(const TreeWalk& w, float v, int64_t i, const float* q) {
-  const float qi = q && w.nfold > 0 ? mass(q[i]) : 0.f;
+// q_j(i) of the rejection of x_j: the node's draft entry qm = mass(q[i]), or one-hot(x_j) when
+// the drafts are deterministic (q == nullptr).
+SPECOPS_HD float tree_q_at(const float* q, float qm, int64_t i, int64_t x) {
+  return q ? qm : (i == x ? 1.f : 0.f);
+}
+// Entry i of the current target row: v = tree_p's entry with the folded rejections applied, the
+// draft entry qm already read by the caller (ignored without q).
+SPECOPS_HD float tree_fold_at(const TreeWalk& w, float v, int64_t i, const float* q, float qm) {
   for (int j = 0; j < w.nfold; ++j)
-    v = scaled(clamp0(mass(v) - (q ? qi : (i == w.fold_x[j] ? 1.f : 0.f))), w.fold_inv[j]);
+    v = scaled(clamp0(mass(v) - tree_q_at(q, qm, i, w.fold_x[j])), w.fold_inv[j]);
   return v;
+}
+SPECOPS_HD float tree_fold(const TreeWalk& w, float v, int64_t i, const float* q) {
+  return tree_fold_at(w, v, i, q, q && w.nfold > 0 ? mass(q[i]) : 0.f);
 }
 struct TreeRow {  // the current target row as the acceptance tests read it
   const float* p;
