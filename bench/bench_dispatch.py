@@ -103,9 +103,24 @@ def run(device: str, quick: bool) -> list[Row]:
         tok = torch.zeros(2, 4, dtype=torch.int32)
         o1, o2 = torch.empty(2, 5, dtype=torch.int32), torch.empty(2, dtype=torch.int32)
         bind = _build._C.verify_chain_cpu
-        # target, draft, tokens, num_draft, neighbors, delta, greedy, block, seed, seed_value,
-        # offset, offset_value, uniforms, out_tokens, out_num_accepted (csrc/bind_verify.cpp)
-        args = (t, None, tok, None, None, 0.0, False, False, None, 1, None, 0, None, o1, o2)
+        kw = dict(
+            target_probs=t,
+            draft_tokens=tok,
+            draft_probs=None,
+            num_draft=None,
+            seed=None,
+            seed_value=1,
+            offset=None,
+            offset_value=0,
+            neighbors=None,
+            delta=0.0,
+            greedy=False,
+            uniforms=None,
+            block=False,
+            out_tokens=o1,
+            out_num_accepted=o2,
+        )
+        args = tuple(kw[n] for n in specops.declaration("verify_chain").binding_names)
         row("verify_chain binding alone", lambda: bind(*args), "cpu")
     with specops.validation(False):
         for name, fn in _cases(device).items():

@@ -193,10 +193,49 @@ auto cuda_sim(Args (*make)(bool, P...), std::string (*launch)(const Args&, void*
   };
 }
 
+// The CUDA launcher `f` where this module builds CUDA kernels (cuda_sim: their emulation),
+// else nullptr.
+#ifdef SPECOPS_WITH_CUDA
+#define SPECOPS_IF_CUDA(f) f
+#else
+#define SPECOPS_IF_CUDA(f) nullptr
+#endif
+#ifdef SPECOPS_WITH_CUDA_SIM
+#define SPECOPS_IF_CUDA_SIM(f) f
+#else
+#define SPECOPS_IF_CUDA_SIM(f) nullptr
+#endif
+
 // Names of the kernels compiled into the module, for specops.build_info().
 std::vector<std::string>& host_kernel_names();
 std::vector<std::string>& cuda_kernel_names();
 std::vector<std::string>& cuda_sim_kernel_names();
+
+// Binds `<op>_cpu` (the twin `run`), `<op>_cuda` (the launcher `gpu`) and `<op>_cuda_sim` (the
+// emulated launcher `sim`), those this module builds, with the argument names `names`: the
+// flat arguments of the op's declaration (specops/ops/_decl.py OpDecl) in its order, then its
+// outputs `out_<name>`, then workspaces with defaults; tests/test_declarations.py holds each
+// binding to its declaration, and pybind11 checks the count against `make`'s parameters.
+template <typename Args>
+using LaunchFn = typename std::common_type<std::string (*)(const Args&, void*)>::type;
+
+template <typename Args, typename... P, typename... Names>
+void bind_op(pybind11::module_& m, const char* op, Args (*make)(bool, P...),
+             void (*run)(const Args&), LaunchFn<Args> gpu, LaunchFn<Args> sim,
+             const Names&... names) {
+  host_kernel_names().push_back(op);
+  m.def((std::string(op) + "_cpu").c_str(), host(make, run), names...);
+  (void)gpu;
+  (void)sim;
+#ifdef SPECOPS_WITH_CUDA
+  cuda_kernel_names().push_back(op);
+  m.def((std::string(op) + "_cuda").c_str(), cuda(make, gpu, op), names...);
+#endif
+#ifdef SPECOPS_WITH_CUDA_SIM
+  cuda_sim_kernel_names().push_back(op);
+  m.def((std::string(op) + "_cuda_sim").c_str(), cuda_sim(make, sim, op), names...);
+#endif
+}
 
 void bind_sample(pybind11::module_& m);
 void bind_verify(pybind11::module_& m);

@@ -11,9 +11,9 @@ namespace specops {
 
 namespace {
 
-JacobiArgs jacobi_args(bool cuda, T target, T draft, T window, T first_child, T next_sibling,
-                       bool cont, int64_t num_candidates, T neighbors, double delta, T seed,
-                       int64_t seed_value, T offset, int64_t offset_value, T uniforms, T out_num,
+JacobiArgs jacobi_args(bool cuda, T target, T window, T draft, T first_child, T next_sibling,
+                       bool cont, int64_t num_candidates, T seed, int64_t seed_value, T offset,
+                       int64_t offset_value, T neighbors, double delta, T uniforms, T out_num,
                        T out_next_window, T out_first_reject, T out_candidates, T out_path,
                        T workspace, T counters, bool emulate_cuda) {
   const ArgCheck c{"verify_jacobi", cuda};
@@ -40,6 +40,8 @@ JacobiArgs jacobi_args(bool cuda, T target, T draft, T window, T first_child, T 
   a.out_num_accepted = out(out_num, "out_num_accepted", {b});
   a.out_next_window = out(out_next_window, "out_next_window", {b, L});
   a.out_first_reject = out(out_first_reject, "out_first_reject", {b});
+  // candidates and path only when produced (otherwise the buffers given are ignored): the
+  // binding returns (num, next_window, first_reject[, candidates][, path])
   a.out_candidates =
       num_candidates > 1 ? out(out_candidates, "out_candidates", {b, L, num_candidates}) : nullptr;
   a.out_path = tree ? out(out_path, "out_path", {b, L}) : nullptr;
@@ -62,17 +64,18 @@ JacobiArgs jacobi_args(bool cuda, T target, T draft, T window, T first_child, T 
 }  // namespace
 
 void bind_jacobi(py::module_& m) {
-  host_kernel_names().push_back("verify_jacobi");
-  m.def("verify_jacobi_cpu", host(jacobi_args, verify_jacobi_host));
-#ifdef SPECOPS_WITH_CUDA
-  cuda_kernel_names().push_back("verify_jacobi");
-  m.def("verify_jacobi_cuda", cuda(jacobi_args, gpu::launch_verify_jacobi, "verify_jacobi"));
-#endif
-#ifdef SPECOPS_WITH_CUDA_SIM
-  cuda_sim_kernel_names().push_back("verify_jacobi");
-  m.def("verify_jacobi_cuda_sim",
-        cuda_sim(jacobi_args, sim::launch_verify_jacobi, "verify_jacobi"));
-#endif
+  using py::arg;
+  // CUDA tree mode: a per-request workspace (None: the binding makes it) and completion counters
+  // that are zero before the launch (the kernel leaves them zero).  emulate_cuda (tests, cpu):
+  // tree mode done the CUDA kernel's way.
+  bind_op(m, "verify_jacobi", jacobi_args, verify_jacobi_host,
+          SPECOPS_IF_CUDA(gpu::launch_verify_jacobi),
+          SPECOPS_IF_CUDA_SIM(sim::launch_verify_jacobi), arg("target_probs"), arg("window_tokens"),
+          arg("draft_probs"), arg("first_child"), arg("next_sibling"), arg("continue_after_reject"),
+          arg("num_candidates"), arg("seed"), arg("seed_value"), arg("offset"), arg("offset_value"),
+          arg("neighbors"), arg("delta"), arg("uniforms"), arg("out_num_accepted"),
+          arg("out_next_window"), arg("out_first_reject"), arg("out_candidates"), arg("out_path"),
+          arg("workspace") = py::none(), arg("counters") = py::none(), arg("emulate_cuda") = false);
 }
 
 }  // namespace specops

@@ -68,24 +68,15 @@ std::string run_cuda(const SampleArgs& a, void* stream) {
 }  // namespace
 
 void bind_sample(py::module_& m) {
-  host_kernel_names().push_back("sample");
-  host_kernel_names().push_back("sample_without_replacement");
-  m.def("sample_cpu", host(sample_args, run_host));
-  m.def("sample_without_replacement_cpu", host(wor_args, sample_wor_host));
-#ifdef SPECOPS_WITH_CUDA
-  cuda_kernel_names().push_back("sample");
-  cuda_kernel_names().push_back("sample_without_replacement");
-  m.def("sample_cuda", cuda(sample_args, run_cuda<gpu::launch_sample>, "sample"));
-  m.def("sample_without_replacement_cuda",
-        cuda(wor_args, gpu::launch_sample_wor, "sample_without_replacement"));
-#endif
-#ifdef SPECOPS_WITH_CUDA_SIM
-  cuda_sim_kernel_names().push_back("sample");
-  cuda_sim_kernel_names().push_back("sample_without_replacement");
-  m.def("sample_cuda_sim", cuda_sim(sample_args, run_cuda<sim::launch_sample>, "sample"));
-  m.def("sample_without_replacement_cuda_sim",
-        cuda_sim(wor_args, sim::launch_sample_wor, "sample_without_replacement"));
-#endif
+  using py::arg;
+  bind_op(m, "sample", sample_args, run_host, SPECOPS_IF_CUDA(run_cuda<gpu::launch_sample>),
+          SPECOPS_IF_CUDA_SIM(run_cuda<sim::launch_sample>), arg("probs"), arg("seed"),
+          arg("seed_value"), arg("offset"), arg("offset_value"), arg("uniforms"),
+          arg("out_tokens"));
+  bind_op(m, "sample_without_replacement", wor_args, sample_wor_host,
+          SPECOPS_IF_CUDA(gpu::launch_sample_wor), SPECOPS_IF_CUDA_SIM(sim::launch_sample_wor),
+          arg("probs"), arg("k"), arg("seed"), arg("seed_value"), arg("offset"),
+          arg("offset_value"), arg("uniforms"), arg("out_tokens"));
 }
 
 }  // namespace specops

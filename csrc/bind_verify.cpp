@@ -13,9 +13,10 @@ namespace specops {
 
 namespace {
 
-VerifyChainArgs chain_args(bool cuda, T target, T draft, T tokens, T num_draft, T neighbors,
-                           double delta, bool greedy, bool block, T seed, int64_t seed_value,
-                           T offset, int64_t offset_value, T uniforms, T out_tokens, T out_num) {
+VerifyChainArgs chain_args(bool cuda, T target, T tokens, T draft, T num_draft, T seed,
+                           int64_t seed_value, T offset, int64_t offset_value, T neighbors,
+                           double delta, bool greedy, T uniforms, bool block, T out_tokens,
+                           T out_num) {
   const ArgCheck c{"verify_chain", cuda};
   VerifyChainArgs a;
   const int64_t k = target.defined() ? target.size[1] - 1 : 0;
@@ -39,10 +40,10 @@ VerifyChainArgs chain_args(bool cuda, T target, T draft, T tokens, T num_draft, 
   return a;
 }
 
-VerifyTreeArgs tree_args(bool cuda, T target, T draft, T tokens, T first_child, T next_sibling,
-                         int64_t width, bool without_replacement, T neighbors, double delta,
-                         bool greedy, T seed, int64_t seed_value, T offset, int64_t offset_value,
-                         T uniforms, T ws_p, T ws_q, T out_path, T out_tokens, T out_num) {
+VerifyTreeArgs tree_args(bool cuda, T target, T first_child, T next_sibling, int64_t width,
+                         T tokens, T draft, bool without_replacement, T seed, int64_t seed_value,
+                         T offset, int64_t offset_value, T neighbors, double delta, bool greedy,
+                         T uniforms, T out_path, T out_tokens, T out_num, T ws_p, T ws_q) {
   const ArgCheck c{"verify_tree", cuda};
   VerifyTreeArgs a;
   const int64_t n = target.defined() ? target.size[1] : 0;
@@ -74,8 +75,8 @@ VerifyTreeArgs tree_args(bool cuda, T target, T draft, T tokens, T first_child, 
   return a;
 }
 
-PathAcceptanceArgs path_args(bool cuda, T target, T draft, T tokens, T parents, int64_t num_paths,
-                             T workspace, T out_kappa, T out_expected_len) {
+PathAcceptanceArgs path_args(bool cuda, T target, T draft, T parents, int64_t num_paths, T tokens,
+                             T out_kappa, T out_expected_len, T workspace) {
   const ArgCheck c{"path_acceptance", cuda};
   PathAcceptanceArgs a;
   const int64_t n = target.defined() ? target.size[1] : 0;
@@ -99,28 +100,29 @@ PathAcceptanceArgs path_args(bool cuda, T target, T draft, T tokens, T parents, 
 }  // namespace
 
 void bind_verify(py::module_& m) {
-  host_kernel_names().push_back("verify_chain");
-  host_kernel_names().push_back("verify_tree");
-  host_kernel_names().push_back("path_acceptance");
-  m.def("verify_chain_cpu", host(chain_args, verify_chain_host));
-  m.def("verify_tree_cpu", host(tree_args, verify_tree_host));
-  m.def("path_acceptance_cpu", host(path_args, path_acceptance_host));
-#ifdef SPECOPS_WITH_CUDA
-  cuda_kernel_names().push_back("verify_chain");
-  cuda_kernel_names().push_back("verify_tree");
-  cuda_kernel_names().push_back("path_acceptance");
-  m.def("verify_chain_cuda", cuda(chain_args, gpu::launch_verify_chain, "verify_chain"));
-  m.def("verify_tree_cuda", cuda(tree_args, gpu::launch_verify_tree, "verify_tree"));
-  m.def("path_acceptance_cuda", cuda(path_args, gpu::launch_path_acceptance, "path_acceptance"));
-#endif
-#ifdef SPECOPS_WITH_CUDA_SIM
-  for (const char* k : {"verify_chain", "verify_tree", "path_acceptance"})
-    cuda_sim_kernel_names().push_back(k);
-  m.def("verify_chain_cuda_sim", cuda_sim(chain_args, sim::launch_verify_chain, "verify_chain"));
-  m.def("verify_tree_cuda_sim", cuda_sim(tree_args, sim::launch_verify_tree, "verify_tree"));
-  m.def("path_acceptance_cuda_sim",
-        cuda_sim(path_args, sim::launch_path_acceptance, "path_acceptance"));
-#endif
+  using py::arg;
+  const auto none = py::none();
+  bind_op(m, "verify_chain", chain_args, verify_chain_host,
+          SPECOPS_IF_CUDA(gpu::launch_verify_chain), SPECOPS_IF_CUDA_SIM(sim::launch_verify_chain),
+          arg("target_probs"), arg("draft_tokens"), arg("draft_probs"), arg("num_draft"),
+          arg("seed"), arg("seed_value"), arg("offset"), arg("offset_value"), arg("neighbors"),
+          arg("delta"), arg("greedy"), arg("uniforms"), arg("block"), arg("out_tokens"),
+          arg("out_num_accepted"));
+  // Workspaces (None: the binding makes them): the current node's residual target row and
+  // renormalised draft row after a rejected child.
+  bind_op(m, "verify_tree", tree_args, verify_tree_host, SPECOPS_IF_CUDA(gpu::launch_verify_tree),
+          SPECOPS_IF_CUDA_SIM(sim::launch_verify_tree), arg("target_probs"), arg("first_child"),
+          arg("next_sibling"), arg("width"), arg("draft_tokens"), arg("draft_probs"),
+          arg("without_replacement"), arg("seed"), arg("seed_value"), arg("offset"),
+          arg("offset_value"), arg("neighbors"), arg("delta"), arg("greedy"), arg("uniforms"),
+          arg("out_path"), arg("out_tokens"), arg("out_num_accepted"), arg("ws_p") = none,
+          arg("ws_q") = none);
+  // CUDA: trees too large for shared memory keep their per-node state in a global workspace.
+  bind_op(m, "path_acceptance", path_args, path_acceptance_host,
+          SPECOPS_IF_CUDA(gpu::launch_path_acceptance),
+          SPECOPS_IF_CUDA_SIM(sim::launch_path_acceptance), arg("target_probs"), arg("draft_probs"),
+          arg("parents"), arg("num_paths"), arg("draft_tokens"), arg("out_kappa"),
+          arg("out_expected_len"), arg("workspace") = none);
 }
 
 }  // namespace specops

@@ -9,6 +9,7 @@ from specops._build import _version, build_info
 from specops._threads import get_num_threads, set_num_threads
 from specops.ops import *  # noqa: F403
 from specops.ops._backends import available_backends, backend_table, resolve_backend, validating
+from specops.ops._decl import declaration
 from specops.tree import Tree
 
 __version__ = _version()
@@ -17,6 +18,7 @@ __all__ = [
     "available_backends",
     "backend_table",
     "build_info",
+    "declaration",
     "resolve_backend",
     "validating",
     "get_num_threads",

@@ -98,38 +98,56 @@ def _chain_args(b=2, k=3, v=8):
     tokens = torch.zeros(b, k, dtype=torch.int32)
     out_t = torch.empty(b, k + 1, dtype=torch.int32)
     out_n = torch.empty(b, dtype=torch.int32)
-    return [target, None, tokens, None, None, 0.0, False, False, None, 0, None, 0, None, out_t,
-            out_n]  # fmt: skip
+    return dict(target_probs=target, draft_tokens=tokens, draft_probs=None, num_draft=None,
+                seed=None, seed_value=0, offset=None, offset_value=0, neighbors=None, delta=0.0,
+                greedy=False, uniforms=None, block=False, out_tokens=out_t,
+                out_num_accepted=out_n)  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    "index, value, words",
+    "name, value, words",
     [
-        (0, lambda a: a[0].transpose(0, 2).contiguous().transpose(0, 2), "target_probs"),
-        (0, lambda a: a[0].double(), "target_probs must be float32"),
-        (2, lambda a: a[2][:, :2], "draft_tokens has shape"),
-        (2, lambda a: a[2].t().contiguous().t(), "draft_tokens must have a contiguous last"),
-        (8, lambda a: torch.zeros(3, dtype=torch.int64), "seed must have 1 entry or one per"),
-        (10, lambda a: torch.zeros(2, dtype=torch.int64), "offset must have exactly one"),
-        (12, lambda a: torch.rand(2, 3), "uniforms has shape"),
-        (13, lambda a: torch.empty(4, 2, dtype=torch.int32).t(), "out_tokens must be contiguous"),
-        (14, lambda a: torch.empty(2, dtype=torch.int64), "out_num_accepted must be int32"),
+        (
+            "target_probs",
+            lambda a: a["target_probs"].transpose(0, 2).contiguous().transpose(0, 2),
+            "target_probs",
+        ),
+        ("target_probs", lambda a: a["target_probs"].double(), "target_probs must be float32"),
+        ("draft_tokens", lambda a: a["draft_tokens"][:, :2], "draft_tokens has shape"),
+        (
+            "draft_tokens",
+            lambda a: a["draft_tokens"].t().contiguous().t(),
+            "draft_tokens must have a contiguous last",
+        ),
+        ("seed", lambda a: torch.zeros(3, dtype=torch.int64), "seed must have 1 entry or one per"),
+        ("offset", lambda a: torch.zeros(2, dtype=torch.int64), "offset must have exactly one"),
+        ("uniforms", lambda a: torch.rand(2, 3), "uniforms has shape"),
+        (
+            "out_tokens",
+            lambda a: torch.empty(4, 2, dtype=torch.int32).t(),
+            "out_tokens must be contiguous",
+        ),
+        (
+            "out_num_accepted",
+            lambda a: torch.empty(2, dtype=torch.int64),
+            "out_num_accepted must be int32",
+        ),
     ],
 )
-def test_bindings_reject_layouts_their_kernels_cannot_read(index, value, words):
+def test_bindings_reject_layouts_their_kernels_cannot_read(name, value, words):
     """The last guard: the Python layer normalises, but a binding called with a layout its kernel
     would misread raises a ValueError naming the argument."""
     args = _chain_args()
-    args[index] = value(args)
+    args[name] = value(args)
     with pytest.raises(ValueError, match=f"specops.verify_chain: {words}"):
-        _build._C.verify_chain_cpu(*args)
+        _build._C.verify_chain_cpu(**args)
 
 
 def test_bindings_reject_what_is_not_a_tensor():
     args = _chain_args()
-    args[0] = [1.0, 2.0]
+    args["target_probs"] = [1.0, 2.0]
     with pytest.raises(TypeError):
-        _build._C.verify_chain_cpu(*args)
+        _build._C.verify_chain_cpu(**args)
 
 
 def test_commit_kv_binding_checks_the_cache_geometry():

@@ -183,7 +183,7 @@ def test_completion_counters_are_left_zero():
     """jacobi_tree_kernel and commit_kv_kernel signal completion through per-request counters
     that the last block resets (so the next launch, or a CUDA graph replay, starts from zero):
     repeated launches keep matching the CPU twin and leave the counters zero."""
-    from specops.ops import _jacobi_kernels, kv
+    from specops.ops import jacobi, kv
 
     cases = _cases()
     for _ in range(3):
@@ -191,6 +191,6 @@ def test_completion_counters_are_left_zero():
             want, got = _flat(cases[op]("cpu")), _flat(cases[op]("cuda_sim"))
             for g, w in zip(got, want):
                 torch.testing.assert_close(g, w, rtol=0, atol=0)
-    cpu = [t for (dev, _, _), t in _jacobi_kernels._COUNTERS.items() if dev == "cpu"]
+    cpu = [t for (dev, _, _), t in jacobi._COUNTERS.items() if dev == "cpu"]
     assert cpu and all(int(t.abs().sum()) == 0 for t in cpu)
     assert int(kv._counters[torch.device("cpu")].abs().sum()) == 0

@@ -39,8 +39,8 @@ def test_bindings_reject_aliased_outputs():
         _build._C.sample_cpu(probs, None, 1, None, 0, None, _head(probs, (B,)))
     buf = torch.zeros(B, K + 1, dtype=_I32)
     target, chain = random_probs(B, K + 1, V, generator=gen(0)), _build._C.verify_chain_cpu
-    rest = (None, None, 0.0, False, False, None, 1, None, 0, None)
+    rest = (None, None, None, 1, None, 0, None, 0.0, False, None, False)  # the declared order
     with pytest.raises(ValueError, match="out_tokens shares memory with draft_tokens"):
-        chain(target, None, buf[:, :K], *rest, buf, None)
+        chain(target, buf[:, :K], *rest, buf, None)
     with pytest.raises(ValueError, match="out_num_accepted shares memory with out_tokens"):
-        chain(target, None, torch.zeros(B, K, dtype=_I32), *rest, buf, buf.view(-1)[:B])
+        chain(target, torch.zeros(B, K, dtype=_I32), *rest, buf, buf.view(-1)[:B])

@@ -304,7 +304,7 @@ def test_tree_cuda_orchestration_emulated_on_cpu():
     """The CUDA kernel's tree-mode plan, run by the CPU twin: continuation tokens and candidates
     for every node that could be on the line (draws of its depth), computed before the walk's
     result is known, then the last block's assembly.  Must equal the reference too."""
-    from specops.ops import _jacobi_kernels
+    from specops.ops.jacobi import JACOBI
 
     gen = _gen(15)
     cases = [
@@ -321,7 +321,7 @@ def test_tree_cuda_orchestration_emulated_on_cpu():
                 want = rv.verify_jacobi(
                     p, x, dq, tree=t, continue_after_reject=cont, num_candidates=k, seed=3
                 )
-                got = _jacobi_kernels.verify_jacobi(
+                got = JACOBI.launch(
                     "cpu",
                     p,
                     x,

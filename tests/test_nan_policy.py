@@ -322,7 +322,7 @@ JTREE = Tree.kary_chain(2, 3, 9)
 @pytest.mark.parametrize("cont", [True, False])
 @pytest.mark.parametrize("with_q", [True, False])
 def test_verify_jacobi_tree(seed, cont, with_q):
-    from specops.ops import _jacobi_kernels
+    from specops.ops.jacobi import JACOBI
 
     gen = _gen(70 + seed)
     b, L = 5, 9
@@ -346,7 +346,7 @@ def test_verify_jacobi_tree(seed, cont, with_q):
     want = check(call, ["cpu"], p, x, q)
     # the CUDA kernel's plan (speculative continuation per node), run by the CPU twin
     u = reference.verify.row_uniforms(9, 0, b, 2 * L + L * 2)  # 2 candidates
-    got = _jacobi_kernels.verify_jacobi(
+    got = JACOBI.launch(
         "cpu", p, x, q, JTREE.first_child, JTREE.next_sibling, cont, 2,
         None, 0, None, 0, None, 0.0, u, emulate_cuda=True,
     )  # fmt: skip

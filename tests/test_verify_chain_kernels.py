@@ -266,7 +266,7 @@ def test_backend_listing_and_auto_choice():
     from specops import _build
     from specops.ops._common import pick_backend
 
-    have = ops_verify._CHAIN_BACKENDS
+    have = ops_verify.CHAIN.backends
     assert "triton" in have
     got = pick_backend("verify_chain", "auto", torch.device(DEV), have)
     if DEV == "cpu":
@@ -373,7 +373,7 @@ for has_q, has_nd, relax, greedy, seed_t, off_t, unif, dt, ids in cases:
                offset_value="i64", delta_bits="i64")
     consts = dict(HAS_Q=has_q, HAS_NUM_DRAFT=has_nd, HAS_RELAX=relax, GREEDY=greedy,
                   HAS_SEED_PTR=seed_t, HAS_OFFSET_PTR=off_t, HAS_UNIFORMS=unif,
-                  BLOCK_K=16, BLOCK_NB=8, BLOCK=4096)
+                  BLOCK_K=16, BLOCK_NB=8, TILE=4096)
     sig.update({n: "constexpr" for n in consts})
     src = ASTSource(k, signature=sig, constexprs=consts)
     triton.compile(src, target=GPUTarget("cuda", 90, 32),

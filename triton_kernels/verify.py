@@ -66,29 +66,29 @@ def _weights(p_row, q_row, x, s, wt, idx, vocab, MODE: tl.constexpr, HAS_Q: tl.c
 
 @triton.jit
 def _total(
-    p_row, q_row, x, s, wt, vocab, MODE: tl.constexpr, HAS_Q: tl.constexpr, BLOCK: tl.constexpr
+    p_row, q_row, x, s, wt, vocab, MODE: tl.constexpr, HAS_Q: tl.constexpr, TILE: tl.constexpr
 ):
     """sum_i float64(w_i) over the vocabulary."""
-    cols = tl.arange(0, BLOCK)
-    acc = tl.zeros([BLOCK], dtype=tl.float64)
-    for base in range(0, vocab, BLOCK):
+    cols = tl.arange(0, TILE)
+    acc = tl.zeros([TILE], dtype=tl.float64)
+    for base in range(0, vocab, TILE):
         acc += _weights(p_row, q_row, x, s, wt, base + cols, vocab, MODE, HAS_Q).to(tl.float64)
     return tl.sum(acc, axis=0)
 
 
 @triton.jit
 def _inverse_cdf(
-    p_row, q_row, x, s, wt, u, vocab, MODE: tl.constexpr, HAS_Q: tl.constexpr, BLOCK: tl.constexpr
+    p_row, q_row, x, s, wt, u, vocab, MODE: tl.constexpr, HAS_Q: tl.constexpr, TILE: tl.constexpr
 ):
     """min{i : w_0 + ... + w_i > u * sum(w), w_i > 0} (float64 sums), else the last id with
     w_i > 0, else 0: reference.inverse_cdf of the weight row."""
-    cols = tl.arange(0, BLOCK)
-    total = _total(p_row, q_row, x, s, wt, vocab, MODE, HAS_Q, BLOCK)
+    cols = tl.arange(0, TILE)
+    total = _total(p_row, q_row, x, s, wt, vocab, MODE, HAS_Q, TILE)
     target = u.to(tl.float64) * total
     running = total * 0.0  # the carry: sum of the tiles before this one
     found = vocab + 0 * x
     last = 0 * x
-    for base in range(0, vocab, BLOCK):
+    for base in range(0, vocab, TILE):
         idx = base + cols
         w = _weights(p_row, q_row, x, s, wt, idx, vocab, MODE, HAS_Q).to(tl.float64)
         inclusive = tl.cumsum(w, axis=0) + running
@@ -115,24 +115,24 @@ def _chain_w(p_row, q_row, x, use_q, idx, vocab, HAS_Q: tl.constexpr):
 
 
 @triton.jit
-def _chain_total(p_row, q_row, x, use_q, vocab, HAS_Q: tl.constexpr, BLOCK: tl.constexpr):
+def _chain_total(p_row, q_row, x, use_q, vocab, HAS_Q: tl.constexpr, TILE: tl.constexpr):
     """sum_i float64(w_i) over the vocabulary."""
-    cols = tl.arange(0, BLOCK)
-    acc = tl.zeros([BLOCK], dtype=tl.float64)
-    for base in range(0, vocab, BLOCK):
+    cols = tl.arange(0, TILE)
+    acc = tl.zeros([TILE], dtype=tl.float64)
+    for base in range(0, vocab, TILE):
         acc += _chain_w(p_row, q_row, x, use_q, base + cols, vocab, HAS_Q).to(tl.float64)
     return tl.sum(acc, axis=0)
 
 
 @triton.jit
-def _chain_search(p_row, q_row, x, use_q, target, vocab, HAS_Q: tl.constexpr, BLOCK: tl.constexpr):
+def _chain_search(p_row, q_row, x, use_q, target, vocab, HAS_Q: tl.constexpr, TILE: tl.constexpr):
     """min{i : w_0 + ... + w_i > target, w_i > 0} (float64 sums), else vocab: tile sums first,
     the scan only in the tile where the running sum passes the target, and no loads once it is
     found (on average half a pass)."""
-    cols = tl.arange(0, BLOCK)
+    cols = tl.arange(0, TILE)
     running = target * 0.0
     found = vocab + 0 * x
-    for base in range(0, vocab, BLOCK):
+    for base in range(0, vocab, TILE):
         if found == vocab:
             idx = base + cols
             w = _chain_w(p_row, q_row, x, use_q, idx, vocab, HAS_Q).to(tl.float64)
@@ -145,11 +145,11 @@ def _chain_search(p_row, q_row, x, use_q, target, vocab, HAS_Q: tl.constexpr, BL
 
 
 @triton.jit
-def _chain_last(p_row, q_row, x, use_q, vocab, HAS_Q: tl.constexpr, BLOCK: tl.constexpr):
+def _chain_last(p_row, q_row, x, use_q, vocab, HAS_Q: tl.constexpr, TILE: tl.constexpr):
     """The last id with w_i > 0, or -1 (read only when a search runs past the end)."""
-    cols = tl.arange(0, BLOCK)
-    last = tl.full([BLOCK], -1, tl.int32)  # ids < vocab < 2^31
-    for base in range(0, vocab, BLOCK):
+    cols = tl.arange(0, TILE)
+    last = tl.full([TILE], -1, tl.int32)  # ids < vocab < 2^31
+    for base in range(0, vocab, TILE):
         idx = base + cols
         w = _chain_w(p_row, q_row, x, use_q, idx, vocab, HAS_Q)
         last = tl.maximum(last, tl.where(w > 0.0, idx, -1).to(tl.int32))
@@ -157,31 +157,31 @@ def _chain_last(p_row, q_row, x, use_q, vocab, HAS_Q: tl.constexpr, BLOCK: tl.co
 
 
 @triton.jit
-def _chain_draw(p_row, q_row, x, rejected, vocab, u, HAS_Q: tl.constexpr, BLOCK: tl.constexpr):
+def _chain_draw(p_row, q_row, x, rejected, vocab, u, HAS_Q: tl.constexpr, TILE: tl.constexpr):
     """The chain's final token by inverse CDF with uniform u: from the unnormalised residual
     max(p - q, 0) after a rejection, else (the bonus, or a residual without mass) from mass(p).
     One full pass for the total (a second only when the residual has no mass), then the
     search; a last-positive pass only when rounding runs the search past the end; 0 for a row
     without mass."""
     use_q = rejected
-    s = _chain_total(p_row, q_row, x, use_q, vocab, HAS_Q, BLOCK)
+    s = _chain_total(p_row, q_row, x, use_q, vocab, HAS_Q, TILE)
     if use_q & (s <= 0.0):
         use_q = rejected & (s > 0.0)  # False: the residual has no mass, draw from p
-        s = _chain_total(p_row, q_row, x, use_q, vocab, HAS_Q, BLOCK)
-    t = _chain_search(p_row, q_row, x, use_q, u.to(tl.float64) * s, vocab, HAS_Q, BLOCK)
+        s = _chain_total(p_row, q_row, x, use_q, vocab, HAS_Q, TILE)
+    t = _chain_search(p_row, q_row, x, use_q, u.to(tl.float64) * s, vocab, HAS_Q, TILE)
     if t == vocab:
-        t = _chain_last(p_row, q_row, x, use_q, vocab, HAS_Q, BLOCK)
+        t = _chain_last(p_row, q_row, x, use_q, vocab, HAS_Q, TILE)
     return tl.maximum(t, 0)
 
 
 @triton.jit
-def _argmax(p_row, vocab, BLOCK: tl.constexpr):
+def _argmax(p_row, vocab, TILE: tl.constexpr):
     """First maximal id of _mass(row) (torch.argmax; 0 for a row without mass): per tile the
     first maximum, and a later tile replaces the running best only when strictly larger."""
-    cols = tl.arange(0, BLOCK)
-    best = tl.max(tl.full([BLOCK], float("-inf"), tl.float32), axis=0)
-    best_i = tl.sum(tl.zeros([BLOCK], tl.int64), axis=0)
-    for base in range(0, vocab, BLOCK):
+    cols = tl.arange(0, TILE)
+    best = tl.max(tl.full([TILE], float("-inf"), tl.float32), axis=0)
+    best_i = tl.sum(tl.zeros([TILE], tl.int64), axis=0)
+    for base in range(0, vocab, TILE):
         idx = base + cols
         v = tl.load(p_row + idx, mask=idx < vocab, other=0.0).to(tl.float32)
         v = tl.where(idx < vocab, _mass(v), float("-inf"))
@@ -202,7 +202,7 @@ def _pick(v, ks, i):
 @triton.jit
 def _block_verify(
     p_b, q_b, target_sk, draft_sk, x, ks, in_k, u, u_final, n_valid, vocab, HAS_Q: tl.constexpr,
-    BLOCK: tl.constexpr,
+    TILE: tl.constexpr,
 ):  # fmt: skip
     """Block verification (Sun et al. 2024; reference/block.py) -> (tau, t).
     w_0 = 1, w_i = min(w_{i-1} p_i(x_i) / q_i(x_i), 1) (float64, sequential over the drafts);
@@ -233,7 +233,7 @@ def _block_verify(
         if i < n_valid:  # Z_i: rows i (p_{i+1}, q_{i+1}), token x_i
             xi = _pick(x, ks, i)
             z = _total(p_b + i * target_sk, q_b + i * draft_sk, xi, zero, wi, vocab, 1, HAS_Q,
-                       BLOCK)  # fmt: skip
+                       TILE)  # fmt: skip
             den = z + (1.0 - wi)
             h = tl.where(den > 0.0, z / tl.where(den > 0.0, den, 1.0), 1.0)
         if _pick(u, ks, i - 1).to(tl.float64) < h:
@@ -248,11 +248,11 @@ def _block_verify(
     w_t = _pick(wv, ks, tau)
     s = zero
     if tau < n_valid:
-        s = _total(p_t, q_t, x_t, zero, w_t, vocab, 1, HAS_Q, BLOCK)
+        s = _total(p_t, q_t, x_t, zero, w_t, vocab, 1, HAS_Q, TILE)
     if s > 0.0:  # t ~ norm(r_tau)
-        t = _inverse_cdf(p_t, q_t, x_t, s, w_t, u_final, vocab, 2, HAS_Q, BLOCK)
+        t = _inverse_cdf(p_t, q_t, x_t, s, w_t, u_final, vocab, 2, HAS_Q, TILE)
     else:  # the bonus p_{n+1} (tau = n), or a residual without mass: t ~ p_{tau+1}
-        t = _inverse_cdf(p_t, q_t, x_t, s, w_t, u_final, vocab, 0, HAS_Q, BLOCK)
+        t = _inverse_cdf(p_t, q_t, x_t, s, w_t, u_final, vocab, 0, HAS_Q, TILE)
     return tau.to(tl.int64), t.to(tl.int64)
 
 
@@ -292,7 +292,7 @@ def _verify_chain_kernel(
     BLOCK_VERIFY: tl.constexpr,
     BLOCK_K: tl.constexpr,
     BLOCK_NB: tl.constexpr,
-    BLOCK: tl.constexpr,
+    TILE: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
     ks = tl.arange(0, BLOCK_K)  # draft slots (BLOCK_K >= K + 1: the output row too)
@@ -311,12 +311,12 @@ def _verify_chain_kernel(
         # accept x_i iff x_i == argmax p_i: walk the drafts until the first mismatch; the
         # argmax of the row where the walk stops is the emitted token.
         acc = 0 * b
-        t = _argmax(p_b, vocab, BLOCK)
+        t = _argmax(p_b, vocab, TILE)
         x0 = tl.load(tokens + b * tokens_sb, mask=n_valid > 0, other=-1).to(tl.int64)
         go = (n_valid > 0) & (x0 == t)
         while go:
             acc += 1
-            t = _argmax(p_b + acc * target_sk, vocab, BLOCK)
+            t = _argmax(p_b + acc * target_sk, vocab, TILE)
             more = acc < n_valid
             xa = tl.load(tokens + b * tokens_sb + acc * tokens_sk, mask=more, other=-1)
             go = more & (xa.to(tl.int64) == t)
@@ -339,7 +339,7 @@ def _verify_chain_kernel(
 
         if BLOCK_VERIFY:
             acc, t = _block_verify(p_b, draft + b * draft_sb, target_sk, draft_sk, x, ks, in_k, u,
-                                   u_final, n_valid, vocab, HAS_Q, BLOCK)  # fmt: skip
+                                   u_final, n_valid, vocab, HAS_Q, TILE)  # fmt: skip
         else:
             # acceptance tests of all drafts at once: u_i * q_i(x_i) < p_i(x_i) + pool_i(x_i)
             ok = in_k & (x >= 0) & (x < vocab)  # only in-range ids are ever used as an index
@@ -383,7 +383,7 @@ def _verify_chain_kernel(
             else:
                 qa = pa  # unused
             # t ~ norm(max(p_a - q_a, 0)) (drawn from the unnormalised residual), or mass(p_a)
-            t = _chain_draw(pa, qa, xa, rejected, vocab, u_final, HAS_Q, BLOCK).to(tl.int64)
+            t = _chain_draw(pa, qa, xa, rejected, vocab, u_final, HAS_Q, TILE).to(tl.int64)
 
     # tokens: x_0 .. x_{a-1}, t, then -1
     row = tl.where(ks < acc, x, tl.where(ks == acc, t, -1))
@@ -398,22 +398,24 @@ def _i64(v: int) -> int:
 
 
 def verify_chain_triton(
-    target,
-    tokens,
-    draft,
+    target_probs,
+    draft_tokens,
+    draft_probs,
     num_draft,
-    seed_t,
-    seed_i,
-    off_t,
-    off_i,
-    nb,
+    seed,
+    seed_value,
+    offset,
+    offset_value,
+    neighbors,
     delta,
     greedy,
     uniforms,
-    block_verify=False,
+    block,
 ):
-    """Launch ``_verify_chain_kernel`` on validated arguments (specops/ops/verify.py) ->
-    (tokens [B, K+1] int32, num_accepted [B] int32)."""
+    """Launch ``_verify_chain_kernel`` on checked arguments, in the order the op declares them
+    (specops/ops/verify.py ``CHAIN``) -> (tokens [B, K+1] int32, num_accepted [B] int32)."""
+    target, tokens, draft, nb = target_probs, draft_tokens, draft_probs, neighbors
+    seed_t, seed_i, off_t, off_i, block_verify = seed, seed_value, offset, offset_value, block
     b, k1, v = target.shape
     k = k1 - 1
     dev = target.device
@@ -426,11 +428,11 @@ def verify_chain_triton(
     out_num = torch.empty(b, dtype=torch.int32, device=dev)
     if b == 0:
         return out_tokens, out_num
-    rows_per_seed = 1 if seed_t is not None and seed_t.numel() == b else b
+    rows_per_seed = b // seed_t.numel() if seed_t is not None else b
     dummy = out_tokens  # never read when the matching HAS_* flag is off
     seed, seed_stride = vec(seed_t, dummy)
     offset, _ = vec(off_t, dummy)  # one element, read at its address
-    block = min(4096, triton.next_power_of_2(v))
+    tile = min(4096, triton.next_power_of_2(v))
     nbk = nb.shape[1] if nb is not None else 0
     launch(
         _verify_chain_kernel,
@@ -469,9 +471,9 @@ def verify_chain_triton(
         BLOCK_VERIFY=bool(block_verify),
         BLOCK_K=triton.next_power_of_2(k1),
         BLOCK_NB=triton.next_power_of_2(max(nbk, 1)),
-        BLOCK=block,
-        # 16 warps at BLOCK 4096: 8 spill 40-76 B on sm_90 (docs/triton_resources.md)
-        num_warps=16 if block >= 4096 else 8 if block >= 2048 else 4,
+        TILE=tile,
+        # 16 warps at TILE 4096: 8 spill 40-76 B on sm_90 (docs/triton_resources.md)
+        num_warps=16 if tile >= 4096 else 8 if tile >= 2048 else 4,
         enable_fp_fusion=False,
     )
     return out_tokens, out_num

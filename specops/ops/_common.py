@@ -44,10 +44,9 @@ from specops.ops._dispatch import (  # noqa: F401
     write_outs,
 )
 from specops.ops._rng import (  # noqa: F401
+    Rng,
+    check_rng,
     fast_rng,
-    offset_for_reference,
-    rng_args,
-    seed_for_reference,
 )
 from specops.ops.checks import (  # noqa: F401
     check_ids,

@@ -40,14 +40,14 @@ def stream_of(device: torch.device) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
-def launch(be: str, name: str, *args) -> tuple:
+def launch(be: str, name: str, *args, **kwargs) -> tuple:
     """Run the compiled kernel ``name``: its C++ twin ``<name>_cpu``, its CUDA launcher
     ``<name>_cuda`` (on torch's current stream of the tensors' device), or that launcher's
     emulated build ``<name>_cuda_sim``.  Tensors go in as they are: the bindings read their
     pointer, dtype, sizes and strides (csrc/tensor_arg.h) and raise a ValueError naming the
     argument for any layout the kernel cannot read.  An output passed as None is allocated by the
     binding; -> the tuple of the op's outputs."""
-    return getattr(_build._C, f"{name}_{be}")(*args)
+    return getattr(_build._C, f"{name}_{be}")(*args, **kwargs)
 
 
 # eager fast path --------------------------------------------------------------------------

@@ -1,18 +1,23 @@
-"""Public op verify_jacobi: one Speculative Jacobi Decoding step (SJD, SJD-PAC).
-
-Checks shapes/dtypes/devices (always) and values (validation mode only), then calls the
-``torch.ops.specops.verify_jacobi`` op through ``c.ops`` (eager calls with backend "auto" go to
-the binding directly, see ``_common.fast_kernel``).  The semantics, including which Philox
-(row, draw) every random decision uses, are documented in ``specops/reference/verify.py``.
-Backends: "cuda" (specops/jacobi.cuh), "cpu" (its C++ twin, ``_jacobi_kernels``), "reference"."""
+"""Public op verify_jacobi: one Speculative Jacobi Decoding step (SJD, SJD-PAC), declared once
+(``JACOBI``, specops/ops/_decl.py).  Semantics and draw indices: ``specops/reference/verify.py``.
+Backends: "cuda" (specops/jacobi.cuh), "cpu" (its C++ twin), "reference"."""
 
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 
 from specops._nvtx import traced
 from specops.ops import _common as c
+from specops.ops._decl import (
+    OpDecl,
+    Out,
+    RelaxArg,
+    RngArg,
+    Scalar,
+    Ten,
+    TreeArg,
+    register_decl,
+)
 from specops.ops.verify import (
     _bool,
     _check_draft_probs,
@@ -20,9 +25,11 @@ from specops.ops.verify import (
     _check_target,
     _check_tree,
     _check_uniforms,
-    _ref_rng,
     _relax_of,
     _TreeArrays,
+    f32_rows,
+    id_rows,
+    tree_array,
 )
 from specops.reference import verify as rv
 from specops.reference.verify import JacobiResult, Relaxation
@@ -31,7 +38,134 @@ from specops.tree import Tree
 __all__ = ["verify_jacobi"]
 
 
-# verify_jacobi --------------------------------------------------------------------------------
+def _check(target_probs, window_tokens, draft_probs, tree, continue_after_reject, num_candidates,
+           seed, offset, relax, uniforms, backend) -> None:  # fmt: skip
+    op = "verify_jacobi"
+    b, L, v = _check_target(op, target_probs, backend)
+    dev = target_probs.device
+    if tree is not None:
+        _check_tree(op, tree, b, L, dev)
+    c.check_ids(op, "window_tokens", window_tokens, ndim=2, device=dev)
+    c.check_tensor(op, "window_tokens", window_tokens, shape=(b, L))
+    _check_draft_probs(op, draft_probs, b, L, v, dev)
+    _bool(op, "continue_after_reject", continue_after_reject)
+    if isinstance(num_candidates, bool) or not isinstance(num_candidates, int):
+        raise TypeError(
+            f"specops.{op}: num_candidates must be an int, got {type(num_candidates).__name__}"
+        )
+    if num_candidates < 1:
+        raise ValueError(f"specops.{op}: num_candidates must be >= 1, got {num_candidates}")
+    _check_relax(op, relax, v, dev)
+    c.check_rng(op, seed, offset, dev, b)
+    draws = 2 * L + (L * num_candidates if num_candidates > 1 else 0)
+    _check_uniforms(op, uniforms, b, draws, dev)
+    if c.validating():
+        c.check_values_probs(op, "target_probs", target_probs)
+        if draft_probs is not None:
+            c.check_values_probs(op, "draft_probs", draft_probs)
+        ids = window_tokens if tree is None else window_tokens[:, 1:]
+        c.check_values_ids(op, "window_tokens", ids, v)
+
+
+def _reference(target_probs, window_tokens, draft_probs, first_child, next_sibling,
+               continue_after_reject, num_candidates, rng, neighbors, delta, uniforms):  # fmt: skip
+    seed, offset = rng.reference(target_probs.device)
+    tree = _TreeArrays(first_child, next_sibling) if first_child is not None else None
+    r = rv.verify_jacobi(target_probs, window_tokens, draft_probs, tree=tree,
+                         continue_after_reject=continue_after_reject,
+                         num_candidates=num_candidates, seed=seed, offset=offset,
+                         relax=_relax_of(neighbors, delta), uniforms=uniforms)  # fmt: skip
+    b, L, _ = target_probs.shape
+    i32 = torch.int32
+    cands = (
+        r.candidates if r.candidates is not None else target_probs.new_empty((b, L, 0), dtype=i32)
+    )
+    path = r.path if r.path is not None else target_probs.new_empty((b, 0), dtype=i32)
+    return r.num_accepted, r.next_window, r.first_reject, cands, path
+
+
+# CUDA tree mode signals completion through per-request counters that must be zero before the
+# launch; the kernel leaves them zero, so one zeroed buffer per (device, stream) is kept and
+# reused (also by CUDA graph replays).
+_COUNTERS: dict[tuple[str, int, int], torch.Tensor] = {}
+
+
+def _counters(be: str, flat) -> dict:
+    if be not in ("cuda", "cuda_sim") or flat[3] is None:  # flat[3]: first_child (tree mode)
+        return {}
+    dev, b = flat[0].device, flat[0].shape[0]
+    index = -1  # CPU tensors (backend "cuda_sim")
+    if dev.type == "cuda":
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+    key = (dev.type, index, c.stream_of(dev) if be == "cuda" else 0)
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < b:
+        buf = torch.zeros(max(b, 64), dtype=torch.int32, device=dev)
+        _COUNTERS[key] = buf
+    return {"counters": buf}
+
+
+def _complete(res: tuple, flat, out) -> tuple:
+    """The binding's outputs (num, next_window, first_reject[, candidates][, path]) as the op's
+    five, the unused ones empty ([B, L, 0] and [B, 0]) or the caller's."""
+    if out is not None:
+        return tuple(out)
+    target, k, tree = flat[0], flat[6], flat[3] is not None
+    b, L = target.shape[0], target.shape[1]
+    i32 = torch.int32
+    cands = res[3] if k > 1 else target.new_empty((b, L, 0), dtype=i32)
+    path = res[-1] if tree else target.new_empty((b, 0), dtype=i32)
+    return res[0], res[1], res[2], cands, path
+
+
+JACOBI = OpDecl(
+    "verify_jacobi",
+    args=(
+        Ten("target_probs", "B L V", form=f32_rows, fast_rank=3),
+        Ten("window_tokens", "B L", form=id_rows),
+        Ten("draft_probs", "B L V", optional=True, form=f32_rows),
+        TreeArg(("first_child", "next_sibling"), optional=True, form=tree_array),
+        Scalar("continue_after_reject", "bool"),
+        Scalar("num_candidates", "int"),
+        RngArg(requests="target_probs.shape[0]"),
+        RelaxArg(),
+        Ten("uniforms", "B D", optional=True),
+    ),
+    outs=(
+        Out("num_accepted", "B"),
+        Out("next_window", "B, L"),
+        Out("first_reject", "B"),
+        Out("candidates", "B, L, num_candidates if num_candidates > 1 else 0"),
+        Out("path", "B, L if first_child is not None else 0"),
+    ),
+    backends=("cuda", "cpu", "reference"),
+    check=_check,
+    reference=_reference,
+    # CUDA tree mode needs the completion counters (launch_extra), which the checked path adds
+    fast_when="tree is None or not target_probs.is_cuda",
+    launch_extra=_counters,
+    complete=_complete,  # the fast path returns the binding's outputs as they are
+)
+
+
+def _five_outs(out, target_probs, k: bool, tree: bool):
+    """``out`` as the five buffers the op writes: the caller's fields (all five, unused ones
+    None, or only the produced ones in order) and empty ones never written ([B, L, 0], [B, 0])
+    for candidates without proactive candidates and path without a tree."""
+    used = 3 + k + tree
+    if len(out) == 5:
+        fields = [*out[:3], *((out[3],) if k else ()), *((out[4],) if tree else ())]
+    elif len(out) == used:
+        fields = list(out)
+    else:
+        return out  # run's check says what is expected
+    b, L = target_probs.shape[0], target_probs.shape[1]
+    empty = target_probs.new_empty
+    cands = fields[3] if k else empty((b, L, 0), dtype=torch.int32)
+    path = fields[-1] if tree else empty((b, 0), dtype=torch.int32)
+    return (*fields[:3], cands, path)
+
+
 @traced("verify_jacobi")
 def verify_jacobi(
     target_probs: torch.Tensor,
@@ -50,169 +184,33 @@ def verify_jacobi(
 ) -> JacobiResult:
     """One Speculative Jacobi Decoding step (SJD, or SJD-PAC with continuation / a tree window).
 
-    ``target_probs`` [B, L, V], ``window_tokens`` [B, L], ``draft_probs`` [B, L, V] (the dists
-    the window tokens were drawn from; None = one-hot).  ``tree``: None (chain window: row i =
-    target dist of slot i) or a ``Tree`` of L nodes, batch 1 or B, e.g. ``Tree.kary_chain``
-    (``verify_tree``'s node convention).  ``num_candidates`` > 1 adds the proactive-drafting
-    candidates.  ``uniforms`` [B, 2L] float32, or [B, 2L + L*k] with num_candidates k > 1.
+    Parameters
+    ----------
+    ===================== ============== ========================================================
+    target_probs          [B, L, V]      row i: the target dist of window slot i
+    window_tokens         [B, L] int     the window (tree mode: entry 0 ignored)
+    draft_probs           [B, L, V]      the dists the window tokens were drawn from; None: one-hot
+    tree                  Tree or None   None: a chain window; a Tree of L nodes, batch 1 or B
+                                         (``verify_tree``'s node convention), e.g. kary_chain
+    continue_after_reject bool           SJD-PAC: the window continues after a rejection
+    num_candidates        int            > 1 adds the proactive-drafting candidates
+    seed, offset          int or int64   Philox key and counter offset; seed [B]: one per request
+    relax                 Relaxation     LANTERN relaxed acceptance (lossy); None: exact
+    uniforms              [B, D] float32 replaces the draws: D = 2L, or 2L + L*k with k > 1
+    backend               str            "auto", "cuda", "cpu" (C++ twin), "reference"
+    out                   JacobiResult   preallocated contiguous fields (candidates / path None
+                                         when not produced)
+    ===================== ============== ========================================================
 
     Returns ``JacobiResult(num_accepted [B], next_window [B, L], first_reject [B],
-    candidates [B, L, num_candidates] or None, path [B, L] in tree mode or None)``, int32,
-    written into ``out`` (the same five fields, contiguous; candidates / path None when not
-    produced) when given.  Exact semantics and draw indices: ``specops.reference.verify_jacobi``.
-    Backends: "cuda" (one launch per step, specops/jacobi.cuh), "cpu" (its C++ twin) and
-    "reference"."""
-    op = "verify_jacobi"
-    fast = c.fast_kernel(op, target_probs, backend, _JACOBI_BACKENDS)
-    if (
-        fast is not None
-        and target_probs.dim() == 3
-        and out is None
-        and relax is None
-        and type(continue_after_reject) is bool
-        and type(num_candidates) is int
-        and (tree is None or (type(tree) is Tree and not target_probs.is_cuda))
-    ):
-        rng = c.fast_rng(seed, offset, target_probs.shape[0])
-        if rng is not None:
-            tr = tree is not None
-            try:
-                r = fast(target_probs, draft_probs, window_tokens, tree.first_child if tr else None,
-                         tree.next_sibling if tr else None, continue_after_reject, num_candidates,
-                         None, 0.0, *rng, uniforms, None, None, None, None, None, None, None,
-                         False)  # fmt: skip
-            except (TypeError, ValueError):
-                pass  # the checks below name what is wrong, or normalise what the kernel reads
-            else:
-                k = num_candidates > 1
-                return JacobiResult(r[0], r[1], r[2], r[3] if k else None, r[-1] if tr else None)
-    b, L, v = _check_target(op, target_probs, backend)
-    dev = target_probs.device
-    if tree is not None:
-        _check_tree(op, tree, b, L, dev)
-    c.check_ids(op, "window_tokens", window_tokens, ndim=2, device=dev)
-    c.check_tensor(op, "window_tokens", window_tokens, shape=(b, L))
-    _check_draft_probs(op, draft_probs, b, L, v, dev)
-    cont = _bool(op, "continue_after_reject", continue_after_reject)
-    if isinstance(num_candidates, bool) or not isinstance(num_candidates, int):
-        raise TypeError(
-            f"specops.{op}: num_candidates must be an int, got {type(num_candidates).__name__}"
-        )
-    if num_candidates < 1:
-        raise ValueError(f"specops.{op}: num_candidates must be >= 1, got {num_candidates}")
-    nb, delta = _check_relax(op, relax, v, dev)
-    seed_t, seed_i, off_t, off_i = c.rng_args(op, seed, offset, dev, b)
-    draws = 2 * L + (L * num_candidates if num_candidates > 1 else 0)
-    _check_uniforms(op, uniforms, b, draws, dev)
-    if c.validating():
-        c.check_values_probs(op, "target_probs", target_probs)
-        if draft_probs is not None:
-            c.check_values_probs(op, "draft_probs", draft_probs)
-        ids = window_tokens if tree is None else window_tokens[:, 1:]
-        c.check_values_ids(op, "window_tokens", ids, v)
-    fc = tree.first_child if tree is not None else None
-    ns = tree.next_sibling if tree is not None else None
-    args = (target_probs, window_tokens, draft_probs, fc, ns, cont, num_candidates, seed_t, seed_i,
-            off_t, off_i, nb, delta, uniforms, backend)  # fmt: skip
-    k, tr = num_candidates > 1, tree is not None
-    if out is None:
-        num, nw, first, cands, path = c.ops.verify_jacobi(*args)
-        return JacobiResult(num, nw, first, cands if k else None, path if tr else None)
-    i32 = torch.int32
-    specs = (("num_accepted", (b,), i32, dev), ("next_window", (b, L), i32, dev),
-             ("first_reject", (b,), i32, dev))  # fmt: skip
-    if isinstance(out, (tuple, list)) and len(out) == 5:  # unused fields None, or empty below
-        cands = out[3] if k else None
-        path = out[4] if tr else None
-        out = tuple(out[:3]) + ((cands,) if k else ()) + ((path,) if tr else ())
-        specs += ((("candidates", (b, L, num_candidates), i32, dev),) if k else ()) + (
-            (("path", (b, L), i32, dev),) if tr else ()
-        )
-    out = list(c.check_out(op, out, specs))
-    names = [f"out.{spec[0]}" for spec in specs]
-    c.check_no_alias(op, list(zip(names, out)), zip(c._ARG_NAMES[op], args))
-    cands = out.pop(3) if k else target_probs.new_empty((b, L, 0), dtype=i32)
-    path = out.pop(3) if tr else target_probs.new_empty((b, 0), dtype=i32)
-    c.ops.verify_jacobi_out(*args, *out, cands, path)
-    return JacobiResult(*out, cands if k else None, path if tr else None)
+    candidates [B, L, num_candidates] or None, path [B, L] in tree mode or None)``, int32.
+    Exact semantics and draw indices: ``specops.reference.verify_jacobi``."""
+    k, tr = num_candidates != 1, tree is not None
+    if isinstance(out, (tuple, list)) and isinstance(target_probs, torch.Tensor):
+        out = _five_outs(out, target_probs, k, tr)
+    r = JACOBI.call(backend, out, target_probs, window_tokens, draft_probs, tree,
+            continue_after_reject, num_candidates, seed, offset, relax, uniforms)  # fmt: skip
+    return JacobiResult(r[0], r[1], r[2], r[3] if k else None, r[-1] if tr else None)
 
 
-# C++ CPU twin / CUDA: _jacobi_kernels
-_JACOBI_BACKENDS = c.declare_backends(("cuda", "cpu", "reference"), "verify_jacobi")
-
-
-def _jacobi_impl(
-    target: Tensor,
-    window: Tensor,
-    draft: Tensor | None,
-    fc: Tensor | None,
-    ns: Tensor | None,
-    cont: bool,
-    k: int,
-    seed_t: Tensor | None,
-    seed_i: int,
-    off_t: Tensor | None,
-    off_i: int,
-    nb: Tensor | None,
-    delta: float,
-    uniforms: Tensor | None,
-    backend: str,
-    out=None,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    be = c.pick_backend("verify_jacobi", backend, target.device, _JACOBI_BACKENDS)
-    if be != "reference":
-        from specops.ops import _jacobi_kernels
-
-        return _jacobi_kernels.verify_jacobi(
-            be,
-            target,
-            window,
-            draft,
-            fc,
-            ns,
-            cont,
-            k,
-            seed_t,
-            seed_i,
-            off_t,
-            off_i,
-            nb,
-            delta,
-            uniforms,
-            out=out,
-        )
-    seed, offset = _ref_rng(seed_t, seed_i, off_t, off_i, target.device)
-    tree = _TreeArrays(fc, ns) if fc is not None else None
-    r = rv.verify_jacobi(
-        target,
-        window,
-        draft,
-        tree=tree,
-        continue_after_reject=cont,
-        num_candidates=k,
-        seed=seed,
-        offset=offset,
-        relax=_relax_of(nb, delta),
-        uniforms=uniforms,
-    )
-    b, L, _ = target.shape
-    cands = (
-        r.candidates if r.candidates is not None else target.new_empty((b, L, 0), dtype=torch.int32)
-    )
-    path = r.path if r.path is not None else target.new_empty((b, 0), dtype=torch.int32)
-    return c.write_outs(out, (r.num_accepted, r.next_window, r.first_reject, cands, path))
-
-
-def _jacobi_fake(target, _window, _draft, fc, _ns, _cont, k, *_rest):
-    b, L, _ = target.shape
-    i32 = torch.int32
-    return (
-        target.new_empty((b,), dtype=i32),
-        target.new_empty((b, L), dtype=i32),
-        target.new_empty((b,), dtype=i32),
-        target.new_empty((b, L, k if k > 1 else 0), dtype=i32),
-        target.new_empty((b, L if fc is not None else 0), dtype=i32),
-    )
-
-
-c.register("verify_jacobi", _jacobi_impl, _jacobi_fake, outs=5)
+register_decl(JACOBI)

@@ -8,6 +8,8 @@ from torch import Tensor
 from specops import reference
 from specops._nvtx import traced
 from specops.ops import _common as c
+from specops.ops._decl import OpDecl, Out, RngArg, Scalar, Ten, register_decl
+from specops.ops.verify import f32_rows
 
 __all__ = ["sample", "sample_without_replacement"]
 
@@ -51,7 +53,7 @@ def sample(
             f"specops.sample: probs must have a non-empty last dim, got {tuple(probs.shape)}"
         )
     lead = tuple(probs.shape[:-1])
-    seed_t, seed_i, off_t, off_i = c.rng_args("sample", seed, offset, dev, lead[0] if lead else 1)
+    c.check_rng("sample", seed, offset, dev, lead[0] if lead else 1)
     if uniforms is not None:
         c.check_tensor(
             "sample", "uniforms", uniforms, dtypes=(torch.float32,), device=dev, shape=lead
@@ -66,25 +68,25 @@ def sample(
                                        ("uniforms", uniforms)]
         )  # fmt: skip
     c.check_values_probs("sample", "probs", probs)
-    c.ops.sample(probs, seed_t, seed_i, off_t, off_i, uniforms, backend, out)
+    c.ops.sample(probs, *c.Rng.of(seed, offset), uniforms, backend, out)
     return out
 
 
 def _impl(
     probs: Tensor,
-    seed_t: Tensor | None,
-    seed_i: int,
-    off_t: Tensor | None,
-    off_i: int,
+    seed: Tensor | None,
+    seed_value: int,
+    offset: Tensor | None,
+    offset_value: int,
     uniforms: Tensor | None,
     backend: str,
     out: Tensor,
 ) -> None:
+    rng = c.Rng(seed, seed_value, offset, offset_value)
     be = c.pick_backend("sample", backend, probs.device, _BACKENDS)
     if be == "reference":
-        seed = seed_t if seed_t is not None else seed_i
-        offset = off_t.reshape(()) if off_t is not None else off_i
-        out.copy_(reference.sample(probs, seed=seed, offset=offset, uniforms=uniforms))
+        seed_r, offset_r = rng.reference(probs.device)
+        out.copy_(reference.sample(probs, seed=seed_r, offset=offset_r, uniforms=uniforms))
         return
     v = probs.shape[-1]
     p = probs.reshape(-1, v)
@@ -93,24 +95,81 @@ def _impl(
     rows = p.shape[0]
     if rows == 0:
         return
-    rows_per_seed = rows // seed_t.numel() if seed_t is not None else rows
     res = out if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype, device=out.device)
     if be == "triton":
         from specops.triton_kernels.sample import sample_triton
 
-        sample_triton(p, seed_t, seed_i, rows_per_seed, off_t, off_i, uniforms, res)
+        sample_triton(p, seed, seed_value, rng.rows_per_seed(rows), offset, offset_value, uniforms,
+                      res)  # fmt: skip
     else:
         u = uniforms.reshape(rows, 1) if uniforms is not None else None
-        c.launch(be, "sample", p, seed_t, seed_i, off_t, off_i, u, res.view(-1))
+        c.launch(be, "sample", p, *rng, u, res.view(-1))
     if res is not out:
         out.copy_(res)
 
 
-def _fake(probs, seed_t, seed_i, off_t, off_i, uniforms, backend, out):
+def _fake(probs, seed, seed_value, offset, offset_value, uniforms, backend, out):
     return None
 
 
 c.register("sample", _impl, _fake, mutates=("out",))
+
+
+def _check_wor(probs, k, seed, offset, uniforms, backend) -> None:
+    op = "sample_without_replacement"
+    c.check_probs(op, "probs", probs, ndim=range(1, 8), backend=backend)
+    dev = probs.device
+    if probs.shape[-1] == 0:
+        raise ValueError(
+            f"specops.{op}: probs must have a non-empty last dim, got {tuple(probs.shape)}"
+        )
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise TypeError(f"specops.{op}: k must be an int, got {type(k).__name__}")
+    if k < 1:
+        raise ValueError(f"specops.{op}: k must be >= 1, got {k}")
+    c.check_rng(op, seed, offset, dev, probs.shape[0] if probs.dim() > 1 else 1)
+    if uniforms is not None:
+        c.check_tensor(
+            op, "uniforms", uniforms, dtypes=(torch.float32,), device=dev, shape=tuple(probs.shape)
+        )
+    c.check_values_probs(op, "probs", probs)
+
+
+def _wor_reference(probs, k, rng, uniforms):
+    seed, offset = rng.reference(probs.device)
+    return (reference.sample_without_replacement(probs, k, seed=seed, offset=offset,
+                                                 uniforms=uniforms),)  # fmt: skip
+
+
+def _wor_kernel(be, flat, out):
+    """The compiled kernels read [rows, V] float32 rows and write [rows, k]."""
+    probs, k, *rng, uniforms = flat
+    v = probs.shape[-1]
+    lead = tuple(probs.shape[:-1])
+    p = f32_rows(probs.reshape(-1, v))
+    rows = p.shape[0]
+    given = out[0] if out is not None else None  # [..., k] contiguous (checked by run)
+    u = uniforms.reshape(rows, v) if uniforms is not None else None
+    (res,) = WOR.launch(
+        be, p, k, *rng, u, out=(given.view(rows, k) if given is not None else None,)
+    )
+    return (given if given is not None else res.view(*lead, k),)
+
+
+WOR = OpDecl(
+    "sample_without_replacement",
+    args=(
+        Ten("probs", "... V", fast_rank=2),
+        Scalar("k", "int"),
+        RngArg(requests="probs.shape[0]"),
+        Ten("uniforms", "... V", optional=True),
+    ),
+    outs=(Out("tokens", "..., k"),),
+    backends=("cuda", "cpu", "reference"),
+    check=_check_wor,
+    reference=_wor_reference,
+    kernel=_wor_kernel,
+)
 
 
 @traced("sample_without_replacement")
@@ -124,78 +183,28 @@ def sample_without_replacement(
     backend: str = "auto",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """k distinct tokens per row of ``probs`` [..., V] (non-negative, need not sum to 1), in the
-    order of sequential sampling without replacement -> [..., k] int32.
+    """k distinct tokens per row of ``probs``, in the order of sequential sampling without
+    replacement -> [..., k] int32.
+
+    Parameters
+    ----------
+    ============ ================ ===============================================================
+    probs        [..., V] float   non-negative, need not sum to 1
+    k            int              tokens per row, >= 1
+    seed, offset int or int64     Philox key and counter offset; seed [B]: one per request
+                                  along dim 0 (flat row r, draw v = entry v)
+    uniforms     [..., V] float32 replaces the draws
+    backend      str              "auto", "cuda", "cpu" (C++ twin), "reference"
+    out          [..., k] int32   preallocated contiguous output
+    ============ ================ ===============================================================
 
     Gumbel top-k: key_v = log(p_v) - log(-log(u_v)) with one uniform per entry; the k largest
     keys, largest first.  Zero-probability entries (and, in fast mode, NaN, negative and +inf
     ones) are never chosen: a row with fewer than k positive finite entries is padded with -1.
-    Random draws: flat row r, draw v = entry v (``seed`` [B] = one per request along dim 0);
-    ``uniforms`` [..., V] float32 replaces them.  Exact semantics:
-    ``specops.reference.sample_without_replacement``.  Backends "cuda", "cpu" (C++ twin) and
-    "reference": the keys' float32 logs may differ in the last bit between torch.log and the
-    kernels' logf, so ids agree except where two keys tie within a few ulps."""
-    op = "sample_without_replacement"
-    fast = c.fast_kernel(op, probs, backend, _WOR_BACKENDS)
-    if fast is not None and uniforms is None and probs.dim() == 2 and type(k) is int:
-        rng = c.fast_rng(seed, offset, probs.shape[0])
-        if rng is not None and (out is None or type(out) is torch.Tensor):
-            try:
-                return fast(probs, k, *rng, None, out)[0]
-            except (TypeError, ValueError):
-                pass  # the checks below name what is wrong, or normalise what the kernel reads
-    c.check_probs(op, "probs", probs, ndim=range(1, 8), backend=backend)
-    dev = probs.device
-    if probs.shape[-1] == 0:
-        raise ValueError(
-            f"specops.{op}: probs must have a non-empty last dim, got {tuple(probs.shape)}"
-        )
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise TypeError(f"specops.{op}: k must be an int, got {type(k).__name__}")
-    if k < 1:
-        raise ValueError(f"specops.{op}: k must be >= 1, got {k}")
-    lead = tuple(probs.shape[:-1])
-    seed_t, seed_i, off_t, off_i = c.rng_args(op, seed, offset, dev, lead[0] if lead else 1)
-    if uniforms is not None:
-        c.check_tensor(
-            op, "uniforms", uniforms, dtypes=(torch.float32,), device=dev, shape=tuple(probs.shape)
-        )
-    c.check_values_probs(op, "probs", probs)
-    args = (probs, k, seed_t, seed_i, off_t, off_i, uniforms, backend)
-    return c.call(op, args, out, lambda: (("out", (*lead, k), torch.int32, dev),))
+    Exact semantics: ``specops.reference.sample_without_replacement``; the keys' float32 logs
+    may differ in the last bit between torch.log and the kernels' logf, so ids agree except
+    where two keys tie within a few ulps."""
+    return WOR.call(backend, out, probs, k, seed, offset, uniforms)[0]
 
 
-_WOR_BACKENDS = c.declare_backends(("cuda", "cpu", "reference"), "sample_without_replacement")
-
-
-def _wor_impl(
-    probs: Tensor,
-    k: int,
-    seed_t: Tensor | None,
-    seed_i: int,
-    off_t: Tensor | None,
-    off_i: int,
-    uniforms: Tensor | None,
-    backend: str,
-    out=None,
-) -> Tensor:
-    be = c.pick_backend("sample_without_replacement", backend, probs.device, _WOR_BACKENDS)
-    if be != "reference":
-        from specops.ops import _verify_kernels
-
-        return _verify_kernels.sample_without_replacement(
-            be, probs, k, seed_t, seed_i, off_t, off_i, uniforms, out
-        )
-    seed = seed_t if seed_t is not None else seed_i
-    offset = off_t.reshape(()) if off_t is not None else off_i
-    res = reference.sample_without_replacement(
-        probs, k, seed=seed, offset=offset, uniforms=uniforms
-    )
-    return c.write_outs(out, (res,))[0]
-
-
-def _wor_fake(probs, k, seed_t, seed_i, off_t, off_i, uniforms, backend):
-    return probs.new_empty((*probs.shape[:-1], k), dtype=torch.int32)
-
-
-c.register("sample_without_replacement", _wor_impl, _wor_fake, outs=1)
+register_decl(WOR)

@@ -20,17 +20,21 @@ from torch import Tensor
 
 from specops._nvtx import traced
 from specops.ops import _common as c
-from specops.ops import _verify_kernels as _kernels
+from specops.ops._decl import (
+    OpDecl,
+    Out,
+    RelaxArg,
+    RngArg,
+    Scalar,
+    Ten,
+    TreeArg,
+    register_decl,
+)
 from specops.reference import verify as rv
 from specops.reference.verify import ChainResult, Relaxation, TreeResult
 from specops.tree import Tree
 
 __all__ = ["Relaxation", "verify_chain", "verify_tree", "path_acceptance"]
-
-_PATH_BACKENDS = c.declare_backends(("cuda", "cpu", "reference"), "path_acceptance")
-# C++ CPU twin / CUDA: _verify_kernels; Triton: triton_kernels/verify.py
-_CHAIN_BACKENDS = c.declare_backends(("cuda", "triton", "cpu", "reference"), "verify_chain")
-_TREE_BACKENDS = c.declare_backends(("cuda", "cpu", "reference"), "verify_tree")
 
 
 # checks ---------------------------------------------------------------------------------------
@@ -109,29 +113,106 @@ def _bool(op: str, name: str, val) -> bool:
     return val
 
 
-def _ref_rng(seed_t, seed_i, off_t, off_i, dev):
-    return c.seed_for_reference(seed_t, seed_i, dev), c.offset_for_reference(off_t, off_i, dev)
-
-
 def _relax_of(neighbors, delta):
     return None if neighbors is None else Relaxation(neighbors, delta)
 
 
-def _fast_outs(out, n: int):
-    """``out`` as the binding takes it (None for each output to make), or None when the general
-    checks must see it."""
-    if out is None:
-        return (None,) * n
-    if (
-        isinstance(out, (tuple, list))
-        and len(out) == n
-        and all(type(t) is torch.Tensor for t in out)
-    ):
-        return tuple(out)
-    return None
+class _TreeArrays:
+    """What the reference walk reads of a Tree: first_child / next_sibling."""
+
+    def __init__(self, first_child, next_sibling):
+        self.first_child = first_child
+        self.next_sibling = next_sibling
+
+
+def _check_values(op, target_probs, draft_probs, ids, v) -> None:
+    if c.validating():
+        c.check_values_probs(op, "target_probs", target_probs)
+        if draft_probs is not None:
+            c.check_values_probs(op, "draft_probs", draft_probs)
+        c.check_values_ids(op, "draft_tokens", ids, v)
+
+
+# what the compiled kernels read (specops/ops/_decl.py ``Ten.form``): float32 probability rows
+# with a contiguous last dim (other float dtypes converted once), token ids int32 or int64 in
+# place with a contiguous last dim, tree arrays int32, counts int64.
+def f32_rows(t: Tensor) -> Tensor:
+    return t if t.dtype == torch.float32 and t.stride(-1) == 1 else t.float().contiguous()
+
+
+def id_rows(t: Tensor) -> Tensor:
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def tree_array(t: Tensor) -> Tensor:
+    return t if t.dtype == torch.int32 and t.is_contiguous() else t.to(torch.int32).contiguous()
+
+
+def counts(t: Tensor) -> Tensor:
+    return t.to(torch.int64).contiguous()
 
 
 # verify_chain ---------------------------------------------------------------------------------
+def _check_chain(target_probs, draft_tokens, draft_probs, num_draft, seed, offset, relax, greedy,
+                 uniforms, block, backend) -> None:  # fmt: skip
+    op = "verify_chain"
+    b, k1, v = _check_target(op, target_probs, backend)
+    dev = target_probs.device
+    k = k1 - 1
+    c.check_ids(op, "draft_tokens", draft_tokens, ndim=2, device=dev)
+    c.check_tensor(op, "draft_tokens", draft_tokens, shape=(b, k))
+    _check_draft_probs(op, draft_probs, b, k, v, dev)
+    if num_draft is not None:
+        c.check_ids(op, "num_draft", num_draft, device=dev, shape=(b,))
+    greedy = _bool(op, "greedy", greedy)
+    block = _bool(op, "block", block)
+    nb, _ = _check_relax(op, relax, v, dev)
+    if greedy and nb is not None:
+        raise ValueError(f"specops.{op}: relax cannot be combined with greedy=True")
+    if block and (greedy or nb is not None):
+        raise ValueError(f"specops.{op}: block=True cannot be combined with greedy or relax")
+    c.check_rng(op, seed, offset, dev, b)
+    _check_uniforms(op, uniforms, b, k + 1, dev)
+    _check_values(op, target_probs, draft_probs, draft_tokens, v)
+    if (
+        c.validating()
+        and num_draft is not None
+        and num_draft.numel()
+        and ((num_draft < 0) | (num_draft > k)).any()
+    ):
+        raise ValueError(f"specops.{op}: num_draft values must be in [0, {k}]")
+
+
+def _chain_reference(target_probs, draft_tokens, draft_probs, num_draft, rng, neighbors, delta,
+                     greedy, uniforms, block):  # fmt: skip
+    seed, offset = rng.reference(target_probs.device)
+    r = rv.verify_chain(target_probs, draft_tokens, draft_probs, num_draft=num_draft, seed=seed,
+                        offset=offset, relax=_relax_of(neighbors, delta), greedy=greedy,
+                        uniforms=uniforms, block=block)  # fmt: skip
+    return r.tokens, r.num_accepted
+
+
+CHAIN = OpDecl(
+    "verify_chain",
+    args=(
+        Ten("target_probs", "B N V", form=f32_rows, fast_rank=3),
+        Ten("draft_tokens", "B K", form=id_rows),
+        Ten("draft_probs", "B K V", optional=True, form=f32_rows),
+        Ten("num_draft", "B", optional=True, form=counts),
+        RngArg(requests="target_probs.shape[0]"),
+        RelaxArg(),
+        Scalar("greedy", "bool"),
+        Ten("uniforms", "B N", optional=True),
+        Scalar("block", "bool"),
+    ),
+    outs=(Out("tokens", "B, N"), Out("num_accepted", "B")),
+    backends=("cuda", "triton", "cpu", "reference"),
+    check=_check_chain,
+    reference=_chain_reference,
+    triton="verify:verify_chain_triton",
+)
+
+
 @traced("verify_chain")
 def verify_chain(
     target_probs: torch.Tensor,
@@ -150,135 +231,84 @@ def verify_chain(
 ) -> ChainResult:
     """Chain speculative sampling: verify K drafts per request against the target, lossless.
 
-    ``target_probs`` [B, K+1, V] (row i = target dist for draft i, row K = bonus),
-    ``draft_tokens`` [B, K] int32/int64 (-1 ends a request's drafts), ``draft_probs`` [B, K, V]
-    or None (deterministic drafts), ``num_draft`` [B] int drafts per request (ragged batches).
-    ``relax``: LANTERN ``Relaxation`` (makes verification lossy).  ``greedy``: argmax
-    verification, bit-exact with greedy decoding.  ``uniforms`` [B, K+1] float32 replaces the
-    Philox draws (draw i = test of draft i, draw K = the final sample).  ``block``: block
-    verification (Sun et al. 2024, ``specops.reference.block``): the accepted prefix decided
-    jointly, as lossless, never fewer accepted tokens on average (more where drafts are
-    sampled and K >= 2); the same draws; not with ``greedy`` or ``relax``.
+    Parameters
+    ----------
+    ============== ================= ===========================================================
+    target_probs   [B, K+1, V] float row i: the target dist for draft i; row K: the bonus token
+    draft_tokens   [B, K] int32/64   the drafts; -1 ends a request's drafts
+    draft_probs    [B, K, V] float   the dists the drafts were drawn from; None: deterministic
+    num_draft      [B] int           drafts per request (ragged batches); None: K
+    seed, offset   int or int64      Philox key and counter offset; seed [B]: one per request
+    relax          Relaxation        LANTERN relaxed acceptance (lossy); None: exact
+    greedy         bool              argmax verification, bit-exact with greedy decoding
+    uniforms       [B, K+1] float32  replaces the Philox draws (draw i: draft i; K: the sample)
+    block          bool              block verification (Sun et al. 2024): the accepted prefix
+                                     decided jointly, as lossless, never fewer accepted on
+                                     average; not with greedy or relax
+    backend        str               "auto", "cuda", "triton", "cpu" (C++ twin), "reference"
+    out            (tokens, num)     preallocated contiguous outputs (CUDA graphs own them)
+    ============== ================= ===========================================================
 
-    Returns ``ChainResult(tokens [B, K+1] int32, num_accepted [B] int32)``: accepted drafts, then
-    one corrected/bonus token, -1 after; written into ``out`` = (tokens, num_accepted) when given
-    (contiguous, preallocated: CUDA graphs own them).  Exact semantics:
-    ``specops.reference.verify_chain``.
-    Backends: "cuda", "triton" (any GPU Triton supports; the interpreter on the CPU with
-    TRITON_INTERPRET=1), "cpu" (C++ twin), "reference"; all token-identical to the reference
-    except on exact rounding ties of the float64 sums."""
-    op = "verify_chain"
-    fast = c.fast_kernel(op, target_probs, backend, _CHAIN_BACKENDS)
-    if (
-        fast is not None
-        and target_probs.dim() == 3
-        and relax is None
-        and type(greedy) is bool
-        and type(block) is bool
-    ):
-        rng, o = c.fast_rng(seed, offset, target_probs.shape[0]), _fast_outs(out, 2)
-        if rng is not None and o is not None:
-            try:
-                return ChainResult(*fast(target_probs, draft_probs, draft_tokens, num_draft, None,
-                                         0.0, greedy, block, *rng, uniforms, *o))  # fmt: skip
-            except (TypeError, ValueError):
-                pass  # the checks below name what is wrong, or normalise what the kernel reads
-    b, k1, v = _check_target(op, target_probs, backend)
-    dev = target_probs.device
-    k = k1 - 1
-    c.check_ids(op, "draft_tokens", draft_tokens, ndim=2, device=dev)
-    c.check_tensor(op, "draft_tokens", draft_tokens, shape=(b, k))
-    _check_draft_probs(op, draft_probs, b, k, v, dev)
-    if num_draft is not None:
-        c.check_ids(op, "num_draft", num_draft, device=dev, shape=(b,))
-    greedy = _bool(op, "greedy", greedy)
-    block = _bool(op, "block", block)
-    nb, delta = _check_relax(op, relax, v, dev)
-    if greedy and nb is not None:
-        raise ValueError(f"specops.{op}: relax cannot be combined with greedy=True")
-    if block and (greedy or nb is not None):
-        raise ValueError(f"specops.{op}: block=True cannot be combined with greedy or relax")
-    seed_t, seed_i, off_t, off_i = c.rng_args(op, seed, offset, dev, b)
-    _check_uniforms(op, uniforms, b, k + 1, dev)
-    if c.validating():
-        c.check_values_probs(op, "target_probs", target_probs)
-        if draft_probs is not None:
-            c.check_values_probs(op, "draft_probs", draft_probs)
-        c.check_values_ids(op, "draft_tokens", draft_tokens, v)
-        if (
-            num_draft is not None
-            and num_draft.numel()
-            and ((num_draft < 0) | (num_draft > k)).any()
-        ):
-            raise ValueError(f"specops.{op}: num_draft values must be in [0, {k}]")
-    args = (target_probs, draft_tokens, draft_probs, num_draft, seed_t, seed_i, off_t, off_i,
-            nb, delta, greedy, uniforms, block, backend)  # fmt: skip
-    i32 = torch.int32
-    specs = lambda: (("tokens", (b, k1), i32, dev), ("num_accepted", (b,), i32, dev))
-    return ChainResult(*c.call(op, args, out, specs))
+    Returns ``ChainResult(tokens [B, K+1] int32, num_accepted [B] int32)``: the accepted drafts,
+    then one corrected/bonus token, -1 after.  Every backend is token-identical to
+    ``specops.reference.verify_chain`` except on exact rounding ties of the float64 sums."""
+    return ChainResult(*CHAIN.call(backend, out, target_probs, draft_tokens, draft_probs,
+                            num_draft, seed, offset, relax, greedy, uniforms, block))  # fmt: skip
 
 
-def _chain_impl(
-    target_probs: Tensor,
-    draft_tokens: Tensor,
-    draft_probs: Tensor | None,
-    num_draft: Tensor | None,
-    seed_t: Tensor | None,
-    seed_i: int,
-    offset_t: Tensor | None,
-    offset_i: int,
-    neighbors: Tensor | None,
-    delta: float,
-    greedy: bool,
-    uniforms: Tensor | None,
-    block: bool,
-    backend: str,
-    out=None,
-) -> tuple[Tensor, Tensor]:
-    target, tokens, draft, off_t, off_i, nb = (
-        target_probs, draft_tokens, draft_probs, offset_t, offset_i, neighbors
-    )  # fmt: skip
-    be = c.pick_backend("verify_chain", backend, target.device, _CHAIN_BACKENDS)
-    if be == "triton":
-        from specops.triton_kernels.verify import verify_chain_triton
-
-        return c.write_outs(out, verify_chain_triton(
-            target, tokens, draft, num_draft, seed_t, seed_i, off_t, off_i, nb, delta, greedy,
-            uniforms, block,
-        ))  # fmt: skip
-    if be != "reference":
-        return _kernels.verify_chain(
-            be, target, tokens, draft, num_draft, seed_t, seed_i, off_t, off_i, nb, delta,
-            greedy, uniforms, out, block,
-        )  # fmt: skip
-    seed, offset = _ref_rng(seed_t, seed_i, off_t, off_i, target.device)
-    r = rv.verify_chain(
-        target,
-        tokens,
-        draft,
-        num_draft=num_draft,
-        seed=seed,
-        offset=offset,
-        relax=_relax_of(nb, delta),
-        greedy=greedy,
-        uniforms=uniforms,
-        block=block,
-    )
-    return c.write_outs(out, (r.tokens, r.num_accepted))
-
-
-def _chain_fake(target, *_rest):  # the op's arguments; outputs depend on the shape
-    b, k1, _ = target.shape
-    return (
-        target.new_empty((b, k1), dtype=torch.int32),
-        target.new_empty((b,), dtype=torch.int32),
-    )
-
-
-c.register("verify_chain", _chain_impl, _chain_fake, outs=2)
+register_decl(CHAIN)
 
 
 # verify_tree ----------------------------------------------------------------------------------
+def _check_tree_op(target_probs, tree, draft_tokens, draft_probs, without_replacement, seed,
+                   offset, relax, greedy, uniforms, backend) -> None:  # fmt: skip
+    op = "verify_tree"
+    b, n, v = _check_target(op, target_probs, backend)
+    dev = target_probs.device
+    _check_tree(op, tree, b, n, dev)
+    c.check_ids(op, "draft_tokens", draft_tokens, ndim=2, device=dev)
+    c.check_tensor(op, "draft_tokens", draft_tokens, shape=(b, n))
+    _check_draft_probs(op, draft_probs, b, n, v, dev)
+    _bool(op, "without_replacement", without_replacement)
+    greedy = _bool(op, "greedy", greedy)
+    nb, _ = _check_relax(op, relax, v, dev)
+    if greedy and nb is not None:
+        raise ValueError(f"specops.{op}: relax cannot be combined with greedy=True")
+    c.check_rng(op, seed, offset, dev, b)
+    _check_uniforms(op, uniforms, b, n, dev)
+    _check_values(op, target_probs, draft_probs, draft_tokens[:, 1:], v)
+
+
+def _tree_reference(target_probs, first_child, next_sibling, width, draft_tokens, draft_probs,
+                    without_replacement, rng, neighbors, delta, greedy, uniforms):  # fmt: skip
+    seed, offset = rng.reference(target_probs.device)
+    r = rv.verify_tree(target_probs, _TreeArrays(first_child, next_sibling), draft_tokens,
+                       draft_probs, without_replacement=without_replacement, seed=seed,
+                       offset=offset, relax=_relax_of(neighbors, delta), greedy=greedy,
+                       uniforms=uniforms, width=width)  # fmt: skip
+    return r.path, r.tokens, r.num_accepted
+
+
+TREE = OpDecl(
+    "verify_tree",
+    args=(
+        Ten("target_probs", "B N V", form=f32_rows, fast_rank=3),
+        TreeArg(("first_child", "next_sibling"), (("width", "path_width"),), form=tree_array),
+        Ten("draft_tokens", "B N", form=id_rows),
+        Ten("draft_probs", "B N V", optional=True, form=f32_rows),
+        Scalar("without_replacement", "bool"),
+        RngArg(requests="target_probs.shape[0]"),
+        RelaxArg(),
+        Scalar("greedy", "bool"),
+        Ten("uniforms", "B N", optional=True),
+    ),
+    outs=(Out("path", "B, width"), Out("tokens", "B, width"), Out("num_accepted", "B")),
+    backends=("cuda", "cpu", "reference"),
+    check=_check_tree_op,
+    reference=_tree_reference,
+)
+
+
 @traced("verify_tree")
 def verify_tree(
     target_probs: torch.Tensor,
@@ -297,124 +327,66 @@ def verify_tree(
 ) -> TreeResult:
     """Tree speculative sampling (recursive rejection sampling, siblings in index order).
 
-    ``target_probs`` [B, N, V] (row n = target dist for the children of node n), ``tree`` a
-    ``Tree`` of N nodes with batch 1 or B, ``draft_tokens`` [B, N] (entry 0 ignored, -1 =
-    padding node), ``draft_probs`` [B, N, V] (row n = the draft dist the children of n were
-    drawn from) or None (deterministic drafts).  ``without_replacement``: siblings were drawn
-    without replacement.  ``uniforms`` [B, N] float32 (draw n - 1 = test of node n, draw N - 1 =
-    the final sample).  The output width D+1 is read from the tree once per Tree object.
+    Parameters
+    ----------
+    =================== ============== ==========================================================
+    target_probs        [B, N, V]      row n: the target dist for the children of node n
+    tree                Tree           N nodes, batch 1 or B (depth D: outputs are D+1 wide)
+    draft_tokens        [B, N] int     the node tokens (entry 0 ignored; -1: padding node)
+    draft_probs         [B, N, V]      row n: the draft dist node n's children were drawn from;
+                                       None: deterministic drafts
+    without_replacement bool           siblings were drawn without replacement
+    seed, offset        int or int64   Philox key and counter offset; seed [B]: one per request
+    relax               Relaxation     LANTERN relaxed acceptance (lossy); None: exact
+    greedy              bool           argmax verification
+    uniforms            [B, N] float32 replaces the draws (n - 1: node n's test; N - 1: sample)
+    backend             str            "auto", "cuda", "cpu" (C++ twin), "reference"
+    out                 (path, tokens, num_accepted) preallocated contiguous outputs
+    =================== ============== ==========================================================
 
-    Returns ``TreeResult(path, tokens [B, D+1] int32, num_accepted [B] int32)``, written into
-    ``out`` = (path, tokens, num_accepted) when given (contiguous, preallocated).  Exact semantics:
-    ``specops.reference.verify_tree``."""
-    op = "verify_tree"
-    fast = c.fast_kernel(op, target_probs, backend, _TREE_BACKENDS)
-    if (
-        fast is not None
-        and target_probs.dim() == 3
-        and type(tree) is Tree
-        and relax is None
-        and type(greedy) is bool
-        and type(without_replacement) is bool
-    ):
-        rng, o = c.fast_rng(seed, offset, target_probs.shape[0]), _fast_outs(out, 3)
-        if rng is not None and o is not None:
-            try:
-                return TreeResult(*fast(target_probs, draft_probs, draft_tokens, tree.first_child,
-                    tree.next_sibling, tree.path_width, without_replacement, None, 0.0,
-                    greedy, *rng, uniforms, None, None, *o))  # fmt: skip
-            except (TypeError, ValueError):
-                pass  # the checks below name what is wrong, or normalise what the kernel reads
+    Returns ``TreeResult(path, tokens [B, D+1] int32, num_accepted [B] int32)``.  Exact
+    semantics: ``specops.reference.verify_tree``."""
+    return TreeResult(*TREE.call(backend, out, target_probs, tree, draft_tokens, draft_probs,
+                           without_replacement, seed, offset, relax, greedy, uniforms))  # fmt: skip
+
+
+register_decl(TREE)
+
+
+# path_acceptance ------------------------------------------------------------------------------
+def _check_paths(target_probs, draft_probs, tree, draft_tokens, backend) -> None:
+    op = "path_acceptance"
     b, n, v = _check_target(op, target_probs, backend)
     dev = target_probs.device
     _check_tree(op, tree, b, n, dev)
     c.check_ids(op, "draft_tokens", draft_tokens, ndim=2, device=dev)
     c.check_tensor(op, "draft_tokens", draft_tokens, shape=(b, n))
     _check_draft_probs(op, draft_probs, b, n, v, dev)
-    wor = _bool(op, "without_replacement", without_replacement)
-    greedy = _bool(op, "greedy", greedy)
-    nb, delta = _check_relax(op, relax, v, dev)
-    if greedy and nb is not None:
-        raise ValueError(f"specops.{op}: relax cannot be combined with greedy=True")
-    seed_t, seed_i, off_t, off_i = c.rng_args(op, seed, offset, dev, b)
-    _check_uniforms(op, uniforms, b, n, dev)
-    if c.validating():
-        c.check_values_probs(op, "target_probs", target_probs)
-        if draft_probs is not None:
-            c.check_values_probs(op, "draft_probs", draft_probs)
-        c.check_values_ids(op, "draft_tokens", draft_tokens[:, 1:], v)
-    width = tree.path_width
-    args = (target_probs, tree.first_child, tree.next_sibling, width, draft_tokens, draft_probs,
-            wor, seed_t, seed_i, off_t, off_i, nb, delta, greedy, uniforms, backend)  # fmt: skip
-    i32 = torch.int32
-    specs = lambda: (("path", (b, width), i32, dev), ("tokens", (b, width), i32, dev),
-                     ("num_accepted", (b,), i32, dev))  # fmt: skip
-    return TreeResult(*c.call(op, args, out, specs))
+    _check_values(op, target_probs, draft_probs, draft_tokens[:, 1:], v)
 
 
-class _TreeArrays:
-    """What the reference walk reads of a Tree: first_child / next_sibling."""
-
-    def __init__(self, first_child, next_sibling):
-        self.first_child = first_child
-        self.next_sibling = next_sibling
+def _paths_reference(target_probs, draft_probs, parents, num_paths, draft_tokens):
+    return rv._path_acceptance(target_probs, draft_probs, parents, draft_tokens, num_paths)
 
 
-def _tree_impl(
-    target: Tensor,
-    first_child: Tensor,
-    next_sibling: Tensor,
-    width: int,
-    tokens: Tensor,
-    draft: Tensor | None,
-    wor: bool,
-    seed_t: Tensor | None,
-    seed_i: int,
-    off_t: Tensor | None,
-    off_i: int,
-    nb: Tensor | None,
-    delta: float,
-    greedy: bool,
-    uniforms: Tensor | None,
-    backend: str,
-    out=None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    be = c.pick_backend("verify_tree", backend, target.device, _TREE_BACKENDS)
-    if be != "reference":
-        return _kernels.verify_tree(
-            be, target, first_child, next_sibling, width, tokens, draft, wor, seed_t, seed_i,
-            off_t, off_i, nb, delta, greedy, uniforms, out,
-        )  # fmt: skip
-    seed, offset = _ref_rng(seed_t, seed_i, off_t, off_i, target.device)
-    r = rv.verify_tree(
-        target,
-        _TreeArrays(first_child, next_sibling),
-        tokens,
-        draft,
-        without_replacement=wor,
-        seed=seed,
-        offset=offset,
-        relax=_relax_of(nb, delta),
-        greedy=greedy,
-        uniforms=uniforms,
-        width=width,
-    )
-    return c.write_outs(out, (r.path, r.tokens, r.num_accepted))
+PATHS = OpDecl(
+    "path_acceptance",
+    args=(
+        Ten("target_probs", "B N V", form=f32_rows, fast_rank=3),
+        Ten("draft_probs", "B N V", optional=True, form=f32_rows),
+        TreeArg(("parents",), (("num_paths", "num_leaves"),), form=tree_array),
+        Ten("draft_tokens", "B N", form=id_rows),
+    ),
+    outs=(
+        Out("kappa", "B, num_paths", torch.float32),
+        Out("expected_len", "B, num_paths", torch.float32),
+    ),  # fmt: skip
+    backends=("cuda", "cpu", "reference"),
+    check=_check_paths,
+    reference=_paths_reference,
+)
 
 
-def _tree_fake(target, _first_child, _next_sibling, width, *_rest):
-    b = target.shape[0]
-    return (
-        target.new_empty((b, width), dtype=torch.int32),
-        target.new_empty((b, width), dtype=torch.int32),
-        target.new_empty((b,), dtype=torch.int32),
-    )
-
-
-c.register("verify_tree", _tree_impl, _tree_fake, outs=3)
-
-
-# path_acceptance ------------------------------------------------------------------------------
 @traced("path_acceptance")
 def path_acceptance(
     target_probs: torch.Tensor,
@@ -428,62 +400,11 @@ def path_acceptance(
     """VSD path acceptance: per root-to-leaf path, kappa = prod_i min(1, p_i/q_i) and
     expected_len = sum_k prod_{i<=k} min(1, p_i/q_i)  (VSD Eqs. 2, 9-11).
 
-    Arguments follow ``verify_tree`` (``draft_probs`` None = deterministic drafts).  Returns
-    (kappa, expected_len) float32 [B, P], paths in ``Tree.paths()`` order (P read from the tree
-    once per Tree object), rows with fewer leaves padded with 0; written into ``out`` =
-    (kappa, expected_len) when given (contiguous, preallocated)."""
-    op = "path_acceptance"
-    fast = c.fast_kernel(op, target_probs, backend, _PATH_BACKENDS)
-    if fast is not None and target_probs.dim() == 3 and type(tree) is Tree:
-        o = _fast_outs(out, 2)
-        if o is not None:
-            try:
-                return fast(target_probs, draft_probs, draft_tokens, tree.parents,
-                            tree.num_leaves, None, *o)  # fmt: skip
-            except (TypeError, ValueError):
-                pass  # the checks below name what is wrong, or normalise what the kernel reads
-    b, n, v = _check_target(op, target_probs, backend)
-    dev = target_probs.device
-    _check_tree(op, tree, b, n, dev)
-    c.check_ids(op, "draft_tokens", draft_tokens, ndim=2, device=dev)
-    c.check_tensor(op, "draft_tokens", draft_tokens, shape=(b, n))
-    _check_draft_probs(op, draft_probs, b, n, v, dev)
-    if c.validating():
-        c.check_values_probs(op, "target_probs", target_probs)
-        if draft_probs is not None:
-            c.check_values_probs(op, "draft_probs", draft_probs)
-        c.check_values_ids(op, "draft_tokens", draft_tokens[:, 1:], v)
-    num_paths = tree.num_leaves
-    args = (target_probs, draft_probs, tree.parents, num_paths, draft_tokens, backend)
-    f32 = torch.float32
-    specs = lambda: (
-        ("kappa", (b, num_paths), f32, dev),
-        ("expected_len", (b, num_paths), f32, dev),
-    )
-    return c.call(op, args, out, specs)
+    Parameters: as ``verify_tree`` (``draft_probs`` None: deterministic drafts); ``out`` =
+    (kappa, expected_len) preallocated contiguous.  Returns (kappa, expected_len) float32
+    [B, P], paths in ``Tree.paths()`` order (P = ``tree.num_leaves``), rows with fewer leaves
+    padded with 0."""
+    return PATHS.call(backend, out, target_probs, draft_probs, tree, draft_tokens)
 
 
-def _pa_impl(
-    target: Tensor,
-    draft: Tensor | None,
-    parents: Tensor,
-    num_paths: int,
-    tokens: Tensor,
-    backend: str,
-    out=None,
-) -> tuple[Tensor, Tensor]:
-    be = c.pick_backend("path_acceptance", backend, target.device, _PATH_BACKENDS)
-    if be == "reference":
-        return c.write_outs(out, rv._path_acceptance(target, draft, parents, tokens, num_paths))
-    return _kernels.path_acceptance(be, target, draft, parents, num_paths, tokens, out)
-
-
-def _pa_fake(target, draft, parents, num_paths, tokens, backend):
-    b = target.shape[0]
-    return (
-        target.new_empty((b, num_paths), dtype=torch.float32),
-        target.new_empty((b, num_paths), dtype=torch.float32),
-    )
-
-
-c.register("path_acceptance", _pa_impl, _pa_fake, outs=2)
+register_decl(PATHS)

@@ -1,0 +1,405 @@
+"""One declaration per op (``OpDecl``): its arguments in the public order, each with its kind,
+the outputs' shapes in symbols, the backends and the reference.  Everything else is derived:
+
+- the flat argument list the kernels take (a ``Tree`` becomes its arrays, ``relax`` its
+  neighbours and delta, seed and offset one ``Rng``): the torch.library schema, the order of the
+  compiled bindings (``<op>_cpu`` / ``_cuda`` / ``_cuda_sim``, their ``py::arg`` names) and of
+  the Triton entry point, which tests/test_declarations.py holds to it;
+- the eager fast path's and the checked path's lowering from the public arguments to that list
+  (generated source, ``OpDecl.source``), the fake kernel and the ``out=`` checks;
+- ``run``: the one dispatch (fast path, else the op's checks, then the backend table).
+
+An op module writes its public function (signature, docstring, ``run(DECL, ...)``), its
+value checks (``check``, taking the declared arguments in order) and its reference adaptor
+(``reference``, taking the flat arguments by name, the random stream as one ``rng``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from specops.ops._backends import declare_backends, pick_backend
+from specops.ops._dispatch import (
+    LIB,
+    _compiling,
+    _dispatch_modes,
+    _function_modes,
+    _transforms,
+    fast_kernel,
+    int32_ids,
+    launch,
+    ops,
+    write_outs,
+)
+from specops.ops._overlap import check_no_alias
+from specops.ops._rng import Rng, fast_rng
+from specops.ops.checks import check_out
+from specops.tree import Tree
+
+
+# kinds of arguments -------------------------------------------------------------------------
+# Each kind names the public parameters it takes, the flat (name, schema type) entries it becomes,
+# and the Python expressions of that lowering: on the fast path (with the guards under which the
+# binding's own checks imply the Python ones) and after the op's checks.
+@dataclass(frozen=True)
+class Ten:
+    """A tensor ``name`` with ``shape`` in symbols ("B N V"; "..." = any leading dims);
+    ``form``: what the compiled kernels read (applied before a C++/CUDA launch);
+    ``fast_rank``: the fast path is taken only for this rank (None: any)."""
+
+    name: str
+    shape: str = ""
+    optional: bool = False
+    form: Callable | None = None
+    fast_rank: int | None = None
+
+    params = property(lambda s: (s.name,))
+    flat = property(lambda s: ((s.name, "Tensor?" if s.optional else "Tensor"),))
+
+    def fast(self):
+        g = [] if self.fast_rank is None else [f"{self.name}.dim() == {self.fast_rank}"]
+        return g, [], [], self.name
+
+    def lower(self):
+        return self.name
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A Python ``bool`` / ``int`` / ``float`` argument."""
+
+    name: str
+    type: str  # "bool", "int" or "float"
+
+    params = property(lambda s: (s.name,))
+    flat = property(lambda s: ((s.name, "SymInt" if s.type == "int" else s.type),))
+
+    def fast(self):
+        return [f"type({self.name}) is {self.type}"], [], [], self.name
+
+    def lower(self):
+        return self.name
+
+
+@dataclass(frozen=True)
+class RngArg:
+    """``seed`` and ``offset`` (ints or int64 tensors) -> one ``Rng`` (specops/ops/_rng.py);
+    ``requests``: the expression of the batch a seed tensor [B] indexes."""
+
+    requests: str
+
+    params = ("seed", "offset")
+    flat = (
+        ("seed", "Tensor?"),
+        ("seed_value", "SymInt"),
+        ("offset", "Tensor?"),
+        ("offset_value", "SymInt"),
+    )
+
+    def fast(self):
+        ints = "type(seed) is int and type(offset) is int"
+        rng = f"_fast_rng(seed, offset, {self.requests})"
+        setup = f"_rng = (None, seed, None, offset) if {ints} else {rng}"
+        return [], [setup], ["_rng is not None"], "*_rng"
+
+    def lower(self):
+        return "*_Rng.of(seed, offset)"
+
+
+@dataclass(frozen=True)
+class RelaxArg:
+    """LANTERN ``relax`` (a Relaxation or None) -> its neighbours [V, R] and delta."""
+
+    params = ("relax",)
+    flat = (("neighbors", "Tensor?"), ("delta", "float"))
+    form = staticmethod(int32_ids)
+
+    def fast(self):
+        return ["relax is None"], [], [], "None, 0.0"
+
+    def lower(self):
+        return "*((None, 0.0) if relax is None else (relax.neighbors, float(relax.delta)))"
+
+
+@dataclass(frozen=True)
+class TreeArg:
+    """A ``Tree`` -> its arrays ``arrays`` (Tree attributes of the same name) and then its sizes
+    ``sizes`` ((flat name, Tree attribute)); ``optional``: None gives None for each array."""
+
+    arrays: tuple[str, ...]
+    sizes: tuple[tuple[str, str], ...] = ()
+    optional: bool = False
+    form: Callable | None = None
+
+    params = ("tree",)
+
+    @property
+    def flat(self):
+        t = "Tensor?" if self.optional else "Tensor"
+        return tuple((a, t) for a in self.arrays) + tuple((n, "SymInt") for n, _ in self.sizes)
+
+    def fast(self):
+        if self.optional:
+            return ["(tree is None or type(tree) is _Tree)"], [], [], self.lower()
+        return ["type(tree) is _Tree"], [], [], self.lower()
+
+    def lower(self):
+        fields = [*self.arrays, *(a for _, a in self.sizes)]
+        if self.optional:
+            return ", ".join(f"tree.{a} if tree is not None else None" for a in fields)
+        return ", ".join(f"tree.{a}" for a in fields)
+
+
+@dataclass(frozen=True)
+class Out:
+    """An output: ``shape`` in the symbols of the inputs' shapes and the flat arguments' names
+    (each entry a Python expression; "..." = the leading dims bound by an input)."""
+
+    name: str
+    shape: str
+    dtype: torch.dtype = torch.int32
+
+
+# the declaration ----------------------------------------------------------------------------
+_DECLS: dict[str, OpDecl] = {}
+
+
+def declaration(op: str) -> OpDecl:
+    """The declaration of the public op ``op`` (``specops.declaration("verify_chain")``): its
+    arguments, outputs and backends, and ``binding_names``, the order its compiled bindings
+    ``specops._C.<op>_cpu`` / ``_cuda`` take (for microbenchmarks of a binding alone)."""
+    if op not in _DECLS:
+        raise ValueError(
+            f"specops.declaration: {op!r} is not a declared op ({', '.join(sorted(_DECLS))})"
+        )
+    return _DECLS[op]
+
+
+@dataclass
+class OpDecl:
+    name: str
+    args: tuple
+    outs: tuple[Out, ...]
+    backends: tuple[str, ...]
+    check: Callable  # (declared arguments..., backend) -> None; raises on bad input
+    reference: Callable  # (flat arguments by name, ``rng`` for the random stream) -> outputs
+    triton: str | None = None  # "module:function" taking the flat arguments -> outputs
+    kernel: Callable | None = None  # (be, flat, out) -> outputs: replaces the generic launch
+    fast_when: str | None = None  # an extra condition of the fast path, in the public names
+    launch_extra: Callable | None = None  # (be, flat) -> keyword arguments of the binding
+    complete: Callable | None = None  # (binding's outputs, flat, out) -> all declared outputs
+    source: str = field(init=False, repr=False)
+
+    def __post_init__(self):
+        self.params = tuple(p for a in self.args for p in a.params)
+        self.flat = tuple(f for a in self.args for f in a.flat)
+        self.flat_names = tuple(n for n, _ in self.flat)
+        self.binding_names = self.flat_names + tuple(f"out_{o.name}" for o in self.outs)
+        kinds = [(a, t) for a in self.args for _, t in a.flat]
+        self.forms = tuple(
+            (i, a.form)
+            for i, (a, t) in enumerate(kinds)
+            if t.startswith("Tensor") and getattr(a, "form", None) is not None
+        )
+        self._generate()
+        declare_backends(self.backends, self.name)
+        _DECLS[self.name] = self
+
+    # generated lowering ---------------------------------------------------------------------
+    def _generate(self):
+        params = ", ".join(self.params)
+        first = self.params[0]
+        conds, setup, post, exprs = [], [], [], []
+        for a in self.args:
+            c_, s_, p_, e_ = a.fast()
+            conds += c_
+            setup += s_
+            post += p_
+            exprs.append(e_)
+        if self.fast_when:
+            conds.append(f"({self.fast_when})")
+        n = len(self.outs)
+        fast = [f"def fast_args({params}):"]
+        fast += [f"    if not ({' and '.join(conds)}): return" if conds else ""]
+        fast += [f"    {x}" for x in setup]
+        fast += [f"    if not ({' and '.join(post)}): return" if post else ""]
+        fast.append(f"    return ({', '.join(exprs)},)")
+        call = [
+            f"def call(backend, out, {params}):",
+            f"    fast = _fast_kernel(_name, {first}, backend, _backends)",
+            f"    if fast is not None{''.join(f' and {x}' for x in conds)}:",
+            *(f"        {x}" for x in setup),
+            f"        _o = {(None,) * n!r} if out is None else _fast_outs(out, {n})",
+            f"        if _o is not None{''.join(f' and {x}' for x in post)}:",
+            "            try:",
+            f"                return fast({', '.join(exprs)}, *_o)",
+            "            except (TypeError, ValueError):",
+            "                pass  # the checks name what is wrong, or normalise the layout",
+            f"    return _checked(_decl, backend, out, ({params},))",
+        ]
+        fast = [x for x in fast if x] + [""] + call
+        lower = [f"def flat_args({params}):"]
+        lower.append(f"    return ({', '.join(a.lower() for a in self.args)},)")
+        shapes = [f"def out_shapes({', '.join(self.flat_names)}):"]
+        bound = set(self.flat_names)
+        for a in self.args:
+            if not isinstance(a, Ten) or a.optional or not a.shape:
+                continue
+            syms = a.shape.split()
+            for j, sym in enumerate(syms):
+                if sym in bound:
+                    continue
+                bound.add(sym)
+                if sym == "...":
+                    shapes.append(
+                        f"    _lead = tuple({a.name}.shape[:{a.name}.dim() - {len(syms) - 1}])"
+                    )
+                elif "..." in syms:
+                    shapes.append(f"    {sym} = {a.name}.shape[{j - len(syms)}]")
+                else:
+                    shapes.append(f"    {sym} = {a.name}.shape[{j}]")
+        outs = []
+        for o in self.outs:
+            dims = [e.strip() for e in o.shape.split(",")]
+            outs.append("(" + "".join("*_lead, " if e == "..." else f"{e}, " for e in dims) + ")")
+        shapes.append(f"    return ({', '.join(outs)},)")
+        self.source = "\n".join(fast + [""] + lower + [""] + shapes) + "\n"
+        env = {"_fast_rng": fast_rng, "_Rng": Rng, "_Tree": Tree, "_fast_kernel": fast_kernel,
+               "_fast_outs": _fast_outs, "_checked": _checked, "_decl": self, "_name": self.name,
+               "_backends": self.backends}  # fmt: skip
+        exec(compile(self.source, f"<specops {self.name} declaration>", "exec"), env)
+        self.fast_args, self.flat_args, self.call = env["fast_args"], env["flat_args"], env["call"]
+        self._out_shapes = env["out_shapes"]
+
+    # shapes ---------------------------------------------------------------------------------
+    def out_shapes(self, flat) -> tuple[tuple[int, ...], ...]:
+        """The outputs' shapes for the flat arguments ``flat``."""
+        return self._out_shapes(*flat)
+
+    def fake(self, *a):
+        flat = a[:-1]
+        like = flat[0]
+        outs = tuple(
+            like.new_empty(s, dtype=o.dtype) for s, o in zip(self.out_shapes(flat), self.outs)
+        )
+        return outs[0] if len(outs) == 1 else outs
+
+    # the implementation torch.library runs --------------------------------------------------
+    def impl(self, *a, out=None):
+        """-> the outputs (a tuple; the tensor itself for a one-output op, as its schema says)."""
+        r = self._impl(a[:-1], a[-1], out)
+        return r[0] if len(r) == 1 else r
+
+    def _impl(self, flat, backend, out):
+        be = pick_backend(self.name, backend, flat[0].device, self.backends)
+        if be == "reference":
+            kw = dict(zip(self.flat_names, flat))
+            if "seed" in kw:
+                kw["rng"] = Rng(kw.pop("seed"), kw.pop("seed_value"), kw.pop("offset"),
+                                kw.pop("offset_value"))  # fmt: skip
+            return write_outs(out, tuple(self.reference(**kw)))
+        if be == "triton":
+            module, fn = self.triton.split(":")
+            entry = getattr(__import__(f"specops.triton_kernels.{module}", fromlist=[fn]), fn)
+            return write_outs(out, tuple(entry(*flat)))
+        if self.kernel is not None:
+            return self.kernel(be, flat, out)
+        return self.launch(be, *flat, out=out)
+
+    def launch(self, be: str, *flat, out=None, **extra) -> tuple:
+        """The compiled kernel for ``be`` ("cpu", "cuda", "cuda_sim") on the flat arguments, each
+        tensor first put in the form it reads (``Ten.form``); ``extra``: keyword arguments of the
+        binding after the outputs (workspaces, ``launch_extra``'s)."""
+        if self.forms:
+            flat = list(flat)
+            for i, form in self.forms:
+                if flat[i] is not None:
+                    flat[i] = form(flat[i])
+        if self.launch_extra is not None:
+            extra = {**self.launch_extra(be, flat), **extra}
+        res = launch(be, self.name, *flat, *(out or (None,) * len(self.outs)), **extra)
+        return res if self.complete is None else self.complete(res, flat, out)
+
+    def schema(self) -> str:
+        args = ", ".join(f"{t} {n}" for n, t in self.flat) + ", str backend"
+        if len(self.outs) == 1:
+            return f"({args}) -> Tensor"
+        return f"({args}) -> ({', '.join('Tensor' for _ in self.outs)})"
+
+
+# registration and the one dispatch ----------------------------------------------------------
+def register_decl(d: OpDecl, keys=("CPU", "CUDA")) -> None:
+    """Define ``specops::<name>`` (schema ``d.schema()``) and ``specops::<name>_out`` (the same
+    arguments followed by the preallocated outputs it writes), with ``d.impl`` per dispatch key
+    and ``d.fake``; ``ops.<name>`` / ``ops.<name>_out`` call them the cheap way (_dispatch)."""
+    schema = d.schema()
+    LIB.define(d.name + schema)
+    n = len(d.outs)
+    out_args = ", ".join(f"Tensor({chr(ord('a') + i)}!) out{i}" for i in range(n))
+    LIB.define(
+        f"{d.name}_out{schema[: schema.rindex(')', 0, schema.index('->'))]}, {out_args}) -> ()"
+    )
+    packet = getattr(torch.ops.specops, d.name)
+    packet_out = getattr(torch.ops.specops, d.name + "_out")
+
+    def impl_out(*a):
+        d.impl(*a[:-n], out=a[-n:])
+
+    for key in keys:
+        LIB.impl(d.name, d.impl, key)
+        LIB.impl(d.name + "_out", impl_out, key)
+    torch.library.register_fake(f"specops::{d.name}", d.fake, lib=LIB)
+    torch.library.register_fake(f"specops::{d.name}_out", lambda *a: None, lib=LIB)
+
+    def call(*a):
+        if _compiling() or _dispatch_modes() or _function_modes() or _transforms() is not None:
+            return packet(*a)
+        return d.impl(*a)
+
+    def call_out(*a):
+        if _compiling() or _dispatch_modes() or _function_modes() or _transforms() is not None:
+            return packet_out(*a)
+        return impl_out(*a)
+
+    setattr(ops, d.name, call)
+    setattr(ops, d.name + "_out", call_out)
+
+
+def _fast_outs(out, n: int):
+    """``out`` as the binding takes it (None for each output to make), or None when the checked
+    path must see it."""
+    if out is None:
+        return (None,) * n
+    if type(out) is torch.Tensor and n == 1:
+        return (out,)
+    if (
+        isinstance(out, (tuple, list))
+        and len(out) == n
+        and all(type(t) is torch.Tensor for t in out)
+    ):
+        return tuple(out)
+    return None
+
+
+def _checked(d: OpDecl, backend: str, out, args: tuple) -> tuple:
+    """The checked path of a declared op (``OpDecl.call`` after its fast path declined):
+    ``d.check`` names what is wrong, ``d.flat_args`` lowers, and ``ops.<name>`` (or
+    ``<name>_out`` with ``out``) runs the backend table -> the outputs."""
+    d.check(*args, backend)
+    flat = d.flat_args(*args)
+    if out is None:
+        r = getattr(ops, d.name)(*flat, backend)
+        return (r,) if len(d.outs) == 1 else r
+    single = isinstance(out, torch.Tensor)
+    if len(d.outs) == 1 and not single:
+        raise TypeError(f"specops.{d.name}: out must be a torch.Tensor, got {type(out).__name__}")
+    dev = args[0].device
+    specs = [(o.name, s, o.dtype, dev) for o, s in zip(d.outs, d.out_shapes(flat))]
+    outs = check_out(d.name, (out,) if single else out, specs)
+    check_no_alias(
+        d.name, [(f"out.{s[0]}", t) for s, t in zip(specs, outs)], zip(d.flat_names, flat)
+    )
+    getattr(ops, d.name + "_out")(*flat, backend, *outs)
+    return outs

@@ -1,0 +1,128 @@
+"""Each declared op (specops/ops/_decl.py OpDecl) is written once: the public function's
+parameters, its checks, its reference adaptor, its Triton entry point, its compiled bindings and
+its torch.library schema all follow the declaration's order and names."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+import pytest
+import torch
+
+import specops
+from specops import _build
+from specops.ops._decl import _DECLS
+
+OPS = sorted(_DECLS)
+RNG_FIELDS = ("seed", "seed_value", "offset", "offset_value")
+
+
+def _params(fn) -> tuple[str, ...]:
+    return tuple(inspect.signature(fn).parameters)
+
+
+def _binding_names(fn) -> tuple[str, ...]:
+    """The ``py::arg`` names of a pybind11 function, from its signature line."""
+    sig = fn.__doc__.splitlines()[0]
+    return tuple(re.findall(r"(\w+): ", sig[sig.index("(") :]))
+
+
+def test_every_op_with_philox_draws_is_declared():
+    assert {"verify_chain", "verify_tree", "path_acceptance", "verify_jacobi",
+            "sample_without_replacement"} <= set(OPS)  # fmt: skip
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_public_function_takes_the_declared_arguments_in_order(op):
+    d = specops.declaration(op)
+    public = [p for p in _params(getattr(specops, op)) if p not in ("backend", "out")]
+    assert tuple(public) == d.params
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_checks_take_the_declared_arguments_in_order(op):
+    d = specops.declaration(op)
+    assert _params(d.check) == (*d.params, "backend")
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_reference_adaptor_takes_the_flat_arguments_by_name(op):
+    d = specops.declaration(op)
+    flat = [n for n in d.flat_names if n not in RNG_FIELDS]
+    if "seed" in d.flat_names:
+        flat.insert(d.flat_names.index("seed"), "rng")
+    assert _params(d.reference) == tuple(flat)
+
+
+@pytest.mark.parametrize("op", [op for op in OPS if _DECLS[op].triton])
+def test_triton_entry_takes_the_flat_arguments_in_order(op):
+    pytest.importorskip("triton")
+    d = specops.declaration(op)
+    module, fn = d.triton.split(":")
+    entry = getattr(__import__(f"specops.triton_kernels.{module}", fromlist=[fn]), fn)
+    assert _params(entry) == d.flat_names
+
+
+@pytest.mark.skipif(not _build.has_cpp(), reason="needs the compiled specops._C")
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("be", ["cpu", "cuda", "cuda_sim"])
+def test_bindings_take_the_declared_order(op, be):
+    fn = getattr(_build._C, f"{op}_{be}", None)
+    if fn is None:
+        pytest.skip(f"specops._C has no {op}_{be}")
+    d = specops.declaration(op)
+    names = _binding_names(fn)
+    assert names[: len(d.binding_names)] == d.binding_names
+    # what follows the outputs are workspaces and options the binding defaults
+    assert "= None" in fn.__doc__ or len(names) == len(d.binding_names) or "= False" in fn.__doc__
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_torch_library_schema_is_the_declarations(op):
+    d = specops.declaration(op)
+    schema = str(getattr(torch.ops.specops, op).default._schema)
+    flat = re.findall(r"(\w+)(?:=[^,)]*)?(?=[,)])", schema[schema.index("(") : schema.index("->")])
+    assert tuple(flat) == (*d.flat_names, "backend")
+    out = str(getattr(torch.ops.specops, op + "_out").default._schema)
+    assert out.count("!") == len(d.outs)
+
+
+def test_an_undeclared_op_is_a_clear_error():
+    with pytest.raises(ValueError, match="not a declared op"):
+        specops.declaration("no_such_op")
+
+
+def test_fast_lowering_declines_what_the_binding_cannot_check():
+    """The generated fast path hands the binding only what its checks cover: a relaxation, a
+    non-bool flag or an unusual seed goes to the checked path."""
+    d = specops.declaration("verify_chain")
+    p, x = torch.rand(2, 4, 9), torch.zeros(2, 3, dtype=torch.long)
+    ok = d.fast_args(p, x, None, None, 0, 0, None, False, None, False)
+    assert ok is not None and len(ok) == len(d.flat_names)
+    relax = specops.Relaxation(torch.zeros(9, 1, dtype=torch.int32), 0.1)
+    assert d.fast_args(p, x, None, None, 0, 0, relax, False, None, False) is None
+    assert d.fast_args(p, x, None, None, 0, 0, None, 1, None, False) is None
+    assert d.fast_args(p, x, None, None, torch.zeros(3, dtype=torch.long), 0, None, False, None,
+                       False) is None  # fmt: skip
+    assert d.fast_args(p[0], x, None, None, 0, 0, None, False, None, False) is None
+    # the checked lowering: a Relaxation becomes its neighbours and delta, seed/offset one Rng
+    flat = dict(zip(d.flat_names, d.flat_args(p, x, None, None, torch.tensor(3), 5, relax, False,
+                                              None, False)))  # fmt: skip
+    assert flat["neighbors"] is relax.neighbors and flat["delta"] == 0.1
+    assert flat["seed"].shape == (1,) and flat["seed_value"] == 0
+    assert flat["offset"] is None and flat["offset_value"] == 5
+
+
+def test_out_shapes_follow_the_declared_symbols():
+    t = specops.Tree.kary_chain(2, 3, 9)
+    d = specops.declaration("verify_jacobi")
+    p, x = torch.rand(2, t.num_nodes, 7), torch.zeros(2, t.num_nodes, dtype=torch.long)
+    flat = d.flat_args(p, x, None, t, True, 3, 0, 0, None, None)
+    L = t.num_nodes
+    assert d.out_shapes(flat) == ((2,), (2, L), (2,), (2, L, 3), (2, L))
+    flat = d.flat_args(p, x, None, None, True, 1, 0, 0, None, None)
+    assert d.out_shapes(flat) == ((2,), (2, L), (2,), (2, L, 0), (2, 0))
+    wor = specops.declaration("sample_without_replacement")
+    flat = wor.flat_args(torch.rand(2, 3, 11), 4, 0, 0, None)
+    assert wor.out_shapes(flat) == ((2, 3, 4),)
