@@ -88,7 +88,36 @@ PAGES = {
 
 
 def _doc(obj) -> str:
-    return inspect.cleandoc(obj.__doc__ or "(no docstring)")
+    return _tables(inspect.cleandoc(obj.__doc__ or "(no docstring)"))
+
+
+def _tables(doc: str) -> str:
+    """A numpydoc ``Parameters`` section (``name : [shape] dtype`` lines, each followed by its
+    indented meaning) as a Markdown table: name, [shape] dtype, meaning."""
+    lines = doc.split("\n")
+    out, i = [], 0
+    while i < len(lines):
+        if lines[i].strip() == "Parameters" and i + 1 < len(lines) and set(lines[i + 1]) == {"-"}:
+            rows, i = [], i + 2
+            while i < len(lines) and lines[i].strip():
+                if lines[i].startswith(" "):
+                    rows[-1][2].append(lines[i].strip())
+                else:
+                    name, _, kind = lines[i].partition(" : ")
+                    rows.append([name.strip(), kind.strip(), []])
+                i += 1
+            out += [
+                "**Parameters**",
+                "",
+                "| name | [shape] dtype | meaning |",
+                "| --- | --- | --- |",
+            ]
+            pipe = "\\|"  # a | inside a cell
+            out += [f"| `{n}` | {k.replace('|', pipe)} | {' '.join(m)} |" for n, k, m in rows]
+            continue
+        out.append(lines[i])
+        i += 1
+    return "\n".join(out)
 
 
 def _signature(name: str, obj) -> str:

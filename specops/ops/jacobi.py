@@ -186,21 +186,31 @@ def verify_jacobi(
 
     Parameters
     ----------
-    ===================== ============== ========================================================
-    target_probs          [B, L, V]      row i: the target dist of window slot i
-    window_tokens         [B, L] int     the window (tree mode: entry 0 ignored)
-    draft_probs           [B, L, V]      the dists the window tokens were drawn from; None: one-hot
-    tree                  Tree or None   None: a chain window; a Tree of L nodes, batch 1 or B
-                                         (``verify_tree``'s node convention), e.g. kary_chain
-    continue_after_reject bool           SJD-PAC: the window continues after a rejection
-    num_candidates        int            > 1 adds the proactive-drafting candidates
-    seed, offset          int or int64   Philox key and counter offset; seed [B]: one per request
-    relax                 Relaxation     LANTERN relaxed acceptance (lossy); None: exact
-    uniforms              [B, D] float32 replaces the draws: D = 2L, or 2L + L*k with k > 1
-    backend               str            "auto", "cuda", "cpu" (C++ twin), "reference"
-    out                   JacobiResult   preallocated contiguous fields (candidates / path None
-                                         when not produced)
-    ===================== ============== ========================================================
+    target_probs : [B, L, V] float32/float16/bfloat16
+        Row i: the target distribution of window slot i (tree mode: of node i's children).
+    window_tokens : [B, L] int32/int64
+        The window (tree mode: entry 0 ignored).
+    draft_probs : [B, L, V] float or None
+        The distributions the window tokens were drawn from; None: one-hot.
+    tree : Tree or None
+        None: a chain window; a Tree of L nodes, batch 1 or B (``verify_tree``'s node
+        convention), e.g. ``Tree.kary_chain``.
+    continue_after_reject : bool
+        SJD-PAC: the window continues after a rejection.
+    num_candidates : int
+        > 1 adds the proactive-drafting candidates.
+    seed : int or [] / [B] int64
+        Philox key; a tensor [B] gives one per request.
+    offset : int or [] / [1] int64
+        Philox counter offset.
+    relax : Relaxation or None
+        LANTERN relaxed acceptance (lossy); None: exact.
+    uniforms : [B, 2L] or [B, 2L + L*k] float32 or None
+        Replaces the draws (the second form with num_candidates k > 1).
+    backend : str
+        "auto", "cuda", "cpu" (the C++ twin) or "reference".
+    out : JacobiResult or tuple or None
+        Preallocated contiguous fields (candidates / path None when not produced).
 
     Returns ``JacobiResult(num_accepted [B], next_window [B, L], first_reject [B],
     candidates [B, L, num_candidates] or None, path [B, L] in tree mode or None)``, int32.

@@ -188,15 +188,21 @@ def sample_without_replacement(
 
     Parameters
     ----------
-    ============ ================ ===============================================================
-    probs        [..., V] float   non-negative, need not sum to 1
-    k            int              tokens per row, >= 1
-    seed, offset int or int64     Philox key and counter offset; seed [B]: one per request
-                                  along dim 0 (flat row r, draw v = entry v)
-    uniforms     [..., V] float32 replaces the draws
-    backend      str              "auto", "cuda", "cpu" (C++ twin), "reference"
-    out          [..., k] int32   preallocated contiguous output
-    ============ ================ ===============================================================
+    probs : [..., V] float32/float16/bfloat16
+        Non-negative weights; need not sum to 1.
+    k : int
+        Tokens per row, >= 1.
+    seed : int or [] / [B] int64
+        Philox key; a tensor [B] gives one per request along dim 0 (flat row r, draw v =
+        entry v).
+    offset : int or [] / [1] int64
+        Philox counter offset.
+    uniforms : [..., V] float32 or None
+        Replaces the draws.
+    backend : str
+        "auto", "cuda", "cpu" (the C++ twin) or "reference".
+    out : [..., k] int32 or None
+        A preallocated contiguous output.
 
     Gumbel top-k: key_v = log(p_v) - log(-log(u_v)) with one uniform per entry; the k largest
     keys, largest first.  Zero-probability entries (and, in fast mode, NaN, negative and +inf

@@ -233,21 +233,31 @@ def verify_chain(
 
     Parameters
     ----------
-    ============== ================= ===========================================================
-    target_probs   [B, K+1, V] float row i: the target dist for draft i; row K: the bonus token
-    draft_tokens   [B, K] int32/64   the drafts; -1 ends a request's drafts
-    draft_probs    [B, K, V] float   the dists the drafts were drawn from; None: deterministic
-    num_draft      [B] int           drafts per request (ragged batches); None: K
-    seed, offset   int or int64      Philox key and counter offset; seed [B]: one per request
-    relax          Relaxation        LANTERN relaxed acceptance (lossy); None: exact
-    greedy         bool              argmax verification, bit-exact with greedy decoding
-    uniforms       [B, K+1] float32  replaces the Philox draws (draw i: draft i; K: the sample)
-    block          bool              block verification (Sun et al. 2024): the accepted prefix
-                                     decided jointly, as lossless, never fewer accepted on
-                                     average; not with greedy or relax
-    backend        str               "auto", "cuda", "triton", "cpu" (C++ twin), "reference"
-    out            (tokens, num)     preallocated contiguous outputs (CUDA graphs own them)
-    ============== ================= ===========================================================
+    target_probs : [B, K+1, V] float32/float16/bfloat16
+        Row i: the target distribution for draft i; row K: for the bonus token.
+    draft_tokens : [B, K] int32/int64
+        The drafts; -1 ends a request's drafts.
+    draft_probs : [B, K, V] float or None
+        The distributions the drafts were drawn from; None: deterministic drafts.
+    num_draft : [B] int or None
+        Drafts per request (ragged batches); None: K each.
+    seed : int or [] / [B] int64
+        Philox key; a tensor [B] gives one per request.
+    offset : int or [] / [1] int64
+        Philox counter offset (a tensor: advanced on the device, CUDA-graph friendly).
+    relax : Relaxation or None
+        LANTERN relaxed acceptance (lossy); None: exact.
+    greedy : bool
+        Argmax verification, bit-exact with greedy decoding.
+    uniforms : [B, K+1] float32 or None
+        Replaces the Philox draws: draw i tests draft i, draw K is the final sample.
+    block : bool
+        Block verification (Sun et al. 2024): the accepted prefix decided jointly; as
+        lossless, never fewer accepted on average; not with greedy or relax.
+    backend : str
+        "auto", "cuda", "triton", "cpu" (the C++ twin) or "reference".
+    out : (tokens, num_accepted) or None
+        Preallocated contiguous outputs (CUDA graphs own them).
 
     Returns ``ChainResult(tokens [B, K+1] int32, num_accepted [B] int32)``: the accepted drafts,
     then one corrected/bonus token, -1 after.  Every backend is token-identical to
@@ -329,20 +339,30 @@ def verify_tree(
 
     Parameters
     ----------
-    =================== ============== ==========================================================
-    target_probs        [B, N, V]      row n: the target dist for the children of node n
-    tree                Tree           N nodes, batch 1 or B (depth D: outputs are D+1 wide)
-    draft_tokens        [B, N] int     the node tokens (entry 0 ignored; -1: padding node)
-    draft_probs         [B, N, V]      row n: the draft dist node n's children were drawn from;
-                                       None: deterministic drafts
-    without_replacement bool           siblings were drawn without replacement
-    seed, offset        int or int64   Philox key and counter offset; seed [B]: one per request
-    relax               Relaxation     LANTERN relaxed acceptance (lossy); None: exact
-    greedy              bool           argmax verification
-    uniforms            [B, N] float32 replaces the draws (n - 1: node n's test; N - 1: sample)
-    backend             str            "auto", "cuda", "cpu" (C++ twin), "reference"
-    out                 (path, tokens, num_accepted) preallocated contiguous outputs
-    =================== ============== ==========================================================
+    target_probs : [B, N, V] float32/float16/bfloat16
+        Row n: the target distribution for the children of node n.
+    tree : Tree
+        N nodes, batch 1 or B; its depth D makes the outputs D+1 wide.
+    draft_tokens : [B, N] int32/int64
+        The node tokens (entry 0 ignored; -1: a padding node).
+    draft_probs : [B, N, V] float or None
+        Row n: the distribution node n's children were drawn from; None: deterministic.
+    without_replacement : bool
+        Siblings were drawn without replacement.
+    seed : int or [] / [B] int64
+        Philox key; a tensor [B] gives one per request.
+    offset : int or [] / [1] int64
+        Philox counter offset.
+    relax : Relaxation or None
+        LANTERN relaxed acceptance (lossy); None: exact.
+    greedy : bool
+        Argmax verification.
+    uniforms : [B, N] float32 or None
+        Replaces the draws: draw n - 1 tests node n, draw N - 1 is the final sample.
+    backend : str
+        "auto", "cuda", "cpu" (the C++ twin) or "reference".
+    out : (path, tokens, num_accepted) or None
+        Preallocated contiguous outputs.
 
     Returns ``TreeResult(path, tokens [B, D+1] int32, num_accepted [B] int32)``.  Exact
     semantics: ``specops.reference.verify_tree``."""
@@ -400,10 +420,23 @@ def path_acceptance(
     """VSD path acceptance: per root-to-leaf path, kappa = prod_i min(1, p_i/q_i) and
     expected_len = sum_k prod_{i<=k} min(1, p_i/q_i)  (VSD Eqs. 2, 9-11).
 
-    Parameters: as ``verify_tree`` (``draft_probs`` None: deterministic drafts); ``out`` =
-    (kappa, expected_len) preallocated contiguous.  Returns (kappa, expected_len) float32
-    [B, P], paths in ``Tree.paths()`` order (P = ``tree.num_leaves``), rows with fewer leaves
-    padded with 0."""
+    Parameters
+    ----------
+    target_probs : [B, N, V] float32/float16/bfloat16
+        Row n: the target distribution for the children of node n.
+    draft_probs : [B, N, V] float or None
+        Row n: the draft distribution of node n's children; None: deterministic drafts.
+    tree : Tree
+        N nodes, batch 1 or B, with P = ``tree.num_leaves`` paths.
+    draft_tokens : [B, N] int32/int64
+        The node tokens (entry 0 ignored).
+    backend : str
+        "auto", "cuda", "cpu" (the C++ twin) or "reference".
+    out : (kappa, expected_len) or None
+        Preallocated contiguous outputs.
+
+    Returns (kappa, expected_len) float32 [B, P], paths in ``Tree.paths()`` order, rows with
+    fewer leaves padded with 0."""
     return PATHS.call(backend, out, target_probs, draft_probs, tree, draft_tokens)
 
 
