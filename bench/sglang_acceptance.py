@@ -1,7 +1,8 @@
 """Accepted tokens per verification step on SGLang-style EAGLE trees: SGLang's target-only tree
 sampling (``tree_speculative_sampling_target_only``: the draft distribution is not used) against
-specops's lossless verification that uses it (``specops.compat.sglang.tree_speculative_sampling``:
-``verify_tree``, with and without replacement), on the same trees, drafts and targets.
+specops's lossless verification that uses it
+(``specops.compat.sglang_verify.tree_speculative_sampling``: ``verify_tree``, with and without
+replacement), on the same trees, drafts and targets.
 
     python -m bench.sglang_acceptance [--vocab 1000] [--requests 2000] [--seeds 0 1 2]
 
@@ -11,7 +12,7 @@ the drafter is from the target), both softmaxed.  Trees: complete 3-ary, depth 4
 + 81 = 121 nodes), children of node n drawn from node n's draft distribution (independently, or
 without replacement).  Prints the mean accepted length per step (+- sd over seeds) and the ratio.
 An accepted-length comparison only (no timing): losslessness of both is tested in
-tests/test_compat_sglang.py."""
+tests/test_compat_sglang_verify.py."""
 
 from __future__ import annotations
 
@@ -21,7 +22,10 @@ import statistics
 
 import torch
 
-from specops.compat.sglang import tree_speculative_sampling, tree_speculative_sampling_target_only
+from specops.compat.sglang_verify import (
+    tree_speculative_sampling,
+    tree_speculative_sampling_target_only,
+)
 
 
 def kary_lists(k: int, depth: int):

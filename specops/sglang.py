@@ -13,14 +13,14 @@ Replaced (attributes of ``sglang.srt.speculative.eagle_utils``, which its ``eagl
 tree-building wrapper read at call time; the kernels' own modules are bound by name there, so
 patching them would change nothing):
 
-- ``tree_speculative_sampling_target_only``: ``specops.compat.sglang``'s, same signature;
+- ``tree_speculative_sampling_target_only``: ``specops.compat.sglang_verify``'s, same signature;
 - ``chain_speculative_sampling_triton``: the chain rejection sampler of
   ``--speculative-use-rejection-sampling`` (token-wise, or block verification with
   ``block_verification=True``), on ``specops.verify_chain``;
 - ``verify_tree_greedy_func``: SGLang's wrapper signature (``retrieve_*`` names, ``topk``),
   returning ``(predicts, accept_index, accept_token_num)``;
 - ``build_tree_kernel_efficient_func``: SGLang's wrapper signature, over
-  ``specops.compat.sglang_tree.build_tree_kernel_efficient``.
+  ``specops.compat.sglang_build_tree.build_tree_kernel_efficient``.
 
 Each is the semantics of SGLang's CUDA kernel (see those modules), as tensor operations on the
 tensors' own device.  ``uninstall()`` puts SGLang's back.  Importing this module imports nothing
@@ -31,12 +31,12 @@ from __future__ import annotations
 import importlib
 import os
 
-from specops.compat.sglang import (
+from specops.compat.sglang_verify import (
     chain_speculative_sampling_triton,
     tree_speculative_sampling_target_only,
     verify_tree_greedy,
 )
-from specops.compat.sglang_tree import build_tree_kernel_efficient
+from specops.compat.sglang_build_tree import build_tree_kernel_efficient
 
 __all__ = ["install", "installed", "uninstall", "TARGET_MODULE"]
 

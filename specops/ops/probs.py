@@ -31,34 +31,50 @@ def probs_from_logits(
     backend: str = "auto",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Sampling distributions [..., V] float32 from ``logits`` [..., V] (float32/16, bfloat16).
+    """Sampling distributions [..., V] float32 from ``logits``: CFG, temperature, top-k, top-p.
+
+    Parameters
+    ----------
+    logits : [..., V] float32/float16/bfloat16
+        The (conditional) logits; each flat row gives one distribution.
+    temperature : float or [] / [1] / [B] float
+        T, finite and >= 0; T < 1e-5 (0 included) gives the one-hot of the arg-max.
+    top_k : int or [] / [1] / [B] int32/int64 or None
+        Keep the k largest values, k >= 0; None, 0 or k >= V keeps everything.
+    top_p : float or [] / [1] / [B] float or None
+        Nucleus mass p in (0, 1], applied after top-k; None or 1 keeps everything.
+    cfg_scale : float or [] / [1] / [B] float or None
+        Guidance scale s, finite; given exactly when ``uncond_logits`` is.
+    uncond_logits : [..., V] float32/float16/bfloat16 or None
+        The unconditional logits for CFG, of the shape of ``logits``.
+    backend : str
+        "auto" (triton on CUDA, cpu on CPU), "triton", "cpu" (the C++ twin) or "reference".
+    out : [..., V] float32 or None
+        A preallocated contiguous output (CUDA graphs).
 
     Per flat row, in this order (maths and tie rules: ``specops/reference/probs.py``):
 
-    - CFG (``uncond_logits`` [..., V] with ``cfg_scale``): ``l = u + s * (c - u)`` in float32;
-      a token that is -inf in either row stays -inf.
-    - temperature: ``x = l / T``; ``T < 1e-5`` (0 included) gives the one-hot of ``argmax l``
-      (ties -> lowest index) and skips the filters.
+    - CFG: ``l = u + s * (c - u)`` in float32; a token that is -inf in either row stays -inf.
+    - temperature: ``x = l / T``; ``T < 1e-5`` gives the one-hot of ``argmax l`` (ties -> lowest
+      index) and skips the filters.
     - ``top_k``: keep ``x >= `` the k-th largest value (every tie of the k-th value is kept, so
-      more than k tokens survive only on exact ties); ``top_k`` 0 or >= V keeps everything.
+      more than k tokens survive only on exact ties).
     - ``top_p`` (after top-k, as in vLLM/HF): keep the smallest set of largest tokens whose
       softmax mass (among the top-k survivors) is >= p, every tie at the boundary kept; at least
-      the arg-max survives; ``top_p`` 1 keeps everything.
+      the arg-max survives.
     - softmax over the survivors; filtered tokens get exactly 0.
 
-    ``temperature``, ``top_k``, ``top_p``, ``cfg_scale``: Python scalars, or tensors [B] (one per
-    request, dim 0 of ``logits``, broadcast over its positions) or [] / [1].  ``top_k`` int
-    tensors, the others float tensors.  A Python number outside its range (NaN and infinities
-    included) raises ``ValueError`` in every mode (it costs nothing to check).  NaN tensor entries
-    raise in validation mode and are otherwise the neutral value (reading them would sync):
-    temperature 1.0, no top-p filtering, no guidance (the conditional logits as they are).  A row
-    whose logits are all -inf is the one-hot of token 0.  ``out`` [..., V] float32 contiguous
-    may be preallocated (CUDA graphs).
+    A tensor parameter is [B] (one per request, dim 0 of ``logits``, broadcast over its
+    positions) or [] / [1]; ``top_k`` takes int tensors, the others float tensors.  A Python
+    number outside its range (NaN and infinities included) raises ``ValueError`` in every mode
+    (it costs nothing to check).  NaN tensor entries raise in validation mode and are otherwise
+    the neutral value (reading them would sync): temperature 1.0, no top-p filtering, no
+    guidance (the conditional logits as they are).  A row whose logits are all -inf is the
+    one-hot of token 0.
 
-    ``backend``: "triton" (no sort; without top-p each row is split over several programs, a
-    launch a pass; with top-p one fused kernel, a program a row), "cpu" (the C++ twin: selection
-    instead of sorts, rows on ``specops.set_num_threads`` threads), "reference", or "auto"
-    (triton on CUDA, cpu on CPU)."""
+    Backends: "triton" (no sort; without top-p each row is split over several programs, a
+    launch a pass; with top-p one fused kernel, a program a row), "cpu" (selection instead of
+    sorts, rows on ``specops.set_num_threads`` threads), "reference"."""
     fast = c.fast_kernel(_OP, logits, backend, _BACKENDS)
     if fast is not None and logits.dim() == 2 and (uncond_logits is None) == (cfg_scale is None):
         s = _fast_scalars(temperature, top_k, top_p, cfg_scale)

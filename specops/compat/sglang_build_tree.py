@@ -35,7 +35,7 @@ from specops.ops import checks as c
 __all__ = ["build_tree_kernel_efficient", "FULL_MASK", "QLEN_ONLY", "QLEN_ONLY_BITPACKING"]
 
 FULL_MASK, QLEN_ONLY, QLEN_ONLY_BITPACKING = 0, 1, 2
-_OP = "specops.compat.sglang.build_tree_kernel_efficient"
+_OP = "specops.compat.sglang_build_tree.build_tree_kernel_efficient"
 
 
 def _parents(selected: torch.Tensor, parent_list: torch.Tensor, topk: int) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""specops.compat.sglang_tree.build_tree_kernel_efficient: SGLang's own build-tree case
+"""specops.compat.sglang_build_tree.build_tree_kernel_efficient: SGLang's own build-tree case
 (test/srt/test_build_eagle_tree.py: topk 4, depth 4, 8 draft tokens; positions and links as the
 test asserts them, masks of the three modes from the kernel's rules), random EAGLE trees against a
 plain transcription of the kernel, and malformed input."""
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import specops
-from specops.compat.sglang_tree import (
+from specops.compat.sglang_build_tree import (
     FULL_MASK,
     QLEN_ONLY,
     QLEN_ONLY_BITPACKING,

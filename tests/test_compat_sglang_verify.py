@@ -1,4 +1,4 @@
-"""specops.compat.sglang: sgl_kernel's / SGLang's own test vectors (test_eagle_utils.py and
+"""specops.compat.sglang_verify: sgl_kernel's / SGLang's own test vectors (test_eagle_utils.py and
 test_speculative_sampling.py: the 2-request, 6-node trees, greedy and with thresholds, and the
 CDF-boundary cases of SGLang 0.5.23), random trees against a plain Python walk of each contract,
 the law of the emitted token (chi-square), and malformed trees."""
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import specops
-from specops.compat.sglang import tree_speculative_sampling_target_only, verify_tree_greedy
+from specops.compat.sglang_verify import tree_speculative_sampling_target_only, verify_tree_greedy
 
 
 def test_sgl_kernel_vector():
@@ -316,7 +316,7 @@ def _run_tree(fn, data, g, steps=3, **kw):
 def test_tree_with_draft_probs_is_verify_tree(wor):
     """Outputs are specops.verify_tree's on the same tree, drafts and draws, laid out as SGLang's
     (accept_index = slots of the path, predicts at each path node = the token after it)."""
-    from specops.compat.sglang import tree_speculative_sampling
+    from specops.compat.sglang_verify import tree_speculative_sampling
 
     data, g = _kary(64, 12, wor, 3)
     predicts, accept_index, num, coins, final = _run_tree(tree_speculative_sampling, data, g,
@@ -339,7 +339,7 @@ def test_tree_with_draft_probs_is_lossless_and_accepts_more(wor):
     target row), and on the same trees it accepts more than target-only verification."""
     from helpers import chi2_pvalue
 
-    from specops.compat.sglang import (
+    from specops.compat.sglang_verify import (
         tree_speculative_sampling,
         tree_speculative_sampling_target_only,
     )
@@ -360,7 +360,7 @@ def test_tree_with_draft_probs_is_lossless_and_accepts_more(wor):
 
 
 def test_linked_lists_to_parents():
-    from specops.compat.sglang import linked_tree_parents
+    from specops.compat.sglang_verify import linked_tree_parents
 
     cand, ri, nt, ns, _ = _sgl_vector_inputs()
     parents, reached = linked_tree_parents(nt, ns)
@@ -383,7 +383,7 @@ from test_verify_block import _P1, _P2, _Q1, _Q2  # noqa: E402  (the context exa
     ],
 )
 def test_chain_block_verification_sglang_vectors(xs, coins, final, want_predicts, want_accept):
-    from specops.compat.sglang import chain_speculative_sampling_triton
+    from specops.compat.sglang_verify import chain_speculative_sampling_triton
 
     x1, x2 = xs
     p3 = torch.full((3,), 0.25).scatter(0, torch.tensor([x2]), 0.5)
@@ -405,7 +405,7 @@ def test_chain_block_verification_sglang_vectors(xs, coins, final, want_predicts
 def test_chain_token_wise_and_block_lengths():
     """The paper's toy through SGLang's signature: 10/9 token-wise, 11/9 with block
     verification (K = 2), outputs laid out by retrive_index (a shuffled slot map)."""
-    from specops.compat.sglang import chain_speculative_sampling_triton
+    from specops.compat.sglang_verify import chain_speculative_sampling_triton
 
     g = torch.Generator().manual_seed(2)
     bs, k = 30000, 2

@@ -1,17 +1,17 @@
-"""specops.compat.sglang on the edges (issue 38): SGLang 0.5.23's kernels on input a sampler never
-makes (drafts without draft probability, candidates outside the vocabulary, retrive_index slots
-outside predicts), each against a plain-loop transcription of SGLang's kernel, and bad arguments
-named in SGLang's words."""
+"""specops.compat.sglang_verify on the edges (issue 38): SGLang 0.5.23's kernels on input a
+sampler never makes (drafts without draft probability, candidates outside the vocabulary,
+retrive_index slots outside predicts), each against a plain-loop transcription of SGLang's
+kernel, and bad arguments named in SGLang's words."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from helpers import CUDA_SIM
-from test_compat_sglang import _kary, _run_tree, _sgl_vector_inputs
+from test_compat_sglang_verify import _kary, _run_tree, _sgl_vector_inputs
 
 import specops
-from specops.compat.sglang import (
+from specops.compat.sglang_verify import (
     chain_speculative_sampling_triton,
     tree_speculative_sampling_target_only,
     verify_tree_greedy,
@@ -447,7 +447,7 @@ def test_greedy_jit_kernel_cases(bs, n, steps, v):
 def test_tree_with_draft_probs_candidate_outside_the_vocabulary():
     """specops's own tree sampler keeps the rule: never accepted (fast mode), named in
     validation mode."""
-    from specops.compat.sglang import tree_speculative_sampling
+    from specops.compat.sglang_verify import tree_speculative_sampling
 
     data, g = _kary(8, 12, False, 3)
     cand, nt, ns, target, draft = data

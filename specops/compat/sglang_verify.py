@@ -64,7 +64,7 @@ __all__ = [
 ]
 
 
-_OP = "compat.sglang."  # error messages: "specops.compat.sglang.<function>: ..."
+_OP = "compat.sglang_verify."  # error messages: "specops.compat.sglang_verify.<function>: ..."
 INF = float("inf")
 
 
