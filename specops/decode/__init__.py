@@ -9,13 +9,9 @@ sync inside a step except the read that decides when to stop, the maths in comme
     tokens, stats = vvs(model, drafter, classes, codebook, relax=lantern(codebook, 16, 0.2))
 
 Models follow the protocol ``logits, hidden = model(tokens [B, N], positions [B, N], cache,
-tree=None)`` with ``cache = model.new_cache(batch, capacity)`` (see ``specops.decode._runners``).
-Every function returns the tokens [B, length] int32 and a ``Stats`` (per-request target passes
-and step compression, batched target passes, accepted-length histogram, wall time split into
-model / specops / other).
-``with progress(hook): ...`` calls ``hook(counts, length)`` once per step (specops.decode.hooks).
-``compile_step=True`` (or a torch.compile backend name) compiles each iteration whole with
-``fullgraph=True``: once per run, no recompiles across steps (``compiled_step``).
+tree=None)`` (docs/protocols.md).  Every function returns the tokens [B, length] int32 and a
+``Stats``.  Each method step by step, ``Stats``, ``progress`` and ``compile_step``:
+docs/decoding.md.
 """
 
 from specops.decode._loop import compiled_step

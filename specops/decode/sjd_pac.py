@@ -4,47 +4,14 @@ The window is a tree of L nodes in ``verify_tree``'s convention: node 0 = the ro
 token), row n of the target/draft probabilities = the distribution of the children of node n.
 Normally it is a chain; after an iteration that rejected a token it is
 ``Tree.kary_chain(K, D, L)``: a K-ary tree of depth D at the rejection point, then a chain.
+One iteration is one target pass and one ``verify_jacobi`` call.  Defaults are the paper's
+(Sec. 5.3): L = 64, K = 4, D = 3, D counting the tree's root.
 
-One iteration (one target pass, one ``verify_jacobi`` call):
+Lossless: every draft node's token is a draw from the draft row of its parent, the tree shape
+does not depend on the draws, and verification is exact recursive rejection sampling.
 
-1. target pass over the L nodes with tree attention -> p_n for every node;
-2. recursive rejection sampling down the tree (siblings drawn without replacement) accepts a
-   path of a nodes; t = the correction (or bonus) token; a + 1 tokens are committed, and the KV
-   of the root and the accepted nodes;
-3. adaptive continuation (AC): below the rejection, every later token on the first-child line is
-   verified against its stale p (kept, or resampled from max(p - q, 0)), so it is a sample of
-   that p -- the next iteration's draft with q = p;
-4. proactive drafting (PD): at every position after the rejection, K distinct draws from the
-   stale p (``num_candidates=K``) become the K children of every node of that level of the next
-   window's K-ary tree (D - 1 levels below the new root t); the chain below the tree's first
-   leaf continues with the AC tokens.  Slots with nothing left to continue get fresh draws from
-   the deepest stale distribution (any q is lossless as long as the token is drawn from it).
-
-5. branch continuation (as the authors do): when the accepted path ends at a leaf of the K-ary
-   part other than the one the chain hangs from (t is then a bonus from that leaf's fresh p), the
-   next window continues along the chain anyway: chain node c_{j+1} is the draft of the position
-   after c_j, verified with adaptive continuation against c_j's (stale) target row -- kept if
-   ``u q(x) < p(x)``, else resampled from max(p - q, 0) (one chain-mode ``verify_jacobi`` call
-   over the chain rows) -- instead of fresh draws from the leaf's distribution.  The chain's rows
-   are conditioned on the first branch, not the accepted one: stale, like every AC row.
-   ``branch_continuation=False`` turns it off, and on the embedded visual AR model that is much
-   better (bench/results/cpu-x86_64-2core-jacobi.log: step compression 7.19 instead of 5.30 at
-   L = 64; the first branch's chain continues a sibling's content, which the next window
-   rejects), so the published behaviour is the default, not the best setting here.
-
-Initial window (``init``): "target" draws every slot from p(s_1), the one distribution there is
-after the prefill; "uniform" (the authors' initialisation) draws them uniformly over the image
-vocabulary (the logits' vocabulary, or the tokens where a given ``[V]`` bool mask is set).
-
-Defaults are the paper's experiments (Sec. 5.3, Tables 2-3): window L = 64, K = 4, D = 3.  The
-paper's "K-ary tree of depth D" cannot be a full K-ary tree with D levels below the rejection
-point inside L = 64 for the settings its Table 3 runs (K = 5, D = 3: 155 nodes; K = 4, D = 4:
-340), so D counts the tree's root here: ``Tree.kary_chain(4, 3, 64)`` = 1 + 4 + 16 tree nodes,
-then a 43-node chain.
-
-Losslessness: every draft node's token is a draw from the draft row of its parent (K-ary
-siblings without replacement, which verification is told), the tree shape does not depend on the
-draws, and verification is exact recursive rejection sampling.
+The iteration step by step (adaptive continuation, proactive drafting, branch continuation),
+``init`` and why D counts the root: docs/decoding.md, "SJD-PAC".
 """
 
 from __future__ import annotations

@@ -1,37 +1,15 @@
 """Speculative decoding with a feature drafter: chain (Leviathan/Chen), EAGLE-2 dynamic tree, or a
 static tree with sampled children.  Lossless in every mode (``temperature=0``: bit-exact greedy).
 
-One step, with the root s_c the last emitted token (not yet in the target's cache):
+One step, with the root s_c the last emitted token (not yet in the target's cache): the drafter
+catches up and predicts the root's children (``DraftRunner.update``); drafting builds a chain
+(``verify_chain`` with q), an EAGLE-2 dynamic tree (``tree="dynamic"``: deterministic drafts),
+a Spec-LLaVA confidence tree (``tree="confidence"``) or a static ``Tree`` with children drawn
+from q (``verify_tree`` with q); one target pass over root + drafts with tree attention;
+verification -> a accepted drafts + one corrected/bonus token, and ``commit_kv`` keeps the KV
+of the root and the accepted nodes (a + 1 entries).
 
-1. the drafter catches up on the entries the last verification committed and predicts the
-   root's children (``DraftRunner.update``); at the first step these are its prefill over the
-   prompt, [e(x_{i+1}) || f_i] for every prompt position i that ``hide`` keeps (HiViS Eq. 3,
-   ``DraftRunner.first_entries``);
-2. drafting:
-   - chain: x_1 ~ q_1, x_2 ~ q_2(. | x_1), ..., K tokens; ``verify_chain`` with q;
-   - ``tree="dynamic"`` (EAGLE-2, HiViS Sec. 3.1, VSD App. D): every frontier node expands its
-     top-k drafter tokens, children scored by the cumulative log-probability of their path; the
-     top-k of the k^2 become the next frontier (``select_frontier``); after ``depth`` levels the
-     N - 1 best-scoring candidates form the tree (``build_dynamic_tree``: a child never
-     outscores its parent, so the set is closed under ancestors).  Children are deterministic
-     given the prefix, so they are verified as deterministic drafts (q = one-hot: accept child
-     x w.p. p(x), else p <- norm(p without x)), which is lossless whatever the tree;
-   - ``tree="confidence"`` (Spec-LLaVA Sec. 4.2): the EAGLE-2 construction where every node
-     offers only its top-1 child when the drafter is confident at it -- entropy of its T = 1
-     distribution H(q) <= ``threshold`` nats (``confidence="entropy"``), or top-1 probability
-     >= ``threshold`` (``confidence="top1"``) -- and its top-``branch`` children otherwise; the
-     frontier (width ``branch``) and the final ``num_nodes``-node tree (Spec-LLaVA's "top-n tokens
-     for the whole tree") are the best by path score among the offered children.  Fewer
-     candidates than the budget leave padding nodes (token -1, never accepted).  All on the
-     device: the per-node decision is a mask on the top-k tensor, the loop runs over depth only
-     (shapes stay fixed: absent frontier slots still run through the drafter, as token 0, and
-     padding nodes through the target);
-   - a static ``Tree`` (e.g. ``Tree.kary(2, 4)``): the children of every node are drawn from its
-     drafter distribution q, i.i.d. or without replacement; ``verify_tree`` with q (the tree
-     shape does not depend on the draws, which keeps recursive rejection sampling lossless);
-3. one target pass over root + drafts with tree attention;
-4. verification -> a accepted drafts + one corrected/bonus token; ``commit_kv`` keeps the KV of
-   the root and the accepted nodes (a + 1 entries).
+Each drafting mode in full, and why each is lossless: docs/decoding.md, "Speculative decoding".
 """
 
 from __future__ import annotations

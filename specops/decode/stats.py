@@ -2,22 +2,13 @@
 
 Step compression (SJD-PAC Sec. 5.1; VVS calls it TPF) = generated tokens / target forward passes,
 per request: a request is charged one pass for every target pass it took part in (was still
-generating, and -- VVS -- did not skip verification in it).  The prefill pass that reads the
-class token and yields the first image token counts, so plain AR decoding of T tokens takes T
-passes and has step compression exactly 1.
+generating, and -- VVS -- did not skip verification in it).  The prefill pass counts, so plain
+AR decoding of T tokens has step compression exactly 1.  ``target_passes`` /
+``batch_step_compression`` count the batched passes that actually ran.  Wall time is split into
+``model`` / ``specops`` / ``other`` without host syncs inside the loop.
 
-Batched target passes (``target_passes``) are the forward calls the batch actually ran; a request
-may be charged fewer (VVS: a request that skips verification in a step rides along in that step's
-batched pass when another request verifies, uncharged, its rows computed and discarded).
-``batch_step_compression`` = tokens per request / batched passes is what the batch achieved;
-``step_compression`` is the per-request TPF.  They agree at batch 1 and whenever every request
-takes part in every pass until it is done at the same step.
-
-Time is split without host syncs inside the loop: on CPU with ``perf_counter`` around each
-region, on CUDA with event pairs read once at the end.  ``model`` = target and drafter forward
-passes (their attention and KV appends run through specops ops too), ``specops`` = the decoding
-ops the loop calls (probs, sampling, verification, KV commit, tree building, feature ops),
-``other`` = the rest (Python and small tensor bookkeeping).
+The full definitions (ride-along passes, how time is measured on CPU and CUDA):
+docs/decoding.md, "Statistics".
 """
 
 from __future__ import annotations

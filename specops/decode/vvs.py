@@ -1,43 +1,16 @@
 """VVS: speculative decoding with partial verification skipping (VVS Algorithms 1-2, Eqs. 1-2).
 
 EAGLE-2 tree speculative decoding (``speculative(tree="dynamic")``) where some steps skip the
-target pass.  LOSSY by design: skipped tokens are never verified.
+target pass.  LOSSY by design: skipped tokens are never verified.  A request never skips twice
+in a row; otherwise it skips when the candidate paths' similarity reaches ``threshold``
+(``schedule="similarity"``) or every ``interval``-th step (``schedule="interval"``).
+Verification uses LANTERN relaxed acceptance when ``relax`` is given.
 
-Per request and step, with the drafted tree C_t rooted at the last emitted token:
-
-- skip decision (Algorithm 1): never twice in a row (the step after a skip verifies); otherwise
-  ``schedule="similarity"``: skip iff the weighted mean pairwise cosine similarity S of the
-  candidate paths' VQ latent embeddings (Eq. 2, ``stride`` = token path down-sampling) reaches
-  ``threshold``.  The candidates C_t are, as the paper defines them, all root-to-leaf paths of
-  the pruned draft tree (``paths="tree"``, ``tree_path_similarity``: paths of different lengths,
-  so S_l averages over the pairs of paths that reach position l and positions reached by fewer
-  than two paths drop out of the weighted mean); ``paths="frontier"`` is the cheaper variant,
-  ``specops.path_similarity`` over the k token paths of the final top-k frontier of the beam
-  (equal-length paths, some of which the pruning may have cut);
-  ``schedule="interval"``: skip every ``interval``-th step;
-- skipped step: pick a root-to-leaf path of C_t uniformly, keep its first
-  gamma = min(L_s, floor(mean leaf depth)) tokens (Eq. 1) as unverified output x°.  The drafter
-  needs features for them, which no target pass produced: it reuses the gamma most recent cached
-  target features (``FeatureCache.recent_positions`` / ``read``: mixed staleness);
-- verified step: one target pass over x° (post verification: restores their KV and features,
-  the tokens themselves are kept as they are) followed by the new tree hanging off x°'s last
-  token; ``verify_tree`` on that tree; ``commit_kv`` keeps root, x° and the accepted path; the
-  features of all committed positions are cached; the drafter redoes its x° entries with them.
-
-Verification uses LANTERN relaxed acceptance when ``relax`` is given (every VVS experiment does:
-``relax=lantern(codebook, k, delta)``), exact EAGLE-2 verification otherwise.
-
-Batches: the skip decision is per request, but a target pass is one batched call.  A step runs
-the target whenever any active request verifies; requests that skip in that step ride along (their
-rows are computed and discarded: their compute is NOT saved), and no pass runs only when every
-active request skips.  ``Stats.passes_per_request`` / ``step_compression`` charge a request only
-the passes it verified in (the per-request TPF of the paper, what the request would cost alone);
-``Stats.target_passes`` / ``batch_step_compression`` count the batched passes that actually ran,
-and ``extra["ride_along_rows"]`` the skipped request-rows computed anyway.  At batch 1 the two
-agree.
-
-The combined pass lays out G + 1 chain slots (right-aligned: unused leading slots are isolated
-dummies), so the tree part starts at slot G for every request whatever its gamma.
+Batches: the skip decision is per request, but a target pass is one batched call: a request
+that skips rides along in a pass another request needs (its rows computed and discarded).
+``Stats.step_compression`` charges a request only the passes it verified in;
+``Stats.batch_step_compression`` counts the batched passes that actually ran.
+The skip decision, skipped and verified steps, the combined pass's layout: docs/decoding.md, "VVS".
 """
 
 from __future__ import annotations

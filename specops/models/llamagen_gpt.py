@@ -3,29 +3,14 @@
     model = load_llamagen("c2i_B_256.pt")            # a specops Transformer, grid 16
     tokens, stats = specops.decode.vvs(model, drafter, [207], codebook, relax=...)
 
-The official GPT (FoundationVision/LlamaGen, autoregressive/models/gpt.py; docs/notes/llamagen.md
-has the full spec) is the embedded model's architecture with three differences, all absorbed
-when the state dict is converted, so decoding runs the same ``Transformer`` (tree attention,
-paged or static cache, the drafter) with no LlamaGen-specific code on the hot path:
+The official GPT is the embedded model's architecture with three differences (fused ``wqkv``,
+interleaved RoPE pairs, the class token rotated by zero), all absorbed when the state dict is
+converted, so decoding runs the same ``Transformer`` with no LlamaGen-specific code on the hot
+path.  Token ids follow the embedded model: [0, V) image codes, V + c class c, V + 1000 the
+unconditional class.  The text-conditional GPTs load as ``LlamaGenT2I`` (``set_captions``).
 
-- q, k, v come from one fused ``wqkv`` [3D, D] (rows q | k | v): split into wq / wk / wv;
-- RoPE rotates interleaved channel pairs (2p, 2p + 1) by angle p; ours rotates (p, p + D/2).
-  Permuting each head's q and k output rows by [0, 2, 4, ..., 1, 3, 5, ...] maps one onto the
-  other, and q . k is unchanged by a permutation applied to both;
-- the class token is rotated by cos = sin = 0 (``ARConfig.zero_prefix_rope``): its q and k are
-  zero, it acts through its value only.
-
-Token ids follow the embedded model: [0, V) image codes, V + c class c, V + 1000 the
-unconditional class of classifier-free guidance (row 1000 of LlamaGen's class table).
-
-The text-conditional GPTs (t2i: 120 FLAN-T5-XL caption positions projected by ``cap_proj``, all
-rotated by zero) load as ``LlamaGenT2I``: ``set_captions(feats, mask)`` projects one request's
-valid caption rows (and, for guidance, the same number of trailing ``uncond_embedding`` rows, as
-the official code masks them); prompt token V + j stands for caption row j of its own request.
-The official code keeps 120 positions and masks the padded keys of every query; dropping them
-instead is exact (a caption position's q and k are zero, so where it sits does not matter, and a
-masked key reaches no other position), and image token k keeps its RoPE row 120 + k through a
-per-request shift (``rope_positions``).
+The conversion and the t2i caption handling in full: docs/models.md, "LlamaGen's GPTs"; the
+official model's spec: docs/notes/llamagen.md.
 """
 
 from __future__ import annotations

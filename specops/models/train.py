@@ -1,22 +1,15 @@
 """Train the embedded demo models from scratch: ``python -m specops.models.train``.
 
 Three stages, all on CPU in a few minutes, deterministic given the seed (up to thread timing):
-
-1. data + tokenizer: procedural 64x64 images (``specops.models.data``), a 512-entry 4x4-patch
-   codebook by k-means (``specops.models.vq``), every image -> 16x16 = 256 tokens.
-2. the class-conditional AR target (``Transformer``): sequence [class, t_1 .. t_256], next-token
-   cross-entropy with teacher forcing; the class is replaced by the null class 10% of the time
-   (LlamaGen), which is what classifier-free guidance's unconditional row uses.
-3. the feature drafter (``Drafter``) on the frozen target's last hidden states f and
-   distributions p, unrolled over 3 steps as at inference time ("training-time test"); the
-   objective is ``specops.models.drafter_loss``.
-
-``--objective vsd`` then fine-tunes that CE drafter with VSD's path-level objective
-(``specops.models.train_vsd``: Eqs. 7-8 with the MCMC-EM estimator of the paper's Algorithm 1)
-into ``drafter_vsd.pt``; ``--only-drafter --objective vsd`` starts from the saved ``drafter.pt``.
+data + tokenizer (procedural 64x64 images, a 512-entry k-means patch codebook, 256 tokens an
+image), the class-conditional AR target (``Transformer``), and the feature drafter
+(``Drafter``, objective ``specops.models.drafter_loss``).  ``--objective vsd`` then fine-tunes
+the CE drafter with VSD's path-level objective (``specops.models.train_vsd``) into
+``drafter_vsd.pt``; ``--only-drafter --objective vsd`` starts from the saved ``drafter.pt``.
 
 Weights are written to ``specops/models/weights/`` in float16 (``vq.pt``, ``ar.pt``,
 ``drafter.pt``, ``drafter_vsd.pt``) with their configs and the training record.
+Each stage in full: docs/training.md.
 """
 
 from __future__ import annotations

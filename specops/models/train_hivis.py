@@ -1,28 +1,15 @@
 """A HiViS drafter for the embedded model: ``python -m specops.models.train_hivis``.
 
 The embedded target stands in for a VLM by image *completion*: its prompt is the class token
-followed by the first k image tokens of a reference image (the "image prefix", the visual
-tokens), and it generates the rest.  HiViS hides the visual tokens from the drafter: the
-drafter's sequence holds the class position, the last prompt position (whose feature predicts
-the first generated token) and the generated positions, the image reaching it only through the
-target's last hidden states f (``speculative(..., hide=mask)``).
-
-This script trains the one-layer ``Drafter`` for that input, as HiViS trains on sequences that
-keep only the text positions with their target features (Sec. 3.3, "Mixed Modality Dataset"):
-on a training sequence [class, t_1 .. t_256] with k visible prefix tokens it keeps the positions
-J = {0} + {k, k + 1, .., 256} (k = 1: nothing hidden), takes the frozen target's f and p = softmax
-(logits) at those positions from the *full* sequence, and runs the unrolled multi-step loss of
-``specops.models.train`` (steps s = 0..3, soft cross-entropy to p + 0.1 smooth-L1 to f) on the
-compact sequence: step-0 entry c = [e(x_{J[c+1]}) || f_{J[c]} || e_seq^0] predicts f_{J[c+1]}
-and p_{J[c+1]}.  Drafter positions are the target's, J[c] (+ s): the embedded model's 2D RoPE
-encodes the grid cell, which a compact position would shift (``hide_positions="target"``).
-k is drawn per batch from {1, 16, 32, .., 192} (whole rows; k = 1 is plain EAGLE training,
-HiViS's mix of text-only and multimodal data).  Same recipe as the plain drafter otherwise
-(300 steps, batch 8, AdamW 2e-3 cosine, seed 1); about 1-2 CPU minutes.  ``--positions
-compact`` trains at compact drafter positions instead (the paper's; for comparison only).
+followed by the first k image tokens of a reference image (the visual tokens), and it generates
+the rest.  HiViS hides the visual tokens from the drafter (``speculative(..., hide=mask)``):
+this script trains the one-layer ``Drafter`` on compact sequences that keep only the class, the
+last prompt and the generated positions, with the frozen target's features from the *full*
+sequence, at the target's positions (``hide_positions="target"``; ``--positions compact`` for
+the paper's).  k is drawn per batch from {1, 16, 32, .., 192}; about 1-2 CPU minutes.
 
 Writes ``specops/models/weights/drafter_hivis.pt`` (float16, ~0.5 MB); ``load_hivis_drafter``
-reads it.
+reads it.  The recipe in full: docs/training.md, "A HiViS drafter".
 """
 
 from __future__ import annotations

@@ -1,48 +1,17 @@
 """VSD drafter training: the path-level objective of Variational Speculative Decoding.
 
 ``python -m specops.models.train --only-drafter --objective vsd`` fine-tunes the shipped
-cross-entropy drafter (``drafter.pt``) into ``drafter_vsd.pt``.  What each piece implements
-(equation numbers of the VSD paper):
+cross-entropy drafter (``drafter.pt``) into ``drafter_vsd.pt``: the drafter's token-level CE
+loss plus VSD's path term E_{z~q}[log kappa(x, z)] (Eqs. 7-8), weighted by ``--vsd-weight``,
+estimated with the paper's MCMC-EM (App. A.1 Algorithm 1).  ``path_acceptance_torch`` is the
+autograd version of ``specops.path_acceptance``; ``chain_log_survival`` the same in log space
+for chains.
 
-* Path acceptance, Eqs. 1-2, 9-10: along a draft path z = (z_1 .. z_l) drafted from q and
-  verified against p, alpha_i = min(1, p(z_i | x, z_<i) / q(z_i | x, z_<i)), the survival
-  S_k = prod_{i<=k} alpha_i (Eq. 9), kappa = S_l (Eq. 2) and the expected accepted length
-  E[A] = sum_k S_k (Eq. 10).  ``path_acceptance_torch`` is the autograd version of
-  ``specops.path_acceptance`` for any tree; ``chain_log_survival`` is the same quantity for the
-  chains training draws, in log space (log S_k = cumsum_i min(0, log p_i - log q_i)).
-* Objective, Eqs. 7-8: L_VSD = E_{z~q}[log kappa(x, z)] - KL(q(.|x) || p(.|x)).  As in the
-  paper's implementation (Sec. 5, App. C.1), the KL term is the drafter's original token-level
-  loss -- here the CE objective of ``drafter_loss`` unchanged (soft cross-entropy to p along
-  the unrolled drafter + feature smooth-L1) -- and VSD adds the path term, weighted by
-  ``--vsd-weight``.
-* Estimator, App. A.1 Algorithm 1 (MCMC-EM), the one the paper trains with:
-  - E-step: for every prefix x, S paths z~^(s) ~ q (the drafter sampling its own chain, its
-    features fed back as at decoding time); the oracle (Algorithm 2)
-    o(z_<=l) = w(l) 1[log kappa(z_<=l) >= log kappa(zbar_<=l)] with zbar the greedy target path
-    and w(l) = 1.05^l; a rejected proposal is replaced by a path z'^(s) ~ p (the target sampling).
-  - M-step: the control-variate gradient Eq. 17 with ARW (Eq. 15: leave-one-out beta) and CAR
-    (Eq. 16: zeta = softmax_s(q(z~_<=l) / tau), tau = 0.2):
-      g = 1/sum o' * sum_{l,s} o'_{l,s} [grad log q(z_<=l)
-                                           - beta_{l,s} zeta_{l,s} grad log q(z~_<=l)]
-    implemented as the surrogate loss -g . psi with o', beta, zeta held constant.
-* Sampling length L = unroll + 1 = 4 (the drafter's step embeddings cover steps 0..3; the paper
-  uses L = 7 with a 7-deep drafter), S = ``--vsd-samples`` (paper: 40).
+Measured (``python -m bench.drafters_e2e --offline 16``): what fine-tuning buys here comes from
+the extra training steps; the path term's own effect is within the training-seed spread.
 
-Deviations ((1), (2) and S, L for CPU cost): (1) the paper draws S fresh samples for each length
-l; here the S chains are drawn once to length L and their prefixes serve as the length-l samples
-(each prefix is still a draw of q(z_<=l)); (2) M prefixes per sequence (``--vsd-prefixes``)
-instead of every position; (3) the paper fixes "alpha = 0.1" without defining it in its text; we
-follow its Sec. 5 wording ("augments the original training objective by adding the first term in
-Eqn. (7)") and weight the path term 1 next to the token-level loss (``--vsd-weight 1``; 0 gives
-a control run of the same schedule on CE alone); (4) init from the CE drafter (the paper's
-default: VSD starts from the baseline's drafter), 300 steps at peak lr 5e-4 (cosine, 2% warm-up,
-clip 0.5 as in App. E). The shipped ``drafter_vsd.pt`` is ``python -m specops.models.train
---only-drafter --objective vsd --threads 1`` with these defaults (15 min on 2 busy CPU cores).
-
-Measured (``python -m bench.drafters_e2e --offline 16``; README): what fine-tuning buys here
-comes from the extra training steps -- the shipped CE drafter is short-trained, and the same
-schedule on CE alone gains as much; the path term's own effect is within the training-seed spread
-(the CE term already matches the whole target distribution p, which is what acceptance rewards).
+Each equation, the estimator, the deviations from the paper and the shipped run's command:
+docs/training.md, "VSD".
 """
 
 from __future__ import annotations

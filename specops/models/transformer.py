@@ -1,21 +1,16 @@
 """A small Llama-style decoder (RMSNorm, RoPE, GQA, SwiGLU) with a static KV cache.
 
-Two forward paths share the weights:
-
-- ``forward_train(tokens)``: teacher forcing over whole sequences with plain causal attention
-  (``F.scaled_dot_product_attention``), used by the training script.
-- ``model(tokens [B, N], positions [B, N], cache, tree=None) -> (logits, hidden)``: the decoding
-  protocol of ``specops.decode``.  The N new tokens' K/V are appended to the cache at
-  ``cache.seqlens[b] + n`` (``specops.append_kv``) and attention runs through
-  ``specops.tree_attention``: every new token sees the committed prefix and, among the N new
-  slots, itself and its ancestors in ``tree`` (``tree=None``: a causal chain).  The cache length
-  is not advanced here: the decoding loop verifies, then ``specops.commit_kv`` moves the accepted
-  slots into place and advances ``cache.seqlens``.
+Two forward paths share the weights: ``forward_train(tokens)`` (teacher forcing, plain causal
+attention, used by the training script) and ``model(tokens [B, N], positions [B, N], cache,
+tree=None) -> (logits, hidden)``, the decoding protocol of ``specops.decode``: the new tokens'
+K/V are appended at ``cache.seqlens[b] + n`` and attention runs through
+``specops.tree_attention``; the cache length is not advanced here (``specops.commit_kv`` does).
 
 Token ids: ``[0, vocab)`` are image codes, ``vocab + c`` is class c and ``vocab + num_classes``
-the null class (classifier-free guidance's unconditional prompt).  Logits cover the image codes.
-``hidden`` is the last hidden state after the final norm (logits = head(hidden)): the feature an
-EAGLE/HiViS drafter consumes.
+the null class (classifier-free guidance's unconditional prompt).  ``hidden`` is the last hidden
+state after the final norm: the feature an EAGLE/HiViS drafter consumes.
+
+Both paths in full: docs/models.md, "The embedded decoder".
 """
 
 from __future__ import annotations
