@@ -1,25 +1,13 @@
 """tree_attention backend "cascade": the prefix through flash-attn, the tree through specops.
 
-Query n of request b sees the prefix [0, L_b) and its ancestor tree slots (positions L_b + j).
-Softmax over a union of disjoint key sets splits exactly: with (o_p, lse_p) the attention over
-the prefix alone and (o_t, lse_t) over the visible tree slots alone,
-
-    m = max(lse_p, lse_t),  w_x = e^(lse_x - m)
-    o = (w_p o_p + w_t o_t) / (w_p + w_t),  lse = m + log(w_p + w_t).
-
-- prefix: ``flash_attn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=L,
-  block_table=bt, softmax_scale=c, causal=False, return_softmax_lse=True)`` -> out [B, N, Hq, D]
-  (q's dtype), softmax_lse [B, Hq, N] float32.  Without k/v arguments it only reads the cache
-  (nothing is appended) and every query sees the keys [0, L_b).  A request with L_b = 0 gets
-  lse +inf (flash-attn's value for a row without keys), read as -inf by the merge.
-- tree: specops' Triton kernel in tree-only mode (the prefix loops compiled out).
-- merge: one Triton launch (``merge_states_triton``); ``merge_states`` below is the same
-  formula in plain torch (any dtype and device), the definition the tests check.
-
-flash-attn is the optional extra ``specops[flash]`` (it builds only with CUDA and a matching
-torch); "auto" never picks this backend.  flash-attn 2.x takes fp16/bf16, head_dim <= 256, a
-contiguous last dim of the caches, and paged caches only with a page size divisible by 256
-(``FLASH_PAGE_MULTIPLE``): other inputs get a ValueError from ``unsupported``.
+Query n of request b sees the prefix [0, L_b) and its ancestor tree slots (positions L_b + j);
+softmax over these two disjoint key sets splits exactly, so the prefix attention
+(``flash_attn_with_kvcache``, read-only) and the tree-only attention (specops' Triton kernel)
+are merged by log-sum-exp: one Triton launch, and ``merge_states`` below is the same formula in
+plain torch, the definition the tests check.  flash-attn is the optional extra
+``specops[flash]``; "auto" never picks this backend, and inputs flash-attn 2.x cannot take get a
+ValueError from ``unsupported``.  The merge formula, the flash-attn call and its limits:
+docs/trees.md.
 """
 
 from __future__ import annotations

@@ -32,9 +32,16 @@ def validating() -> bool:
 
 @contextlib.contextmanager
 def validation(enabled: bool = True):
-    """``with specops.validation(): ...`` turns value checks on (or off) inside the block.  A
-    process-wide switch (a global torch.compile can trace): enter it from one thread at a time,
-    around the work of every thread, never inside concurrent threads."""
+    """``with specops.validation(): ...`` turns value checks on (or off) inside the block.
+
+    Parameters
+    ----------
+    enabled : bool
+        True: value checks on inside the block; False: off.  The previous mode returns on
+        exit.
+
+    A process-wide switch (a global torch.compile can trace): enter it from one thread at a
+    time, around the work of every thread, never inside concurrent threads."""
     global _validate_override
     old = _validate_override
     _validate_override = enabled

@@ -6,14 +6,8 @@ gathered from the modules that hold it by what it does:
 - ``_rng``: seeds and offsets, normalised for the bindings and the reference;
 - ``_dispatch``: torch.library registration, the eager caller and fast path, launches, outputs.
 
-Every op module follows the same shape:
-
-    def op(x, ..., backend="auto"):
-        check_tensor(...)                          # shape/dtype/device: always on, no sync
-        if validating(): check values              # needs the data: SPECOPS_VALIDATE=1 only
-        return torch.ops.specops.op(...)           # torch.library op (fake kernel for compile)
-
-and the registered implementation calls ``pick_backend`` and then the kernel."""
+The shape every op module follows (checks, then ``c.ops.<op>``, whose implementation calls
+``pick_backend`` and then the kernel): docs/conventions.md."""
 
 from __future__ import annotations
 

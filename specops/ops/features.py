@@ -40,9 +40,21 @@ def _check_index_values(op, name, index, bound, what="index") -> None:
 def gather_rows(
     src: torch.Tensor, index: torch.Tensor, *, backend: str = "auto", out=None
 ) -> torch.Tensor:
-    """out[b, j] = src[b, index[b, j]]: src [B, N, H], index [B, M] int32/int64 -> [B, M, H];
-    -1 reads as a zero row (validation mode raises on other out-of-range indices, fast mode
-    reads them as zeros)."""
+    """Rows gathered per request: out[b, j] = src[b, index[b, j]] -> [B, M, H].
+
+    Parameters
+    ----------
+    src : [B, N, H] float32/float16/bfloat16
+        The rows to read.
+    index : [B, M] int32/int64
+        The row of ``src`` for each output row; -1 reads as a zero row.
+    backend : str
+        "auto" (triton on CUDA, cpu on CPU), "triton", "cpu" (the C++ twin) or "reference".
+    out : [B, M, H] src's dtype or None
+        A preallocated output.
+
+    Validation mode raises on out-of-range indices other than -1; fast mode reads them as
+    zeros."""
     c.check_tensor("gather_rows", "src", src, ndim=3, dtypes=_FLOATS)
     c.check_ids("gather_rows", "index", index, ndim=2, device=src.device)
     if index.shape[0] != src.shape[0]:
@@ -88,13 +100,26 @@ def drafter_inputs(
     backend: str = "auto",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The EAGLE/HiViS drafter input in one kernel:
-    cat([embedding[tokens], features, step_embedding], -1) -> [B, M, E + H (+ S)].
+    """The EAGLE/HiViS drafter input in one kernel -> [B, M, E + H (+ S)].
 
-    embedding [V, E]; tokens [B, M] int32/int64 (-1 padding gives a zero embedding row; other
-    ids outside [0, V) raise in validation mode and give zero rows in fast mode); features
-    [B, M, H]; step_embedding None, [S] (broadcast to every row) or [B, M, S].  All float
-    tensors share one dtype (float32, float16 or bfloat16), which the output has."""
+    Parameters
+    ----------
+    embedding : [V, E] float32/float16/bfloat16
+        The token embedding table.
+    tokens : [B, M] int32/int64
+        The tokens to embed; -1 padding gives a zero embedding row.
+    features : [B, M, H] embedding's dtype
+        The features concatenated after the embeddings.
+    step_embedding : [S] or [B, M, S] embedding's dtype, or None
+        Concatenated last; [S] is broadcast to every row.
+    backend : str
+        "auto" (triton on CUDA, cpu on CPU), "triton", "cpu" (the C++ twin) or "reference".
+    out : [B, M, E + H (+ S)] embedding's dtype or None
+        A preallocated output.
+
+    The output is cat([embedding[tokens], features, step_embedding], -1).  All float tensors
+    share one dtype (float32, float16 or bfloat16), which the output has.  Token ids outside
+    [0, V) other than -1 raise in validation mode and give zero rows in fast mode."""
     op = "drafter_inputs"
     c.check_probs(op, "embedding", embedding, ndim=2)
     dev, dt = embedding.device, embedding.dtype
@@ -166,14 +191,29 @@ def path_similarity(
     backend: str = "auto",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """VVS's skip decision (Eq. 2): the exponentially weighted mean pairwise cosine similarity of
-    P candidate paths' codebook embeddings -> [B] float32.
+    """VVS's skip decision (Eq. 2): the weighted mean pairwise cosine similarity of paths -> [B].
 
-    paths [B, P, L] token ids (P >= 1, L >= 1), codebook [V, C] (the VQ latent embeddings).
-    With e = normalize(codebook[paths]) and the positions l = 0, stride, 2 stride, ... < L:
-    S_l = mean over ordered pairs i != j of <e_i,l, e_j,l>; result = sum_l alpha^l S_l /
-    sum_l alpha^l.  P = 1 gives 1.0.  Ids outside [0, V) raise in validation mode and count as
-    zero vectors in fast mode.  One program per request; float64 sums."""
+    Parameters
+    ----------
+    paths : [B, P, L] int32/int64
+        Token ids of P candidate paths per request, 1 <= P <= 1024, L >= 1.
+    codebook : [V, C] float32/float16/bfloat16
+        The VQ latent embeddings.
+    alpha : float
+        The base of the position weights alpha^l, finite and >= 0; alpha^l must stay finite
+        in float64 for every compared l.
+    stride : int
+        The step between compared positions (l = 0, stride, 2 stride, ...), >= 1.
+    backend : str
+        "auto" (triton on CUDA, cpu on CPU), "triton", "cpu" (the C++ twin) or "reference".
+    out : [B] float32 or None
+        A preallocated output.
+
+    The exponentially weighted mean pairwise cosine similarity of the P paths' codebook
+    embeddings, float32.  With e = normalize(codebook[paths]) and the positions l = 0, stride,
+    2 stride, ... < L: S_l = mean over ordered pairs i != j of <e_i,l, e_j,l>; result =
+    sum_l alpha^l S_l / sum_l alpha^l.  P = 1 gives 1.0.  Ids outside [0, V) raise in validation
+    mode and count as zero vectors in fast mode.  One program per request; float64 sums."""
     op = "path_similarity"
     c.check_ids(op, "paths", paths, ndim=3)
     c.check_probs(op, "codebook", codebook, ndim=2, device=paths.device)

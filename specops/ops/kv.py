@@ -23,21 +23,30 @@ _OP = "commit_kv"
 
 @traced("commit_kv")
 def commit_kv(caches, cache_seqlens, accepted_slots, *, block_table=None, backend="auto") -> None:
-    """Move the accepted entries to ``cache_seqlens + [0, m)`` in every layer, K and V, and
-    advance ``cache_seqlens`` by m, on the device, in one launch.
+    """Commit the accepted path's K/V in every layer and advance ``cache_seqlens``, in one launch.
 
-    ``caches``: a tensor [layers, 2, B, S, Hkv, D] (paged: [layers, 2, P, page, Hkv, D] with
-    ``block_table`` [B, pages]) or a list of per-layer ``(k_cache, v_cache)`` pairs of
-    [B, S, Hkv, D] (paged: [P, page, Hkv, D]) sharing one shape, dtype and strides.  float16,
-    bfloat16 or float32; each position's [Hkv, D] row must be contiguous.
-    ``cache_seqlens`` [B] int32: committed length per request, advanced in place.
-    ``accepted_slots`` [B, M] int32/int64: offsets from ``cache_seqlens`` of the accepted nodes,
-    in path order (strictly increasing), -1 padded at the end.
+    Parameters
+    ----------
+    caches : [layers, 2, B, S, Hkv, D] float16/bfloat16/float32 or list of (k_cache, v_cache)
+        One tensor (paged: [layers, 2, P, page, Hkv, D]) or a non-empty list of per-layer
+        pairs of [B, S, Hkv, D] (paged: [P, page, Hkv, D]) sharing one shape, dtype and
+        strides; each position's [Hkv, D] row must be contiguous.
+    cache_seqlens : [B] int32
+        The committed length per request, contiguous; advanced in place.
+    accepted_slots : [B, M] int32/int64
+        Offsets from ``cache_seqlens`` of the accepted nodes, in path order (strictly
+        increasing), -1 padded at the end; M <= 2048.
+    block_table : [B, pages] int32/int64 or None
+        The pages of each request for paged caches; None: contiguous caches.
+    backend : str
+        "auto" (cuda, else triton on a GPU; cpu on CPU), "cuda", "triton", "cpu" (the C++
+        twin) or "reference".
 
-    For every request b, layer and K/V: cache[cs + i] <- cache[cs + s_i] for the m_b non -1
-    entries (values read before any write: overlapping moves such as 5 -> 2 with 2 -> 1 are
-    safe, and an in-place prefix s_i = i is a no-op), then cs += m_b.  Slots that are not
-    committed are left behind.
+    Moves the accepted entries to ``cache_seqlens + [0, m)`` in every layer, K and V, and
+    advances ``cache_seqlens`` by m, on the device.  For every request b, layer and K/V:
+    cache[cs + i] <- cache[cs + s_i] for the m_b non -1 entries (values read before any write:
+    overlapping moves such as 5 -> 2 with 2 -> 1 are safe, and an in-place prefix s_i = i is a
+    no-op), then cs += m_b.  Slots that are not committed are left behind.
 
     Validation mode raises on -1 before a valid entry, non-increasing slots, a slot beyond the
     capacity, a path longer than the free space, or (paged) a page id outside [0, P).  Fast mode

@@ -31,13 +31,27 @@ def sample(
     backend: str = "auto",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """One token per row of ``probs`` [..., V] (non-negative, need not sum to 1) -> [...] int32.
+    """One token per row of ``probs`` -> [...] int32.
+
+    Parameters
+    ----------
+    probs : [..., V] float32/float16/bfloat16
+        Non-negative weights; need not sum to 1.
+    seed : int or [] / [1] / [B] int64
+        Philox key; a tensor [B] gives one per request along dim 0.
+    offset : int or [] / [1] int64
+        Philox counter offset.
+    uniforms : [...] float32 or None
+        Replaces the Philox draws, one per row.
+    backend : str
+        "auto" (triton on CUDA, cpu on CPU), "triton", "cuda", "cpu" (the C++ twin) or
+        "reference".
+    out : [...] int32 or None
+        A preallocated output (CUDA graphs).
 
     Inverse CDF with one uniform per row: token = min{i : cumsum(p)_i > u * sum(p)}; in fast
     mode NaN, negative and +inf entries count as 0 (never drawn), and a row with no positive
-    finite mass gives token 0.  ``seed``/``offset``: Python ints or int64 tensors (``seed``
-    [B] = one per request along dim 0).  ``uniforms`` [...] float32 replaces the Philox draws.
-    ``out`` [...] int32 may be preallocated (CUDA graphs)."""
+    finite mass gives token 0."""
     fast = c.fast_kernel("sample", probs, backend, _BACKENDS)
     if fast is not None and uniforms is None and probs.dim() == 2:
         rng = c.fast_rng(seed, offset, probs.shape[0])

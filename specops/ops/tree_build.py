@@ -1,28 +1,10 @@
 """Public tree_build ops: EAGLE-2 dynamic draft trees built on the device.
 
-A drafting step in the EAGLE-2 / SGLang style, with depth D, frontier width W and K children per
-expanded node (EAGLE-2 uses W = K, e.g. K = 8 or 10, D = 5..7, N = 60 nodes)::
-
-    B = root.shape[0]
-    tokens = torch.empty(B, D, W, K, dtype=torch.int32, device=dev)
-    logps = torch.empty(B, D, W, K, device=dev)
-    frontier = torch.empty(B, D - 1, W, dtype=torch.int32, device=dev)
-
-    lp, tk = drafter(root_inputs).log_softmax(-1).topk(K)      # [B, K]: the root's children
-    tokens[:, 0, 0], logps[:, 0, 0] = tk, lp                     # layer 0: slot 0 only
-    f = specops.select_frontier(lp[:, None], W, tokens=tk[:, None])
-    for d in range(1, D):
-        frontier[:, d - 1] = f.index                             # who is in slot w of layer d
-        # drafter inputs: f.tokens [B, W], parents' hidden states gathered with f.parent_slot
-        lp, tk = drafter(f.tokens, ...).log_softmax(-1).topk(K)  # [B, W, K]
-        tokens[:, d], logps[:, d] = tk, lp
-        f = specops.select_frontier(lp, W, parent_scores=f.scores, tokens=tk)
-    t = specops.build_dynamic_tree(root, tokens, logps, frontier, num_nodes=N)
-    # t.tree (Tree), t.draft_tokens [B, N] (entry 0 = root) -> verify_tree(..., t.tree,
-    # t.draft_tokens, ...); positions = cache_len + t.tree.depth
-
-Everything stays on the device: no host sync, no loop over requests (the loops above are over
-depth).  Semantics, ranking and tie rules: ``specops/reference/tree_build.py``.
+``select_frontier`` picks each depth's frontier from the drafted children (W * K -> W);
+``build_dynamic_tree`` reranks the candidates of every drafted layer into one tree of N nodes.
+Everything stays on the device: no host sync, no loop over requests (the drafting loop is over
+depth).  Semantics, ranking and tie rules: ``specops/reference/tree_build.py``.  A whole drafting
+step (depth D, frontier width W, K children per expanded node), written out: docs/trees.md.
 """
 
 from __future__ import annotations
@@ -78,11 +60,21 @@ def select_frontier(
 ) -> Frontier:
     """EAGLE-2's per-depth selection: the ``width`` best of the W * K drafted children.
 
-    ``logprobs`` [B, W, K]: edge log-probs log q(child k | frontier node w) (e.g. the drafter's
-    ``log_softmax(-1).topk(K)`` values); ``parent_scores`` [B, W]: the current frontier's
-    cumulative scores (``Frontier.scores`` of the previous call; None = 0, i.e. the root);
-    ``tokens`` [B, W, K] int (optional): the children's tokens, returned for the chosen ones;
-    negative tokens (and NaN / -inf log-probs) mark absent children.
+    Parameters
+    ----------
+    logprobs : [B, W, K] float32/float16/bfloat16
+        Edge log-probs: log q of child k given frontier node w, e.g. the drafter's
+        ``log_softmax(-1).topk(K)`` values; NaN / -inf mark absent children.
+    width : int
+        W', the children kept, 1 <= W' <= W * K.
+    parent_scores : [B, W] float32/float16/bfloat16 or None
+        The current frontier's cumulative scores (``Frontier.scores`` of the previous call);
+        None: 0, i.e. the root.
+    tokens : [B, W, K] int32/int64 or None
+        The children's tokens, returned for the chosen ones; negative tokens mark absent
+        children.
+    backend : str
+        "auto" or "reference" (the only implementation).
 
     Score of a child = parent score + min(log q, 0); ranking by (score descending, flat index
     ``w * K + k`` ascending), the order ``build_dynamic_tree`` uses.  Returns a ``Frontier``.
@@ -118,27 +110,36 @@ def build_dynamic_tree(
     *,
     backend: str = "auto",
 ) -> DynamicTree:
-    """EAGLE-2's rerank: the draft tree of the root and the ``num_nodes - 1`` candidates with the
-    best cumulative log-probs over every drafted layer, built on the device.
+    """EAGLE-2's rerank: the draft tree of the root and the ``num_nodes - 1`` best candidates.
 
-    - ``root_tokens`` [B] int: the last committed token of each request (node 0's token).
-    - ``tokens`` [B, D, W, K] int: layer d's drafted children, K per frontier slot; layer 0 is
-      the root's K children in slot 0 (``tokens[:, 0, 1:]`` is ignored).
-    - ``logprobs`` [B, D, W, K] float: their edge log-probs log q(child | path) (not cumulative;
-      clamped to <= 0; NaN / -inf, or a negative token, = absent).
-    - ``frontier`` [B, D - 1, W] int: ``frontier[:, d - 1, w]`` = flat index ``w' * K + k'``
-      into layer d - 1 of the candidate in frontier slot w of layer d, i.e. the parent of
-      ``tokens[:, d, w, :]`` (``Frontier.index``; entries of ``frontier[:, 0]`` are < K).
-    - ``num_nodes`` N: tree size including the root, 1 <= N <= 1 + K + (D - 1) W K and
-      N <= ``Tree.MAX_NODES`` (16384).  B = 0 gives empty outputs.
+    Parameters
+    ----------
+    root_tokens : [B] int32/int64
+        The last committed token of each request (node 0's token).
+    tokens : [B, D, W, K] int32/int64
+        Layer d's drafted children, K per frontier slot; layer 0 is the root's K children in
+        slot 0 (``tokens[:, 0, 1:]`` is ignored).
+    logprobs : [B, D, W, K] float32/float16/bfloat16
+        Their edge log-probs, log q of the child given its path, not cumulative; clamped to
+        <= 0; NaN / -inf, or a negative token, mark an absent child.
+    frontier : [B, D - 1, W] int32/int64
+        ``frontier[:, d - 1, w]`` = flat index ``w' * K + k'`` into layer d - 1 of the candidate
+        in frontier slot w of layer d, i.e. the parent of ``tokens[:, d, w, :]``
+        (``Frontier.index``; entries of ``frontier[:, 0]`` are < K).
+    num_nodes : int
+        N, the tree size including the root: 1 <= N <= 1 + K + (D - 1) W K and
+        N <= ``Tree.MAX_NODES`` (16384).
+    backend : str
+        "auto" or "reference" (the only implementation).
 
-    Candidates are ranked by (cumulative log-prob descending, candidate index ascending) and the
-    first N - 1 are taken: the set is closed under ancestors (a child never outscores its parent
-    and ties go to the earlier layer), so the tree is valid by construction.  Nodes are ordered
-    by candidate index (layer, slot, child rank): ``parents[n] < n``, depth non-decreasing,
-    siblings best first (the order ``verify_tree`` tries them).  When fewer than N - 1 candidates
-    are present, the tree is padded with absent nodes after the real ones: nodes
-    ``[num_valid, N)`` have token -1 and score -inf (verification rejects them).
+    Built on the device; B = 0 gives empty outputs.  The candidates of every drafted layer are
+    ranked by (cumulative log-prob descending, candidate index ascending) and the first N - 1
+    are taken: the set is closed under ancestors (a child never outscores its parent and ties go
+    to the earlier layer), so the tree is valid by construction.  Nodes are ordered by candidate
+    index (layer, slot, child rank): ``parents[n] < n``, depth non-decreasing, siblings best
+    first (the order ``verify_tree`` tries them).  When fewer than N - 1 candidates are present,
+    the tree is padded with absent nodes after the real ones: nodes ``[num_valid, N)`` have
+    token -1 and score -inf (verification rejects them).
 
     Returns a ``DynamicTree`` (fields documented there and in the reference)."""
     op = "build_dynamic_tree"
