@@ -2,19 +2,13 @@
 
 Every launcher in specops.triton_kernels launches through ``launch``
 (tests/test_triton_args_launch.py fails on any other ``kernel[grid](...)`` in the package).  A
-tensor argument is either
+tensor argument is either wrapped in ``Strided`` (the launcher passes the strides the kernel
+indexes it with, so any view is read as it is) or passed bare, which ``launch`` requires to be
+contiguous (a ValueError naming the kernel and the argument otherwise).
 
-- wrapped in ``Strided``: the launcher passes the strides the kernel indexes it with (every
-  stride of every dim the kernel walks), so sliced, transposed and expanded (stride 0) views
-  are read as they are, or
-- passed bare: the kernel indexes it densely, so ``launch`` requires it to be contiguous and
-  raises a ValueError naming the kernel and the argument otherwise.  A launcher that forgets to
-  normalise an input therefore fails loudly instead of reading the wrong elements.
-
-The helpers below are the normalisations the launchers share: 1-D vectors read with a stride
-(seeds, offsets, lengths, step stamps: no copy, CUDA-graph safe), rows with a unit last stride,
-and out buffers (written in place when the kernel can address them; else through a contiguous
-temporary copied back; rejected with a ValueError when several of their elements share memory).
+The helpers below are the normalisations the launchers share: 1-D vectors read with a stride,
+rows with a unit last stride, and out buffers (in place, through a temporary, or rejected when
+elements share memory).  The rules in full: docs/triton_kernels.md, "Launching".
 """
 
 from __future__ import annotations

@@ -2,40 +2,16 @@
 
 One program per row; no sort.  Serves rows with top-p; without it, probs_split.py's passes
 over [rows, G] chunks take over (this kernel leaves most of a GPU idle when rows are few).
-Semantics: specops/reference/probs.py.  The row is never stored
-between passes: every pass re-reads the logits (L2-resident after the first) and recomputes
+Semantics: specops/reference/probs.py.  The row is never stored between passes: every pass
+re-reads the logits and recomputes ``x = (u + s * (c - u)) / T`` (float32, no fused
+multiply-add) and its order-preserving 32-bit key ``key(x)``, so "x >= tau" tests are exact.
 
-    x = (u + s * (c - u)) / T        (float32, no fused multiply-add; -inf in c or u -> -inf)
-
-and its order-preserving 32-bit key ``key(x)`` (the float's bits with the sign bit flipped for
-x >= 0 and all bits flipped for x < 0, so ``x < y  <=>  key(x) < key(y)`` as unsigned ints;
--0.0 is folded into +0.0 first).  Thresholds are keys, so "x >= tau" tests are exact.
-
-Passes over the row:
-
-0. max m, arg-max (lowest index on ties), min finite value, the online softmax sum
-   ``sum exp(x - m)`` (rows without top-k), and the top-k radix histogram of the key's top 8 bits.
-1. top-k = radix select on the key, 8 bits a level (levels 1-3 are one pass each, over the
-   elements whose higher digits match the prefix chosen so far): with r = how many of the
-   k largest are still to be found inside the current prefix, pick the digit j with
-   ``#(digit > j) < r <= #(digit >= j)``.  The k-th largest key tau_k is exact after 4 levels,
-   or earlier when the whole bin is needed (``#(digit >= j) == r``: then tau_k = the lowest key
-   of that bin, the same kept set).  Kept: ``key >= tau_k``, so every tie of the k-th value is
-   kept.
-2. Z = sum over the top-k survivors of exp(x - m) (one pass; from pass 0 without top-k).
-3. top-p = pivot search on the mass ``M(t) = sum_{key >= t} w``, w = exp(x - m) on survivors:
-   invariant ``M(lo) >= p Z`` and ``tau_p <= hi`` (lo, hi keys; hi = key(m) at the start).  A
-   pass evaluates NPIV pivots in (lo, hi] -- evenly spaced in value, the key midpoint (so the key
-   range at least halves every pass: <= 32 passes) and hi itself -- and for each pivot t the
-   mass M(t), the smallest survivor key >= t (a) and the largest survivor key < t (b).  Then
-   ``lo <- a`` of the largest pivot with ``M(t) >= p Z`` and ``hi <- b`` of the smallest pivot
-   with ``M(t) < p Z``; lo, hi are element keys, so the loop ends with lo == hi == tau_p,
-   exactly, after a handful of passes; M(lo) is the normaliser of the kept set.
-4. write ``p_i = exp(x_i - m) / M`` on kept tokens, 0 elsewhere (one-hot of the arg-max for
-   greedy rows, T < 1e-5, and for rows whose logits are all -inf).
-
-NaN parameters: a NaN temperature is 1.0, a NaN top-p keeps everything, a NaN cfg_scale is no
-guidance (x = c / T), as in the reference.
+Passes: 0. max, arg-max, online softmax sum and the top-k radix histogram; 1. top-k by radix
+select on the key, 8 bits a level (ties of the k-th value kept); 2. Z over the survivors;
+3. top-p by a pivot search on the mass, ending exactly at tau_p; 4. the write.  NaN
+parameters: temperature 1.0, no top-p, no guidance, as in the reference.  Each pass in full
+(digit picks, pivot invariants): docs/triton_kernels.md, "Logits to probabilities, one program
+a row".
 """
 
 import torch

@@ -3,24 +3,12 @@
 The one-program-per-row kernel (probs.py) leaves most of a GPU idle when rows are few (a
 Lumina-mGPT window is 64-128 rows, an Emu3 one 32, a LlamaGen step 1) and re-reads both CFG
 rows on each of its passes.  Here each pass is one launch over [rows, G] chunks of the row, the
-chunks' partial results meet in small per-row buffers, and the CFG-combined row is computed once:
+chunks' partial results meet in small per-row buffers, and the CFG-combined row is computed
+once (the same bits as probs.py's ``_row_x``).  Passes: ``_split_stats``, ``_split_radix``
+(levels 1-3), ``_split_z``, ``_split_write``; partials are combined in chunk order by every
+program alike.  Rows with top-p go to probs.py.
 
-    x = (u + s * (c - u)) / T    (float32; the same bits as probs.py's ``_row_x``)
-
-1. ``_split_stats``: x into ``out`` (the later passes read x, not c and u), the chunk's max and
-   arg-max (lowest index on ties), its softmax partial ``sum exp(x - m_chunk)`` and, with top-k,
-   the chunk's histogram of the key's top 8 bits added to the row's level-0 histogram.
-2. ``_split_radix`` (levels 1-3, one launch each): every program replays the digit picks of the
-   finished levels from the row's histograms (``_pick_digit``, as probs.py) and adds the
-   histogram of its members of the chosen prefix to the next level's; a row whose k-th key is
-   already exact (the whole bin needed) does nothing.  Kept: ``key >= tau_k`` (ties kept).
-3. ``_split_z``: the chunk's sum of exp(x - m) over the kept tokens (top-k rows).
-4. ``_split_write``: p = exp(x - m) / Z on kept tokens, in place over x; one-hot of the arg-max
-   for greedy rows (T < 1e-5) and rows without a finite logit.  m, the arg-max and Z are the
-   chunks' partials combined in chunk order by every program alike (so the same on all of them):
-   m = max m_g, Z = sum_g Z_g or sum_g s_g exp(m_g - m).
-
-Rows with top-p go to probs.py (its pivot search takes a data-dependent number of passes).
+Each pass in full: docs/triton_kernels.md, "Logits to probabilities, split rows".
 """
 
 import torch

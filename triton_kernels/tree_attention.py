@@ -6,35 +6,11 @@ GQA group (query n = r // G, head h * G + r % G):
     o_r = sum_s softmax_s(c * <q_r, k_s>) v_s,  s over the prefix [0, L_b) and the tree slots
     j (position L_b + j) whose bit j is set in mask row n;  c = sm_scale.
 
-Kernel design
-- GQA packing: the G = Hq / Hkv query heads that share KV head h are packed with the N tree
-  tokens into one row space of N * G rows (row r = n * G + g), tiled by BLOCK_M.  A program
-  owns one such tile, so every K/V tile it loads serves BLOCK_M query rows; the tiles of one
-  (split, b, h) are neighbouring program ids (axis 0), so they read the same K/V from L2.
-- Prefix tiles carry no mask at all (every prefix position is visible to every query): only
-  the last, partial tile of a split checks s < end.  Tree tiles (the N slots after the prefix)
-  are masked by the ancestor bitmask: bit j % 32 of word j // 32 of row n.
-- Split-KV: the prefix [0, L_b) is cut into NUM_SPLITS chunks (a multiple of BLOCK_N each,
-  computed on the device from L_b); split s accumulates its chunk with the online softmax in
-  the base-2 domain (m = running max of c log2(e) qk, l = sum 2^(x - m), acc = sum 2^(x - m) v)
-  and writes o_s = acc / l and lse_s = ln 2 * (m + log2 l).  The last split also takes the tree
-  part.  A second kernel merges: lse = log sum_s e^lse_s, o = sum_s e^(lse_s - lse) o_s.
-  NUM_SPLITS comes from static shapes only (batch, heads, rows, cache capacity, SM count), so
-  the launch is CUDA-graph safe and never syncs.  With one split the first kernel writes the
-  final output directly.
-- Contiguous [B, S_max, Hkv, D] and paged [P, page, Hkv, D] caches: position s of request b is
-  at row s % page of page block_table[b, s // page] (clamped into [0, P)).  Positions are
-  clamped to the cache capacity, so no value of cache_seqlens reads out of bounds.
-- Tree-only mode (``tree_only=True``, constexpr TREE_ONLY): the prefix loops are compiled out and
-  one split attends only to the N tree slots at L_b + j; the cascade backend
-  (specops/ops/_attention_cascade.py) takes the prefix from flash-attn and merges the two
-  states with ``merge_states_triton``: o = (e^(lse_a - m) o_a + e^(lse_b - m) o_b) / (e^(lse_a - m)
-  + e^(lse_b - m)), lse = m + log(...), m = max(lse_a, lse_b).
-- head_dim: any D <= 256, padded to a power of two (>= 16) with masked loads.
-- Tiles (``_config``): BLOCK_N = 64 keys (32 for D > 128 and for float32), BLOCK_M = the packed
-  rows rounded up to a power of two, at most 128 (8 warps: two wgmma warpgroups) for D <= 128.
-  Compiled for sm_90 without a GPU (``python -m bench.bench_tree_attention --aot``), the
-  fp16/bf16 configs use no spill stack; not yet tuned by timing on a GPU.
+Design: GQA heads packed with the tree tokens into N * G rows; unmasked prefix tiles and
+bitmask-masked tree tiles; split-KV over the prefix (NUM_SPLITS from static shapes only, so
+CUDA-graph safe) merged by a second kernel; contiguous or paged caches with clamped positions;
+a tree-only mode for the cascade backend; any head_dim <= 256.  Each design point, the merge
+formulas and the tile configs: docs/triton_kernels.md, "Tree attention".
 """
 
 from __future__ import annotations

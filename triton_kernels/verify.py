@@ -2,27 +2,14 @@
 
 Token for token the semantics of ``specops/reference/verify.py`` ``verify_chain`` (and of the
 C++/CUDA cores ``chain_*`` in csrc/include/specops/verify.h), with the same Philox draws:
-
-  n_b     = the drafts before num_draft[b] and before the first -1 id
-  accept  x_i  iff  u_i * q_i(x_i) < p_i(x_i) + pool_i(x_i)      (float32; u_i = draw i of row b)
-          q_i = one-hot of x_i without draft probabilities (q_i(x_i) = 1); ids outside [0, V)
-          have p = q = 0 (always rejected); pool = 0 unless LANTERN relaxation is on
-  a       = the accepted prefix length among the n_b valid drafts
-  t       = on a rejection (a < n_b): a draw from norm(r), r = max(p_a - q_a, 0) (float32),
-            taken from r itself (inverse CDF scales u by sum(r)), or from p_a when r has no
-            mass; all accepted: a draw from p_a (the bonus row, a = n_b).  One pass for the
-            total, then tile sums until the tile holding u * total, scanned alone.
-            Draws are inverse CDF with u = draw K of row b: min{i : c_i > u * c_{V-1}, w_i > 0}
-            with float64 running sums c (tile cumsum + carry), else the last id of positive
-            mass, else 0 (``reference.inverse_cdf``).
-  greedy  accept x_i iff x_i == argmax p_i (first maximal id); t = argmax p_a.
-  output  tokens[b] = x_0 .. x_{a-1}, t, -1 ...; num_accepted[b] = a.
-  NaN     every p and q entry is read through ``_mass`` (reference.mass): NaN, negative and +inf
-          entries count as 0 in the tests, residuals, sums, draws, argmaxes and pools.
+accept x_i iff ``u_i * q_i(x_i) < p_i(x_i) + pool_i(x_i)`` (float32, u_i = draw i of row b);
+the final token t is drawn by inverse CDF with draw K from the residual max(p_a - q_a, 0) after
+a rejection or from the bonus row, with float64 running sums; greedy rows use argmax.
 
 All acceptance tests of a request are independent of each other, so they run as one vector over
-the K drafts (the reference computes them all too); only greedy verification walks the drafts
-one argmax at a time.  Probabilities are read in their own dtype and converted to float32.
+the K drafts; only greedy verification walks the drafts one argmax at a time.  Probabilities are
+read in their own dtype and converted to float32.  Each rule in full (ids out of range, the
+tiled draw, NaN): docs/triton_kernels.md, "Chain verification".
 """
 
 import struct

@@ -1,19 +1,13 @@
 """Reference attention ops: tree attention over a KV cache, and appending the tree's K/V.
 
 Notation (DESIGN.md, Public API): q [B, N, Hq, D]; a contiguous cache [B, S_max, Hkv, D] or a
-paged one [P, page, Hkv, D] addressed through block_table [B, max_pages] (logical position s of
-request b lives in page block_table[b, s // page] at row s % page); cache_seqlens [B] = L_b, the
-committed prefix length; the N tree tokens' K/V sit at positions L_b + j, j = 0 .. N-1.
+paged one [P, page, Hkv, D] addressed through block_table [B, max_pages]; cache_seqlens [B] =
+L_b, the committed prefix length; the N tree tokens' K/V sit at positions L_b + j.
 
-Query n of request b attends to key position s iff
-
-    s < L_b                                      (the whole committed prefix), or
-    s = L_b + j, j < N, and bit j of mask row n  (a tree slot that is n or one of its ancestors)
-
-with weights softmax_s(sm_scale * <q_n, k_s>) and output sum_s w_s v_s.  Query head h reads KV
-head h // (Hq / Hkv) (GQA).  The log-sum-exp is lse = log sum_s exp(sm_scale * <q_n, k_s>)
-(natural log).  A query that sees no key at all (only possible with a hand-made mask and an
-empty prefix) gets output 0 and lse -inf.
+Query n of request b attends to the whole committed prefix (s < L_b) and to the tree slots
+L_b + j whose bit j of mask row n is set (n and its ancestors), with weights
+softmax_s(sm_scale * <q_n, k_s>); GQA, natural-log lse; a query that sees no key gets output 0
+and lse -inf.  The rule in full: docs/reference_semantics.md, "Tree attention".
 """
 
 from __future__ import annotations

@@ -3,24 +3,13 @@ Decoding", arXiv 2403.10444, Algorithm 2): ``verify_chain(..., block=True)``.
 
 Token-wise verification stops at the first rejected draft.  Block verification decides the
 accepted prefix jointly: lossless as token-wise, and never fewer accepted tokens on average.
-Per request, with n valid drafts x_1..x_n (1-based here; draft i is row i - 1 of the tensors),
-p_i / q_i the target / draft rows of position i:
+The accepted length is tau = max{i in 1..n : u_{i-1} < h_i}, else 0 (u_j = draw j of the
+request's row; h_i from the running weights w_i = min(w_{i-1} p_i(x_i) / q_i(x_i), 1) and the
+residual masses), then the final token from the bonus row or the residual with draw K.  With
+n = 1 the rule is token-wise's; the draws are token-wise's (SGLang's coin layout too).
 
-  w_0 = 1,  w_i = min(w_{i-1} * p_i(x_i) / q_i(x_i), 1)              (float64; 0 when
-        w_{i-1} = 0 or p_i(x_i) = 0, 1 when q_i(x_i) = 0 < p_i(x_i): token-wise's min(1, p/q))
-  r_i(y) = max(float32(w_i * p_{i+1}(y) - q_{i+1}(y)), 0)           (i < n; float64 product,
-        rounded to float32; q one-hot of x_{i+1} for deterministic drafts)
-  Z_i = sum_y float64(r_i(y))
-  h_i = Z_i / (Z_i + 1 - w_i)  for 1 <= i < n (1 where the denominator is 0),  h_n = w_n
-  tau = max{i in 1..n : u_{i-1} < h_i}, else 0          (u_j = draw j of the request's row)
-  tokens = x_1..x_tau, then t ~ p_{n+1} (the bonus row) if tau = n, else t ~ norm(r_tau)
-        (norm as token-wise: float32(float64(r) * (1 / sum)); p_{tau+1} when r_tau has no mass),
-        drawn by ``inverse_cdf`` with draw K (K = the padded draft count).
-
-With tau = 0 the residual is token-wise's (w_0 = 1); with n = 1 the rule is token-wise's.  The
-scan is defined as a maximum, so backends may run it from n down and stop at the first
-acceptance.  The draws are token-wise's: draw i - 1 for position i, draw K for the final token
-(SGLang's coin layout too)."""
+The rule in full, with every rounding: docs/reference_semantics.md, "Block verification".
+"""
 
 from __future__ import annotations
 

@@ -3,18 +3,10 @@
 After verification the accepted nodes' K/V sit at scattered slots ``cache_seqlens[b] + s_i`` of
 the draft region; ``commit_kv`` moves them to the contiguous positions ``cache_seqlens[b] + i``
 (i = 0 .. m_b - 1) in every layer, K and V, then advances ``cache_seqlens[b]`` by m_b.
+m_b is the length of the longest valid prefix of ``accepted_slots[b]`` (the same rule on every
+backend, so fast mode never writes out of bounds); every move reads the pre-call state.
 
-Which entries move (the same rule on every backend, so fast mode never writes out of bounds):
-entry i of request b is *valid* when
-
-    s_i >= 0,   s_i > s_{i-1} (i > 0: path order is strictly increasing),
-    0 <= cs_b,  cs_b + s_i < capacity_b,
-    (paged) the block-table entries of the source and destination pages lie in [0, P),
-
-and m_b is the length of the longest valid prefix of ``accepted_slots[b]``.  With well-formed
-input (slots of a root-first path, -1 padding at the end, room in the cache) m_b is simply the
-number of non -1 entries; validation mode raises on anything else (see ``specops.commit_kv``).
-Every move reads the pre-call state: cache[cs + i] <- old cache[cs + s_i] for i < m_b.
+Which entries are valid: docs/reference_semantics.md, "Committing K/V".
 """
 
 from __future__ import annotations

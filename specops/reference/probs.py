@@ -1,31 +1,15 @@
 """Reference probs_from_logits: CFG combine, temperature, top-k, top-p, softmax.
 
-The semantics every backend reproduces (rows are the flat rows of ``logits [..., V]``; row r
-belongs to request ``b = r // (R / B)``, B = ``logits.shape[0]``, and uses that request's
-parameters):
+The semantics every backend reproduces, in order: CFG ``l = u + s * (c - u)`` in float32 (three
+roundings, no fused multiply-add); temperature ``x = l / T`` (``T < 1e-5`` is greedy: one-hot
+of ``argmax l``, ties -> lowest index); top-k keeps ``x_i >= tau_k`` (ties at the threshold
+all kept); top-p keeps the smallest set of largest tokens whose mass reaches p (ties kept, the
+arg-max always survives); softmax over the survivors.  Row r belongs to request
+``b = r // (R / B)``.  NaN parameters mean no change (temperature 1, no top-p, no guidance); a
+row of all ``-inf`` is the one-hot of token 0.
 
-1. CFG (when ``uncond_logits`` is given): ``l = u + s * (c - u)`` in float32, computed as
-   ``d = c - u; e = s * d; l = u + e`` (three roundings, no fused multiply-add).  A token that
-   is ``-inf`` in either row is ``-inf`` in ``l`` (masked in either row = masked).
-2. Temperature: ``x = l / T`` (float32 division).  ``T < 1e-5`` (in particular 0) is greedy:
-   the row becomes the one-hot of ``argmax l`` (ties -> lowest index) and 3.-5. are skipped.
-3. top-k (``1 <= k < V``; ``k = 0`` or ``k >= V`` keeps everything): with ``tau_k`` the k-th
-   largest value of the row, keep ``{i : x_i >= tau_k}``.  Ties at the threshold are all kept
-   (HF/vLLM threshold semantics), so more than k tokens survive when ``x`` has ties there.
-4. top-p (``0 < p < 1``; ``p >= 1`` keeps everything): with ``m = max x``,
-   ``w_i = exp(x_i - m)`` (float32) on the top-k survivors, 0 elsewhere, ``Z = sum w`` and
-   ``M(t) = sum_{x_i >= t} w_i``, keep ``{i : x_i >= tau_p}`` where
-   ``tau_p = max{x_j : M(x_j) >= p * Z}``: the smallest set of largest tokens whose mass
-   reaches p, ties at the boundary all kept; the arg-max token always survives.
-5. Softmax over the survivors: ``p_i = w_i / sum_{kept} w``; 0 for filtered tokens.
-
-NaN parameters (the NaN policy; the public op rejects them in validation mode): a NaN
-temperature is 1.0, a NaN top-p keeps everything (no top-p), and a NaN cfg_scale means no
-guidance (``l = c``, the conditional logits as they are) -- per request, for scalars and tensors.
-
-A row whose logits are all ``-inf`` (no mass) is the one-hot of token 0.  Mass sums here are
-float64; the Triton kernel sums in float32, so the kept set can differ only where the top-p mass
-lands within rounding of ``p * Z`` (or on exact ties of the float32 keys, which both keep).
+Each step's exact definition and where the Triton kernel may differ (float32 mass sums):
+docs/reference_semantics.md, "Logits to probabilities".
 """
 
 from __future__ import annotations

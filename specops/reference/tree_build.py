@@ -1,30 +1,16 @@
 """Reference tree_build ops: EAGLE-2 dynamic draft trees, built on the device.
 
-EAGLE-2 (Li et al. 2024; summarised in HiViS section 3.1 and VSD appendix D) grows a draft tree
-in two phases:
+EAGLE-2 grows a draft tree in two phases: expansion, depth by depth (every frontier node's K
+most likely children, scored by the cumulative log-probability of their path; the W best over
+the layer form the next frontier, ``select_frontier``), then rerank (the N - 1 best-scoring of
+all drafted children become the tree, ``build_dynamic_tree``).  Candidate (d, w, k) has index
+``d * W * K + w * K + k``; candidates rank by (score descending, index ascending), edge
+log-probs are clamped to <= 0, so every chosen set contains its members' ancestors.  NaN or
+-inf log-probs and negative tokens are absent (score -inf, ranked last; padding nodes with
+token -1).
 
-1. expansion, depth by depth: every node of the current *frontier* (W nodes) is run through the
-   drafter, which proposes its K most likely children.  A child's score is the cumulative
-   log-probability of its path, ``score(child) = score(parent) + log q(child | path)`` (root 0).
-   The W children with the best scores, over the whole layer, form the next frontier
-   (``select_frontier``).  Layer 0 is the root alone: its K children are the first candidates.
-2. rerank: over *all* drafted children of all layers (not only the frontier ones), the N - 1
-   with the best scores become the tree, below the root (``build_dynamic_tree``).
-
-Candidates are numbered layer by layer: layer d holds ``tokens[:, d]`` [W, K], child k of
-frontier slot w; layer 0 only slot 0 (the root's children).  The *candidate index* of (d, w, k)
-is ``d * W * K + w * K + k`` (a flat index into the [D, W, K] inputs).
-
-Ranking and ties.  Candidates are ranked by (score descending, candidate index ascending): a
-total order.  Edge log-probs are clamped to <= 0 (they are log-probabilities), so a child never
-outscores its parent, and on equal scores the parent (an earlier layer) ranks first: every
-prefix of the ranking, the chosen set in particular, contains the ancestors of its members, and
-the tree is valid whatever the values.  The same order picks the frontier.
-
-Absent candidates.  A candidate whose log-prob is NaN or -inf, or whose token is negative, is
-*absent* (score -inf; so are all its descendants).  Absent candidates rank after every present
-one; they fill the tree only when fewer than N - 1 candidates are present, as padding nodes at
-the end (nodes ``num_valid ..``) with token -1 and score -inf (verification rejects token -1).
+The two phases, ranking, ties and absent candidates in full: docs/reference_semantics.md,
+"EAGLE-2 dynamic trees".
 """
 
 from __future__ import annotations

@@ -6,39 +6,12 @@ kernels are tested against, token for token: every random decision reads one uni
 shared Philox stream at a documented (row, draw) index (``specops/reference/philox.py``), and
 every backend must use the same index for the same decision.
 
-Conventions shared by all ops here
-----------------------------------
-* ``p`` is a target distribution, ``q`` a draft distribution, ``x`` a drafted token and ``u`` a
-  uniform in (0, 1).  Probabilities are float32 whatever the input dtype; rows are used as given
-  (they should sum to 1: ``probs_from_logits`` rows do).
-* NaN policy (every backend alike): every entry of ``target_probs`` and ``draft_probs`` is read
-  through ``mass`` -- NaN, negative and +inf entries count as probability 0 -- before anything
-  else: in acceptance tests, residuals, sums, inverse CDFs, argmaxes (greedy) and LANTERN
-  pools.  A row left without mass falls back as documented below (token 0 for draws and
-  argmaxes, -1 padding for candidates).  In validation mode the public ops reject such rows.
-* Acceptance test (Leviathan/Chen; SJD-PAC Alg. 1 line 8): accept ``x`` iff
-  ``u * q(x) < p(x)``, i.e. with probability ``min(1, p(x)/q(x))`` (1 when q(x) = 0 < p(x), 0 when
-  p(x) = 0).  The product and comparison are float32.  With deterministic drafts (``draft_probs``
-  None) ``q`` is the one-hot of ``x``: accept iff ``u < p(x)``.
-* Residual after a rejection: ``r = max(p - q, 0)`` (float32), as ``norm(r) = float32(float64(r)
-  * (1 / sum(float64(r))))`` (a float64 reciprocal, then a product per entry) where later tests
-  read it (the tree walks); a chain's corrected token and verify_jacobi's resamples are drawn
-  from ``r`` itself (inverse CDF scales u by the sum: the same law, a pass fewer).  If
-  ``r`` has no positive mass (rounding, or inputs that are not distributions) ``p`` is used.
-* Sampling a token from a row ``w`` with a uniform ``u`` is ``reference.inverse_cdf``:
-  ``min{i : w_0 + ... + w_i > u * sum(w), w_i > 0}`` with float64 sums (rounding past the end
-  gives the last id with positive mass); a row without positive mass gives token 0 (the
-  documented fallback token).
-* Draft ids: -1 is padding (see each op).  Any other id outside ``[0, V)`` counts as a draft of
-  target probability 0: it is rejected and never used as an index (in validation mode the public
-  ops raise ``ValueError`` instead).
-* Randomness: ``seed``/``offset`` are Python ints or int64 tensors; ``seed`` may be ``[B]`` (one
-  per request): request ``b`` always reads stream row ``b`` under ``seed[b]``.  ``uniforms``
-  ``[B, num_draws]`` float32 replaces the Philox draws (column = draw index).
-* Relaxed acceptance (LANTERN, ``relax=Relaxation(neighbors, delta)``): the acceptance test
-  becomes ``u * q(x) < p(x) + pool(x)`` (see ``Relaxation``).  This makes verification LOSSY: the
-  emitted tokens no longer follow the target distribution.  Residuals are still
-  ``max(p - q, 0)`` of the unrelaxed ``p``.
+Acceptance test: accept ``x`` iff ``u * q(x) < p(x)`` (float32; ``q`` one-hot of ``x`` for
+deterministic drafts); residual ``max(p - q, 0)``; draws by ``inverse_cdf`` with float64 sums.
+NaN, negative and +inf probabilities count as 0 (``mass``); -1 draft ids are padding.
+
+The conventions shared by all ops here (NaN policy, residuals, inverse CDF, draft ids,
+randomness, LANTERN's relaxed acceptance): docs/reference_semantics.md, "Verification".
 """
 
 from __future__ import annotations
