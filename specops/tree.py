@@ -2,30 +2,15 @@
 
 A tree of N nodes is a parent array with ``parents[0] == -1`` (node 0 is the root, the last
 committed token) and ``0 <= parents[n] < n`` for every other node (topological order).  Batched
-trees are ``[B, N]``; every row is its own tree over the same N slots.  B = 0 (an empty batch) is
-allowed: every derived field is then empty and the verify ops return empty results.
+trees are ``[B, N]``; every row is its own tree over the same N slots (B = 0 allowed).
 
-Size limit: at most ``Tree.MAX_NODES`` = 16384 nodes (``mask_bits`` then takes 32 MiB per row),
-and at most 2**31 - 1 words of ``mask_bits`` over the whole batch (B * N * ceil(N/32), so every
-kernel can index it with 32-bit offsets).  Larger trees raise a ValueError before anything is
-allocated.  Building a tree takes O(B * N * ceil(N/32)) memory and O(log N) vectorised steps
-(pointer doubling over packed bit words): no [N, N] intermediate, no loop over nodes, no host
-sync (a tree built on the device stays on the device).
+Derived (int32 on the parents' device): ``depth``, ``mask_bits [B, N, ceil(N/32)]`` (bit
+``j % 32`` of word ``j // 32`` of row ``n`` set iff ``j`` is ``n`` or an ancestor of ``n``),
+``first_child``, ``next_sibling``, ``is_leaf``, ``ancestors`` and ``paths()``.  At most
+``Tree.MAX_NODES`` = 16384 nodes; building takes O(log N) vectorised steps and no host sync.
+Trees built with ``validate=False`` are trusted: an out-of-range parent counts as "no parent".
 
-Derived fields (all int32 tensors on the parents' device):
-
-- ``depth [B, N]``: root 0; position ids are ``cache_len + depth``.
-- ``mask_bits [B, N, ceil(N/32)]``: bit ``j % 32`` of word ``j // 32`` of row ``n`` is set iff
-  ``j`` is ``n`` or an ancestor of ``n`` (the compact attention mask of the tree part).
-- ``first_child [B, N]`` and ``next_sibling [B, N]``: -1 where none; siblings in index order.
-- ``is_leaf [B, N]`` (bool).
-- ``ancestors [B, N, N]`` (bool, computed from ``mask_bits`` on each access: O(N^2) memory, for
-  tests and small trees).
-- ``paths() -> [B, P, max_depth + 1]``: root-to-leaf node ids, root first, -1 padded.
-
-Trees built with ``validate=False`` are trusted (the device builders make them valid by
-construction); an entry outside ``[0, n)`` at node n there counts as "no parent" (the node is a
-root of its own), so no input makes the derivation read out of bounds or loop.
+Each field, the size limits and the build cost in full: docs/trees.md.
 """
 
 from __future__ import annotations
