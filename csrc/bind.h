@@ -212,7 +212,8 @@ std::vector<std::string>& cuda_kernel_names();
 std::vector<std::string>& cuda_sim_kernel_names();
 
 // Binds `<op>_cpu` (the twin `run`), `<op>_cuda` (the launcher `gpu`) and `<op>_cuda_sim` (the
-// emulated launcher `sim`), those this module builds, with the argument names `names`: the
+// emulated launcher `sim`), those this module builds and not nullptr (a twin without a CUDA
+// kernel passes nullptr for both), with the argument names `names`: for a declared op the
 // flat arguments of the op's declaration (specops/ops/_decl.py OpDecl) in its order, then its
 // outputs `out_<name>`, then workspaces with defaults; tests/test_declarations.py holds each
 // binding to its declaration, and pybind11 checks the count against `make`'s parameters.
@@ -228,12 +229,16 @@ void bind_op(pybind11::module_& m, const char* op, Args (*make)(bool, P...),
   (void)gpu;
   (void)sim;
 #ifdef SPECOPS_WITH_CUDA
-  cuda_kernel_names().push_back(op);
-  m.def((std::string(op) + "_cuda").c_str(), cuda(make, gpu, op), names...);
+  if (gpu != nullptr) {
+    cuda_kernel_names().push_back(op);
+    m.def((std::string(op) + "_cuda").c_str(), cuda(make, gpu, op), names...);
+  }
 #endif
 #ifdef SPECOPS_WITH_CUDA_SIM
-  cuda_sim_kernel_names().push_back(op);
-  m.def((std::string(op) + "_cuda_sim").c_str(), cuda_sim(make, sim, op), names...);
+  if (sim != nullptr) {
+    cuda_sim_kernel_names().push_back(op);
+    m.def((std::string(op) + "_cuda_sim").c_str(), cuda_sim(make, sim, op), names...);
+  }
 #endif
 }
 

@@ -52,8 +52,9 @@ AppendKVArgs append_args(bool cuda, T k_cache, T v_cache, T k, T v, T seqlens, T
 }  // namespace
 
 void bind_append_kv(py::module_& m) {
-  host_kernel_names().push_back("append_kv");
-  m.def("append_kv_cpu", host(append_args, append_kv_host));
+  using py::arg;
+  bind_op(m, "append_kv", append_args, append_kv_host, nullptr, nullptr, arg("k_cache"),
+          arg("v_cache"), arg("k"), arg("v"), arg("cache_seqlens"), arg("block_table"));
 }
 
 }  // namespace specops

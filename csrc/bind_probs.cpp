@@ -52,8 +52,11 @@ ProbsArgs probs_args(bool cuda, T cond, T uncond, T temperature, double temperat
 }  // namespace
 
 void bind_probs(py::module_& m) {
-  host_kernel_names().push_back("probs_from_logits");
-  m.def("probs_from_logits_cpu", host(probs_args, probs_from_logits_host));
+  using py::arg;
+  bind_op(m, "probs_from_logits", probs_args, probs_from_logits_host, nullptr, nullptr,
+          arg("logits"), arg("uncond_logits"), arg("temperature"), arg("temperature_value"),
+          arg("top_k"), arg("top_k_value"), arg("top_p"), arg("top_p_value"), arg("cfg_scale"),
+          arg("cfg_scale_value"), arg("rows_per_request"), arg("out_probs"));
 }
 
 }  // namespace specops

@@ -74,8 +74,10 @@ TreeAttnArgs attn_args(bool cuda, T q, T k, T v, T seqlens, T mask, T block_tabl
 }  // namespace
 
 void bind_tree_attention(py::module_& m) {
-  host_kernel_names().push_back("tree_attention");
-  m.def("tree_attention_cpu", host(attn_args, tree_attention_host));
+  using py::arg;
+  bind_op(m, "tree_attention", attn_args, tree_attention_host, nullptr, nullptr, arg("q"),
+          arg("k_cache"), arg("v_cache"), arg("cache_seqlens"), arg("mask_bits"),
+          arg("block_table"), arg("sm_scale"), arg("out"), arg("lse_out"));
 }
 
 }  // namespace specops
