@@ -4,18 +4,12 @@
     python -m specops.demo ...                      (the same)
 
 Generates one image per class prompt with each method (one row per method, the same prompts
-and seed), writes the grid as a PNG, a second PNG with each method's accepted-length histogram
-(``<out>_accept.png``), and prints, per method: the wall-clock speed-up against AR measured in the
-same run (AR always runs), step compression (tokens / target forward pass), target passes per
-image, the cost of a step against an AR step, wall time and the share of it spent in specops'
-decoding ops; then the same for a few methods on the first prompt alone (``--batch1``, one
-thread), and what the numbers say in words: at the demo's batch of 10 the tiny model's passes
-cost in proportion to their tokens and no method beats AR on a CPU; at batch 1 they can.  Every
-argument is checked before any work (one line ``specops demo: error: ...``, exit 2), pillow and
-matplotlib too (``pip install 'specops[demo]'``).  The
-lossless methods (AR, speculative, SJD, SJD-PAC) sample the same distribution, so their rows
-are different draws of the same model; VVS trades exactness for fewer passes.  ``spec-tree-vsd``
-is ``spec-tree`` with the drafter fine-tuned by VSD's path-level objective (``drafter_vsd.pt``).
+and seed), writes the grid as a PNG and a second PNG with each method's accepted-length
+histogram (``<out>_accept.png``), and prints, per method, the wall-clock speed-up against AR
+measured in the same run, step compression, target passes per image and wall time; then the
+same for a few methods on the first prompt alone (``--batch1``).  The lossless methods (AR,
+speculative, SJD, SJD-PAC) sample the same distribution; VVS trades exactness for fewer
+passes.  What it prints and checks, in full: docs/packaging.md, "specops demo".
 """
 
 from __future__ import annotations

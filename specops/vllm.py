@@ -6,36 +6,13 @@ plugin ``vllm.general_plugins: specops = specops.vllm:install`` (``VLLM_PLUGINS`
 plugins by name; ``SPECOPS_VLLM=0`` makes ``install()`` do nothing).  By hand:
 ``import specops.vllm; specops.vllm.install()``.
 
-Replaced: ``vllm.v1.sample.rejection_sampler.rejection_sample`` (the V1 model runner's
-``RejectionSampler.forward`` looks it up at call time), keeping its contract:
-
-- output [B, max_spec_len + 1] int32, accepted drafts, then the recovered token at the first
-  rejection or vLLM's bonus token (``bonus_token_ids``) after all of a request's drafts, -1 after;
-- greedy requests (temperature 0; ``all_greedy``): a draft is accepted while it equals the
-  argmax of its target logits, the argmax emitted at the first mismatch (vLLM's rule, token for
-  token); sampled requests: ``verify_chain`` on softmax(target logits) (already tempered and
-  top-k/top-p masked by vLLM), with ``draft_probs`` or, without them (ngram, suffix, EAGLE/MTP
-  greedy drafting), one-hot drafts; both kinds mixed in one batch;
-- a -1 draft is rejected (the request's drafts end there; the token emitted there is drawn from
-  its target row, as vLLM's recovery from an unmodified row);
-- uniforms: a request with a ``torch.Generator`` in ``sampling_metadata.generators`` draws its
-  K + 1 from it (deterministic per seed), the others from torch's default generator.  The law of
-  every emitted token is vLLM's; its draws are not reproduced (vLLM races exponentials for the
-  recovered token).
-
-Model Runner V2 (0.33.0's default runner): ``vllm.v1.worker.gpu.spec_decode.rejection_sampler.
-rejection_sample`` (bound there by name) is replaced by ``rejection_sample_v2``, vLLM's V2
-contract: per request n drafts + 1 bonus row of tempered target logits, draft logits before
-temperature (or one-hot drafts), greedy rows by argmax, ``(sampled [R, steps + 1] int64,
-num_sampled [R] int32)``, block verification (``use_block_verification``: ``verify_chain(
-block=True)``).  Its acceptance draws are vLLM's own, token for token: u = Triton's
-``tl.rand(seed, pos)`` (Philox4x32-10 keyed by the request's seed, counter = the row's position;
-``seed ^ (step << 32)`` per step in block mode), computed with specops's Philox in plain
-PyTorch; the final token is drawn from the same law as vLLM's with a uniform of the same stream
-(key ``seed ^ ((steps + 1) << 32)``), not vLLM's Gumbel noise.
-
-vLLM modes specops does not implement (synthetic acceptance rates, FLy, watermarking) call vLLM's
-own function.  Importing this module imports nothing of vLLM."""
+Replaced, keeping vLLM's contracts: ``vllm.v1.sample.rejection_sampler.rejection_sample`` (V1;
+greedy rows by vLLM's argmax rule, sampled rows by ``verify_chain``, the law vLLM's, its draws
+not reproduced) and Model Runner V2's ``rejection_sample`` (by ``rejection_sample_v2``, whose
+acceptance draws are vLLM's own, token for token).  vLLM modes specops does not implement
+(synthetic acceptance rates, FLy, watermarking) call vLLM's own function.  Importing this module
+imports nothing of vLLM.  Each contract in full, checks and tests: docs/engines.md, "vLLM".
+"""
 
 from __future__ import annotations
 

@@ -2,37 +2,17 @@
 
 ``chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, ...)`` takes
 FlashInfer's arguments and returns what it returns, with its conventions (flashinfer.sampling,
-0.5-0.7.2), so a caller switches by changing the import:
-
-- draft i (0 <= i < n) is accepted while ``u_i * q_i(x_i) < p_i(x_i)`` (q = draft, p = target
-  probabilities at the drafted id); the token after the accepted prefix is drawn from
-  ``max(p_a - q_a, 0)`` at the first rejected position a, or from the bonus row p_n when all n
-  are accepted; -1 after it.  Output [B, n + 1] int32.
-- ``maybe_output_emitted_draft_token_num`` [B] int32 is *added to* in place: the accepted drafts
-  a (the bonus / corrected token not counted).
-- ``maybe_output_accepted_token_num`` [B] int32 is *added to* in place: the drafts whose own test
-  passes, each position on its own: a plus, for every position i > a, 1 if
-  ``u_i * q_i(x_i) < p_i(x_i)`` (the acceptance-rate statistic; it is not what is emitted).
+0.5-0.7.2), so a caller switches by changing the import: draft i is accepted while
+``u_i * q_i(x_i) < p_i(x_i)``; output [B, n + 1] int32, -1 after the final token; the two
+counters [B] int32 are *added to* in place (emitted = the accepted drafts; accepted = every
+position's own test, the acceptance-rate statistic).
 
 Random numbers: with ``seed`` / ``offset`` specops's Philox stream (draw i = the test of draft
-i, draw n = the final token), so a call is reproducible on every specops backend.  Each is what
-FlashInfer 0.7.2 takes: an int (up to 64 bits) or a 1-D int64/uint64 tensor of length 1 (one
-value for the batch) or B (one per request, as FlashInfer's per-output-row values); a 0-d
-tensor too; one given without the other counts the other as 0 (FlashInfer then ignores both and
-draws from the generator).  With ``generator`` (a torch.Generator) and no seed / offset the
-n + 1 uniforms per request come from it; with neither, from torch's default generator.  The law
-of the output is FlashInfer's; the bits of its curand stream are not reproduced.
-``deterministic`` is accepted and ignored: specops's kernels are always deterministic (float64
-sums in a fixed order).
-
-Checks, always on (no sync), each error naming FlashInfer's argument: ``draft_token_ids``
-[B, n] int32/int64, ``draft_probs`` [B, n, V] and ``target_probs`` [B, n + 1, V] floating
-(float64 is cast to float32, as FlashInfer does), one device, the counters int32 [B], seed /
-offset as above (a float is a TypeError).  Draft ids outside [0, V): in fast mode such a draft
-has target probability 0, so it is rejected (never read out of bounds; -1 ends a request's
-drafts as in ``verify_chain``); in validation mode (``specops.validation()``) an id outside
-[-1, V) is a ValueError naming ``draft_token_ids``, and non-finite or negative probabilities one
-naming ``draft_probs`` / ``target_probs``."""
+i, draw n = the final token), reproducible on every specops backend; otherwise ``generator`` or
+torch's default one.  The law of the output is FlashInfer's; its curand bits are not
+reproduced.  Checks always on (no sync), each error naming FlashInfer's argument.
+Semantics, seed / offset forms, checks and what was tested: docs/engines.md, "FlashInfer".
+"""
 
 from __future__ import annotations
 

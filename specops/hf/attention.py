@@ -1,22 +1,16 @@
 """Tree attention inside a transformers model: an ``AttentionInterface`` function.
 
-transformers' attention layers compute q, k, v, rotate them by the ``position_ids`` they are
-given, hand k, v to ``past_key_values.update`` and call the function registered under
-``config._attn_implementation`` as ``fn(module, query [B, Hq, N, D], key, value, attention_mask,
-scaling=..., **kwargs)``, the keyword arguments of the model's forward passed through.  The
-adapter calls the model with ``specops_tree=(mask_bits [B, N, W] int32, seqlens [B] int32,
-n_old)`` (n_old: tree slots an earlier call wrote, whose queries are not recomputed) and a
-``SpecopsCache`` whose ``update`` returned the layer's whole cache as [B, Hkv, S, D] views, so::
-
-    out[b, n] = softmax_j(scaling * q[b, n] . k[b, j]) v[b, j]   over the committed prefix
-                j < seqlens[b] and the tree slots seqlens[b] + m with bit m of mask_bits[b, n]
-
-is one ``specops.tree_attention`` call on the cache slabs themselves (no copy, no [N, S] mask).
+transformers' attention layers hand k, v to ``past_key_values.update`` and call the function
+registered under ``config._attn_implementation``.  The adapter calls the model with
+``specops_tree=(mask_bits [B, N, W] int32, seqlens [B] int32, n_old)`` and a ``SpecopsCache``
+whose ``update`` returned the layer's whole cache as [B, Hkv, S, D] views, so the attention of
+every query over the committed prefix and its ancestor tree slots is one
+``specops.tree_attention`` call on the cache slabs themselves (no copy, no [N, S] mask).
 The implementation is not registered with ``AttentionMaskInterface``, so transformers builds no
-attention mask for it (``create_causal_mask`` returns None: the tree bits are the mask).
-
-The adapter switches the decoder's config to this implementation only for its own calls
-(``use_tree_attention``); a call that reaches it without ``specops_tree`` is an error.
+attention mask for it.  The adapter switches the decoder's config to this implementation only
+for its own calls (``use_tree_attention``); a call that reaches it without ``specops_tree`` is
+an error.  The call in full, with the formula: docs/protocols.md, "The forward call and the
+attention function".
 """
 
 from __future__ import annotations

@@ -10,9 +10,8 @@ the keyword arguments of ``generate`` that ``fn`` names and transformers' ``_sam
 
 Sampling settings come from the generation config (do_sample, temperature, top_k, top_p,
 eos_token_id, pad_token_id, max_new_tokens); a logits processor that specops does not apply
-itself (repetition penalty, min-p, bad words, ...) is an error rather than silently ignored.
-Returns the sequences tensor, as transformers' generate does without
-``return_dict_in_generate``.
+itself is an error rather than silently ignored.  Returns the sequences tensor (no
+``return_dict_in_generate``).  More: docs/protocols.md, "Worked example: a transformers model".
 """
 
 from __future__ import annotations

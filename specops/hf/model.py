@@ -4,15 +4,13 @@
     cache = model.new_cache(batch, capacity)     # SpecopsCache: .kv [L, 2, B, S, Hkv, D], .seqlens
     logits, hidden = model(tokens [B, N], positions [B, N], cache, tree=None)
 
-One call is one forward of the whole transformers model (``hf_model(input_ids, position_ids,
-cache=cache, specops_tree=...)``; ``past_key_values=cache`` where the model's forward has no
-``cache`` keyword, as before transformers 5.24) with the decoder's attention switched to
-``"specops_tree"``: logits therefore get whatever the model's own forward does to them
+One call is one forward of the whole transformers model with the decoder's attention switched
+to ``"specops_tree"``: logits therefore get whatever the model's own forward does to them
 (Chameleon's image-token mask, logit scaling or soft-capping), and ``hidden`` is the decoder's
-last hidden state (after the final norm, logits = lm_head(hidden)), taken by a forward hook on the
-decoder: ``output_hidden_states`` is never asked for, so no layer's states but the last are kept.
-The hook is registered once per decoder (by the model's first adapter) and records only while an
-adapter's call runs, so a step that ``torch.compile`` traces registers nothing.
+last hidden state (after the final norm, logits = lm_head(hidden)), taken by a forward hook on
+the decoder: ``output_hidden_states`` is never asked for.  How each protocol requirement is met
+(the call's keywords, the hook's registration): docs/protocols.md, "Worked example: a
+transformers model".
 """
 
 from __future__ import annotations

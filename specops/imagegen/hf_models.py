@@ -4,15 +4,14 @@ Each pipeline builds its model's image prompt, its unconditional prompt for clas
 guidance and its image-token layout, runs ``specops.hf.generate`` and decodes the codes
 (docs/notes/janus.md, docs/notes/emu3.md and docs/notes/chameleon_lumina.md have the specs):
 
-- Janus: chat prompt + <begin_of_image>; the uncond prompt keeps BOS and <begin_of_image> and
-  pads the rest; ``num_image_tokens`` codes from the generation head (``image_head``); CFG 5,
-  temperature 1 (the Janus-Pro release).
+- Janus: chat prompt + <begin_of_image>; ``num_image_tokens`` codes from the generation head
+  (``image_head``); CFG 5, temperature 1 (the Janus-Pro release).
 - Emu3: the processor's image prompt ("H*W" header); per row W visual tokens and the EOL token;
-  uncond = Emu3's negative prompt; CFG 3, top-k 2048 (BAAI's recipe).
-- Chameleon / Lumina-mGPT: "Generate an image of WxH according to the following prompt:\\n..."
-  and <reserved08706>, then <racm3:break> and the two size tokens (fed, not sampled); per row
-  W image tokens and <reserved08799>; uncond = <racm3:break> + size tokens; CFG 3, top-k 2000
-  (Lumina-mGPT's defaults); the VQGAN decoder from the Chameleon tokenizer's ``vqgan.ckpt``.
+  CFG 3, top-k 2048 (BAAI's recipe).
+- Chameleon / Lumina-mGPT: "Generate an image of WxH ..." with the size tokens fed, not sampled;
+  per row W image tokens and <reserved08799>; CFG 3, top-k 2000; the VQGAN decoder from the
+  Chameleon tokenizer's ``vqgan.ckpt``.
+Each family's prompts, unconditional prompts and defaults: docs/generate.md, "Architectures".
 """
 
 from __future__ import annotations

@@ -7,12 +7,10 @@
     python -m specops.imagegen.tiny emu3 ckpts/tiny-emu3
     python -m specops.imagegen.tiny chameleon ckpts/tiny-chameleon   # + tokenizer/vqgan.ckpt
 
-LlamaGen: a c2i GPT in the official key layout (tests/data/llamagen_keys.json has the real ones)
-and a VQ-16-layout tokenizer with fewer channels and levels.  Janus, Emu3, Chameleon: tiny
-transformers models with character-level tokenizers built offline (the special tokens the
-pipelines read are real names); Chameleon also gets a taming-layout ``vqgan.ckpt``.
-docs/notes/llamagen.md, emu3.md, janus.md and chameleon_lumina.md give the layouts.  ``levels``:
-the VQ decoder's levels (an image is 2^(levels - 1) pixels a code side).
+LlamaGen: the official key layout with fewer channels and levels; Janus, Emu3, Chameleon: tiny
+transformers models with character-level tokenizers built offline.  ``levels``: the VQ
+decoder's levels (an image is 2^(levels - 1) pixels a code side).  What each writes, in full:
+docs/generate.md, "Trying it without a download".
 """
 
 from __future__ import annotations
