@@ -172,8 +172,13 @@ def test_compile_and_opcheck():
     p = random_probs(3, 40, generator=torch.Generator().manual_seed(0))
     out = torch.empty(3, dtype=torch.int32)
     torch.library.opcheck(
-        torch.ops.specops.sample.default,
+        torch.ops.specops.sample_out.default,  # the out= variant, derived from the declaration
         (p, None, 1, None, 2, None, "cpu", out),
+        test_utils=("test_schema", "test_faketensor"),
+    )
+    torch.library.opcheck(
+        torch.ops.specops.sample.default,
+        (p, None, 1, None, 2, None, "cpu"),
         test_utils=("test_schema", "test_faketensor"),
     )
     f = torch.compile(lambda x: specops.sample(x, seed=1, backend="cpu"), fullgraph=False)

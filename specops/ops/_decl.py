@@ -160,6 +160,7 @@ class Out:
     name: str
     shape: str
     dtype: torch.dtype = torch.int32
+    contiguous: bool = True  # False: a strided ``out=`` is written in place (through a copy)
 
 
 # the declaration ----------------------------------------------------------------------------
@@ -190,6 +191,8 @@ class OpDecl:
     fast_when: str | None = None  # an extra condition of the fast path, in the public names
     launch_extra: Callable | None = None  # (be, flat) -> keyword arguments of the binding
     complete: Callable | None = None  # (binding's outputs, flat, out) -> all declared outputs
+    mutates: tuple[str, ...] = ()  # flat tensors written in place (ops without outputs)
+    backends_for: Callable | None = None  # (flat, backend) -> the backends these inputs allow
     source: str = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -279,6 +282,8 @@ class OpDecl:
         return self._out_shapes(*flat)
 
     def fake(self, *a):
+        if not self.outs:
+            return None
         flat = a[:-1]
         like = flat[0]
         outs = tuple(
@@ -290,22 +295,25 @@ class OpDecl:
     def impl(self, *a, out=None):
         """-> the outputs (a tuple; the tensor itself for a one-output op, as its schema says)."""
         r = self._impl(a[:-1], a[-1], out)
+        if not self.outs:
+            return None
         return r[0] if len(r) == 1 else r
 
     def _impl(self, flat, backend, out):
-        be = pick_backend(self.name, backend, flat[0].device, self.backends)
+        have = self.backends if self.backends_for is None else self.backends_for(flat, backend)
+        be = pick_backend(self.name, backend, flat[0].device, have)
         if be == "reference":
             kw = dict(zip(self.flat_names, flat))
             if "seed" in kw:
                 kw["rng"] = Rng(kw.pop("seed"), kw.pop("seed_value"), kw.pop("offset"),
                                 kw.pop("offset_value"))  # fmt: skip
-            return write_outs(out, tuple(self.reference(**kw)))
+            return write_outs(out, tuple(self.reference(**kw) or ()))
+        if self.kernel is not None:  # handles triton too
+            return self.kernel(be, flat, out)
         if be == "triton":
             module, fn = self.triton.split(":")
             entry = getattr(__import__(f"specops.triton_kernels.{module}", fromlist=[fn]), fn)
-            return write_outs(out, tuple(entry(*flat)))
-        if self.kernel is not None:
-            return self.kernel(be, flat, out)
+            return write_outs(out, tuple(entry(*flat) or ()))
         return self.launch(be, *flat, out=out)
 
     def launch(self, be: str, *flat, out=None, **extra) -> tuple:
@@ -323,7 +331,15 @@ class OpDecl:
         return res if self.complete is None else self.complete(res, flat, out)
 
     def schema(self) -> str:
-        args = ", ".join(f"{t} {n}" for n, t in self.flat) + ", str backend"
+        alias = iter("abcdefghijklmnop")
+        args = ", ".join(
+            (t.replace("Tensor", f"Tensor({next(alias)}!)", 1) if n in self.mutates else t)
+            + f" {n}"
+            for n, t in self.flat
+        )
+        args += ", str backend"
+        if not self.outs:
+            return f"({args}) -> ()"
         if len(self.outs) == 1:
             return f"({args}) -> Tensor"
         return f"({args}) -> ({', '.join('Tensor' for _ in self.outs)})"
@@ -331,40 +347,38 @@ class OpDecl:
 
 # registration and the one dispatch ----------------------------------------------------------
 def register_decl(d: OpDecl, keys=("CPU", "CUDA")) -> None:
-    """Define ``specops::<name>`` (schema ``d.schema()``) and ``specops::<name>_out`` (the same
-    arguments followed by the preallocated outputs it writes), with ``d.impl`` per dispatch key
-    and ``d.fake``; ``ops.<name>`` / ``ops.<name>_out`` call them the cheap way (_dispatch)."""
+    """Define ``specops::<name>`` (schema ``d.schema()``) and, for an op with outputs,
+    ``specops::<name>_out`` (the same arguments followed by the preallocated outputs it writes),
+    with ``d.impl`` per dispatch key and ``d.fake``; ``ops.<name>`` / ``ops.<name>_out`` call them
+    the cheap way (see _dispatch)."""
     schema = d.schema()
-    LIB.define(d.name + schema)
+    _define(d.name, schema, d.impl, d.fake, keys)
     n = len(d.outs)
-    out_args = ", ".join(f"Tensor({chr(ord('a') + i)}!) out{i}" for i in range(n))
-    LIB.define(
-        f"{d.name}_out{schema[: schema.rindex(')', 0, schema.index('->'))]}, {out_args}) -> ()"
-    )
-    packet = getattr(torch.ops.specops, d.name)
-    packet_out = getattr(torch.ops.specops, d.name + "_out")
+    if n:
+        first = len(d.mutates)
+        outs = ", ".join(f"Tensor({chr(ord('a') + first + i)}!) out{i}" for i in range(n))
+        args = schema[: schema.rindex(")", 0, schema.index("->"))]
 
-    def impl_out(*a):
-        d.impl(*a[:-n], out=a[-n:])
+        def impl_out(*a):
+            d.impl(*a[:-n], out=a[-n:])
 
+        _define(d.name + "_out", f"{args}, {outs}) -> ()", impl_out, lambda *a: None, keys)
+
+
+def _define(name: str, schema: str, impl, fake, keys) -> None:
+    LIB.define(name + schema)
     for key in keys:
-        LIB.impl(d.name, d.impl, key)
-        LIB.impl(d.name + "_out", impl_out, key)
-    torch.library.register_fake(f"specops::{d.name}", d.fake, lib=LIB)
-    torch.library.register_fake(f"specops::{d.name}_out", lambda *a: None, lib=LIB)
+        LIB.impl(name, impl, key)
+    torch.library.register_fake(f"specops::{name}", fake, lib=LIB)
+    packet = getattr(torch.ops.specops, name)
 
     def call(*a):
         if _compiling() or _dispatch_modes() or _function_modes() or _transforms() is not None:
             return packet(*a)
-        return d.impl(*a)
+        return impl(*a)
 
-    def call_out(*a):
-        if _compiling() or _dispatch_modes() or _function_modes() or _transforms() is not None:
-            return packet_out(*a)
-        return impl_out(*a)
-
-    setattr(ops, d.name, call)
-    setattr(ops, d.name + "_out", call_out)
+    call.__name__ = name
+    setattr(ops, name, call)
 
 
 def _fast_outs(out, n: int):
@@ -391,13 +405,13 @@ def _checked(d: OpDecl, backend: str, out, args: tuple) -> tuple:
     flat = d.flat_args(*args)
     if out is None:
         r = getattr(ops, d.name)(*flat, backend)
-        return (r,) if len(d.outs) == 1 else r
+        return (r,) if len(d.outs) == 1 else r if d.outs else ()
     single = isinstance(out, torch.Tensor)
     if len(d.outs) == 1 and not single:
         raise TypeError(f"specops.{d.name}: out must be a torch.Tensor, got {type(out).__name__}")
     dev = args[0].device
     specs = [(o.name, s, o.dtype, dev) for o, s in zip(d.outs, d.out_shapes(flat))]
-    outs = check_out(d.name, (out,) if single else out, specs)
+    outs = check_out(d.name, (out,) if single else out, specs, [o.contiguous for o in d.outs])
     check_no_alias(
         d.name, [(f"out.{s[0]}", t) for s, t in zip(specs, outs)], zip(d.flat_names, flat)
     )

@@ -88,20 +88,24 @@ def check_values_ids(op: str, name: str, t: torch.Tensor, vocab: int, *, allow_p
         raise ValueError(f"specops.{op}: {name} holds id {int(bad)} outside [{lo}, {vocab})")
 
 
-def check_out(op: str, out, specs) -> tuple | None:
+def check_out(op: str, out, specs, contiguous=None) -> tuple | None:
     """``out=`` of an op returning several tensors: None, or a tuple / NamedTuple of tensors
     matching ``specs`` [(name, shape, dtype, device)], each contiguous (the kernels write it in
-    place; a CUDA graph can own it) and free of overlapping elements."""
+    place; a CUDA graph can own it; ``contiguous[i]`` False: any layout without overlapping
+    elements) and free of overlapping elements."""
     if out is None:
         return None
     if not isinstance(out, (tuple, list)) or len(out) != len(specs):
         names = ", ".join(s[0] for s in specs)
         raise TypeError(f"specops.{op}: out must be a tuple of {len(specs)} tensors ({names})")
-    for t, (name, shape, dtype, device) in zip(out, specs):
-        check_tensor(op, f"out.{name}", t, dtypes=(dtype,), device=device, shape=shape)
-        if not t.is_contiguous():
+    for i, (t, (name, shape, dtype, device)) in enumerate(zip(out, specs)):
+        label = "out" if len(specs) == 1 else f"out.{name}"  # a single output: out= itself
+        check_tensor(op, label, t, dtypes=(dtype,), device=device, shape=shape)
+        if contiguous is not None and not contiguous[i]:
+            check_writable(op, label, t)
+        elif not t.is_contiguous():
             raise ValueError(
-                f"specops.{op}: out.{name} must be contiguous (written in place), got strides "
+                f"specops.{op}: {label} must be contiguous (written in place), got strides "
                 f"{t.stride()}"
             )
     return tuple(out)

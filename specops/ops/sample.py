@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 
 from specops import reference
 from specops._nvtx import traced
@@ -13,12 +12,77 @@ from specops.ops.verify import f32_rows
 
 __all__ = ["sample", "sample_without_replacement"]
 
+
 # Fastest first as measured: on the H200 the Triton kernel took 24.7 / 24.7 / 112.8 / 623.1 us
 # against CUDA's 76.7 / 85.2 / 277.7 / 766.5 at B=1 V=32000, B=64 V=32000, B=256 V=65536,
 # B=128 V=184622 (bench/results/h200-940f467.csv), so "auto" takes Triton on a GPU.  The CUDA
 # kernel has changed since (tile sums at 2460aef, the row split at 819a71d), unmeasured: the
 # next GPU run's CSV decides again.
-_BACKENDS = c.declare_backends(("triton", "cuda", "cpu", "reference"), "sample")
+def _check(probs, seed, offset, uniforms, backend) -> None:
+    c.check_probs("sample", "probs", probs, ndim=range(1, 8), backend=backend)
+    dev = probs.device
+    if probs.shape[-1] == 0:
+        raise ValueError(
+            f"specops.sample: probs must have a non-empty last dim, got {tuple(probs.shape)}"
+        )
+    lead = tuple(probs.shape[:-1])
+    c.check_rng("sample", seed, offset, dev, lead[0] if lead else 1)
+    if uniforms is not None:
+        c.check_tensor(
+            "sample", "uniforms", uniforms, dtypes=(torch.float32,), device=dev, shape=lead
+        )
+    c.check_values_probs("sample", "probs", probs)
+
+
+def _reference(probs, rng, uniforms):
+    seed, offset = rng.reference(probs.device)
+    return (reference.sample(probs, seed=seed, offset=offset, uniforms=uniforms),)
+
+
+def _kernel(be, flat, out):
+    """Triton and the compiled kernels read [rows, V] float32 rows and write [rows] int32 (a
+    strided ``out`` through a contiguous temporary)."""
+    probs, *rng, uniforms = flat
+    rng = c.Rng(*rng)
+    lead, v = tuple(probs.shape[:-1]), probs.shape[-1]
+    res = out[0] if out is not None else torch.empty(lead, dtype=torch.int32, device=probs.device)
+    p = f32_rows(probs.reshape(-1, v))
+    rows = p.shape[0]
+    if rows == 0:
+        return (res,)
+    dst = res if res.is_contiguous() else torch.empty(lead, dtype=torch.int32, device=res.device)
+    if be == "triton":
+        from specops.triton_kernels.sample import sample_triton
+
+        sample_triton(p, rng.seed, rng.seed_value, rng.rows_per_seed(rows), rng.offset,
+                      rng.offset_value, uniforms, dst)  # fmt: skip
+    else:
+        u = uniforms.reshape(rows, 1) if uniforms is not None else None
+        SAMPLE.launch(be, p, *rng, u, out=(dst.view(-1),))
+    if dst is not res:
+        res.copy_(dst)
+    return (res,)
+
+
+# Fastest first as measured: on the H200 the Triton kernel took 24.7 / 24.7 / 112.8 / 623.1 us
+# against CUDA's 76.7 / 85.2 / 277.7 / 766.5 at B=1 V=32000, B=64 V=32000, B=256 V=65536,
+# B=128 V=184622 (bench/results/h200-940f467.csv), so "auto" takes Triton on a GPU.  The CUDA
+# kernel has changed since (tile sums at 2460aef, the row split at 819a71d), unmeasured: the
+# next GPU run's CSV decides again.
+SAMPLE = OpDecl(
+    "sample",
+    args=(
+        Ten("probs", "... V", fast_rank=2),
+        RngArg(requests="probs.shape[0]"),
+        Ten("uniforms", "...", optional=True),
+    ),
+    outs=(Out("tokens", "...", contiguous=False),),
+    backends=("triton", "cuda", "cpu", "reference"),
+    check=_check,
+    reference=_reference,
+    kernel=_kernel,
+    fast_when="uniforms is None",  # the binding takes them [rows, 1]
+)
 
 
 @traced("sample")
@@ -52,81 +116,10 @@ def sample(
     Inverse CDF with one uniform per row: token = min{i : cumsum(p)_i > u * sum(p)}; in fast
     mode NaN, negative and +inf entries count as 0 (never drawn), and a row with no positive
     finite mass gives token 0."""
-    fast = c.fast_kernel("sample", probs, backend, _BACKENDS)
-    if fast is not None and uniforms is None and probs.dim() == 2:
-        rng = c.fast_rng(seed, offset, probs.shape[0])
-        if rng is not None:
-            try:
-                return fast(probs, *rng, None, out)[0]
-            except (TypeError, ValueError):
-                pass  # the checks below name what is wrong, or normalise what the kernel reads
-    c.check_probs("sample", "probs", probs, ndim=range(1, 8), backend=backend)
-    dev = probs.device
-    if probs.shape[-1] == 0:
-        raise ValueError(
-            f"specops.sample: probs must have a non-empty last dim, got {tuple(probs.shape)}"
-        )
-    lead = tuple(probs.shape[:-1])
-    c.check_rng("sample", seed, offset, dev, lead[0] if lead else 1)
-    if uniforms is not None:
-        c.check_tensor(
-            "sample", "uniforms", uniforms, dtypes=(torch.float32,), device=dev, shape=lead
-        )
-    if out is None:
-        out = torch.empty(lead, dtype=torch.int32, device=dev)
-    else:
-        c.check_tensor("sample", "out", out, dtypes=(torch.int32,), device=dev, shape=lead)
-        c.check_writable("sample", "out", out)
-        c.check_no_alias(
-            "sample", [("out", out)], [("probs", probs), ("seed", seed), ("offset", offset),
-                                       ("uniforms", uniforms)]
-        )  # fmt: skip
-    c.check_values_probs("sample", "probs", probs)
-    c.ops.sample(probs, *c.Rng.of(seed, offset), uniforms, backend, out)
-    return out
+    return SAMPLE.call(backend, out, probs, seed, offset, uniforms)[0]
 
 
-def _impl(
-    probs: Tensor,
-    seed: Tensor | None,
-    seed_value: int,
-    offset: Tensor | None,
-    offset_value: int,
-    uniforms: Tensor | None,
-    backend: str,
-    out: Tensor,
-) -> None:
-    rng = c.Rng(seed, seed_value, offset, offset_value)
-    be = c.pick_backend("sample", backend, probs.device, _BACKENDS)
-    if be == "reference":
-        seed_r, offset_r = rng.reference(probs.device)
-        out.copy_(reference.sample(probs, seed=seed_r, offset=offset_r, uniforms=uniforms))
-        return
-    v = probs.shape[-1]
-    p = probs.reshape(-1, v)
-    if p.dtype != torch.float32 or p.stride(-1) != 1:
-        p = p.float().contiguous()
-    rows = p.shape[0]
-    if rows == 0:
-        return
-    res = out if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype, device=out.device)
-    if be == "triton":
-        from specops.triton_kernels.sample import sample_triton
-
-        sample_triton(p, seed, seed_value, rng.rows_per_seed(rows), offset, offset_value, uniforms,
-                      res)  # fmt: skip
-    else:
-        u = uniforms.reshape(rows, 1) if uniforms is not None else None
-        c.launch(be, "sample", p, *rng, u, res.view(-1))
-    if res is not out:
-        out.copy_(res)
-
-
-def _fake(probs, seed, seed_value, offset, offset_value, uniforms, backend, out):
-    return None
-
-
-c.register("sample", _impl, _fake, mutates=("out",))
+register_decl(SAMPLE)
 
 
 def _check_wor(probs, k, seed, offset, uniforms, backend) -> None:
