@@ -234,7 +234,9 @@ class OpDecl:
             f"    fast = _fast_kernel(_name, {first}, backend, _backends)",
             f"    if fast is not None{''.join(f' and {x}' for x in conds)}:",
             *(f"        {x}" for x in setup),
-            f"        _o = {(None,) * n!r} if out is None else _fast_outs(out, {n})",
+            f"        _o = {(None,) * n!r} if out is None else _fast_outs(out, {n})"
+            if n != 1
+            else "        _o = (None,) if out is None else (out,) if type(out) is _Tensor else None",
             f"        if _o is not None{''.join(f' and {x}' for x in post)}:",
             "            try:",
             f"                return fast({', '.join(exprs)}, *_o)",
@@ -271,7 +273,7 @@ class OpDecl:
         self.source = "\n".join(fast + [""] + lower + [""] + shapes) + "\n"
         env = {"_fast_rng": fast_rng, "_Rng": Rng, "_Tree": Tree, "_fast_kernel": fast_kernel,
                "_fast_outs": _fast_outs, "_checked": _checked, "_decl": self, "_name": self.name,
-               "_backends": self.backends}  # fmt: skip
+               "_backends": self.backends, "_Tensor": torch.Tensor}  # fmt: skip
         exec(compile(self.source, f"<specops {self.name} declaration>", "exec"), env)
         self.fast_args, self.flat_args, self.call = env["fast_args"], env["flat_args"], env["call"]
         self._out_shapes = env["out_shapes"]
