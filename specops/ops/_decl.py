@@ -269,7 +269,7 @@ class OpDecl:
         for o in self.outs:
             dims = [e.strip() for e in o.shape.split(",")]
             outs.append("(" + "".join("*_lead, " if e == "..." else f"{e}, " for e in dims) + ")")
-        shapes.append(f"    return ({', '.join(outs)},)")
+        shapes.append(f"    return ({''.join(o + ', ' for o in outs)})")
         self.source = "\n".join(fast + [""] + lower + [""] + shapes) + "\n"
         env = {"_fast_rng": fast_rng, "_Rng": Rng, "_Tree": Tree, "_fast_kernel": fast_kernel,
                "_fast_outs": _fast_outs, "_checked": _checked, "_decl": self, "_name": self.name,

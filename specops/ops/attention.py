@@ -21,12 +21,12 @@ from specops import reference
 from specops._nvtx import traced
 from specops.ops import _attention_cascade as cascade
 from specops.ops import _common as c
+from specops.ops._decl import OpDecl, Ten, register_decl
 from specops.tree import Tree
 
 __all__ = ["tree_attention", "append_kv"]
 
 _BACKENDS = c.declare_backends(("triton", "cpu", "reference"), "tree_attention")
-_APPEND_BACKENDS = c.declare_backends(("triton", "cpu", "reference"), "append_kv")
 _ATTN_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _IDX_DTYPES = (torch.int32, torch.int64)
 _TRITON_MAX_HEAD_DIM = 256  # = specops.triton_kernels.tree_attention.MAX_HEAD_DIM
@@ -336,14 +336,11 @@ def append_kv(
 
     ``cache_seqlens`` is not advanced (``commit_kv`` does that after verification).  Positions
     outside the cache are an error in validation mode and dropped otherwise."""
+    APPEND.call(backend, None, k_cache, v_cache, k, v, cache_seqlens, block_table)
+
+
+def _check_append(k_cache, v_cache, k, v, cache_seqlens, block_table, backend) -> None:
     op = "append_kv"
-    fast = c.fast_kernel(op, k, backend, _APPEND_BACKENDS)
-    if fast is not None:
-        try:
-            fast(k_cache, v_cache, k, v, cache_seqlens, block_table)
-            return
-        except (TypeError, ValueError):
-            pass  # the checks below name what is wrong, or normalise what the kernel reads
     c.check_tensor(op, "k", k, ndim=4, dtypes=_ATTN_DTYPES, backend=backend)
     dev = k.device
     b, n, hkv, d = k.shape
@@ -360,33 +357,31 @@ def append_kv(
             f"{k_cache.shape[2]}"
         )
     _check_capacity(op, cache_seqlens, n, cap, block_table, k_cache.shape[0], k_cache.shape[1])
-    c.ops.append_kv(k_cache, v_cache, k, v, cache_seqlens, block_table, backend)
 
 
-def _append_impl(
-    k_cache: Tensor,
-    v_cache: Tensor,
-    k: Tensor,
-    v: Tensor,
-    cache_seqlens: Tensor,
-    block_table: Tensor | None,
-    backend: str,
-) -> None:
-    have = _APPEND_BACKENDS if k.dtype != torch.float64 else ("reference",)
-    be = c.pick_backend("append_kv", backend, k.device, have)
-    if be == "reference":
-        reference.append_kv(k_cache, v_cache, k, v, cache_seqlens, block_table=block_table)
-        return
-    if be == "cpu":  # the C++ twin reads every tensor with its strides
-        c.launch(be, "append_kv", k_cache, v_cache, k, v, cache_seqlens, block_table)
-        return
-    from specops.triton_kernels.append_kv import append_kv_triton
-
-    append_kv_triton(k_cache, v_cache, k, v, cache_seqlens, block_table)
+def _append_reference(k_cache, v_cache, k, v, cache_seqlens, block_table):
+    reference.append_kv(k_cache, v_cache, k, v, cache_seqlens, block_table=block_table)
 
 
-def _append_fake(k_cache, v_cache, k, v, cache_seqlens, block_table, backend):
-    return None
-
-
-c.register("append_kv", _append_impl, _append_fake, mutates=("k_cache", "v_cache"))
+APPEND = OpDecl(
+    "append_kv",
+    args=(
+        Ten("k_cache", "P S H D"),
+        Ten("v_cache", "P S H D"),
+        Ten("k", "B N H D"),
+        Ten("v", "B N H D"),
+        Ten("cache_seqlens", "B"),
+        Ten("block_table", "B M", optional=True),
+    ),
+    outs=(),
+    mutates=("k_cache", "v_cache"),
+    backends=("triton", "cpu", "reference"),
+    # float64 runs on the reference; the C++ twin and Triton read every tensor with its strides
+    backends_for=lambda flat, be: (
+        APPEND.backends if flat[2].dtype != torch.float64 else ("reference",)
+    ),
+    check=_check_append,
+    reference=_append_reference,
+    triton="append_kv:append_kv_triton",
+)
+register_decl(APPEND)
