@@ -77,7 +77,7 @@ void bind_tree_attention(py::module_& m) {
   using py::arg;
   bind_op(m, "tree_attention", attn_args, tree_attention_host, nullptr, nullptr, arg("q"),
           arg("k_cache"), arg("v_cache"), arg("cache_seqlens"), arg("mask_bits"),
-          arg("block_table"), arg("sm_scale"), arg("out"), arg("lse_out"));
+          arg("block_table"), arg("sm_scale"), arg("out_out"), arg("out_lse"));
 }
 
 }  // namespace specops

@@ -153,13 +153,35 @@ class TreeArg:
 
 
 @dataclass(frozen=True)
+class Value:
+    """A public argument lowered by Python expressions (in the public names): ``flat`` its
+    (name, schema type) entries (none: an option of the public function only), ``expr`` their
+    values, ``fast`` the condition under which the binding's checks cover it."""
+
+    name: str
+    flat: tuple = ()
+    expr: str = ""
+    fast_cond: str = ""
+    fast_expr: str = ""  # the values where ``fast_cond`` holds (default ``expr``)
+
+    params = property(lambda s: (s.name,))
+
+    def fast(self):
+        return ([self.fast_cond] if self.fast_cond else []), [], [], self.fast_expr or self.expr
+
+    def lower(self):
+        return self.expr
+
+
+@dataclass(frozen=True)
 class Out:
     """An output: ``shape`` in the symbols of the inputs' shapes and the flat arguments' names
-    (each entry a Python expression; "..." = the leading dims bound by an input)."""
+    (each entry a Python expression; "..." = the leading dims bound by an input); ``dtype`` a
+    torch dtype or the name of the flat argument whose dtype it takes."""
 
     name: str
     shape: str
-    dtype: torch.dtype = torch.int32
+    dtype: torch.dtype | str = torch.int32
     contiguous: bool = True  # False: a strided ``out=`` is written in place (through a copy)
 
 
@@ -193,6 +215,7 @@ class OpDecl:
     complete: Callable | None = None  # (binding's outputs, flat, out) -> all declared outputs
     mutates: tuple[str, ...] = ()  # flat tensors written in place (ops without outputs)
     backends_for: Callable | None = None  # (flat, backend) -> the backends these inputs allow
+    env: dict = field(default_factory=dict)  # names the generated lowering may use
     source: str = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -220,7 +243,8 @@ class OpDecl:
             conds += c_
             setup += s_
             post += p_
-            exprs.append(e_)
+            if e_:
+                exprs.append(e_)
         if self.fast_when:
             conds.append(f"({self.fast_when})")
         n = len(self.outs)
@@ -229,24 +253,34 @@ class OpDecl:
         fast += [f"    {x}" for x in setup]
         fast += [f"    if not ({' and '.join(post)}): return" if post else ""]
         fast.append(f"    return ({', '.join(exprs)},)")
+        gates = list(post)
+        body = [f"    if fast is not None{''.join(f' and {x}' for x in conds)}:"]
+        body += [f"        {x}" for x in setup]
+        if n:
+            one = "(None,) if out is None else (out,) if type(out) is _Tensor else None"
+            many = f"{(None,) * n!r} if out is None else _fast_outs(out, {n})"
+            body.append(f"        _o = {one if n == 1 else many}")
+            gates.insert(0, "_o is not None")
+        launch = f"return fast({', '.join(exprs + (['*_o'] if n else []))})"
+        pad = "        "
+        if gates:
+            body.append(f"        if {' and '.join(gates)}:")
+            pad += "    "
+        body += [
+            f"{pad}try:",
+            f"{pad}    {launch}",
+            f"{pad}except (TypeError, ValueError):",
+            f"{pad}    pass  # the checks name what is wrong, or normalise the layout",
+        ]
         call = [
             f"def call(backend, out, {params}):",
             f"    fast = _fast_kernel(_name, {first}, backend, _backends)",
-            f"    if fast is not None{''.join(f' and {x}' for x in conds)}:",
-            *(f"        {x}" for x in setup),
-            f"        _o = {(None,) * n!r} if out is None else _fast_outs(out, {n})"
-            if n != 1
-            else "        _o = (None,) if out is None else (out,) if type(out) is _Tensor else None",
-            f"        if _o is not None{''.join(f' and {x}' for x in post)}:",
-            "            try:",
-            f"                return fast({', '.join(exprs)}, *_o)",
-            "            except (TypeError, ValueError):",
-            "                pass  # the checks name what is wrong, or normalise the layout",
+            *body,
             f"    return _checked(_decl, backend, out, ({params},))",
         ]
         fast = [x for x in fast if x] + [""] + call
         lower = [f"def flat_args({params}):"]
-        lower.append(f"    return ({', '.join(a.lower() for a in self.args)},)")
+        lower.append(f"    return ({''.join(a.lower() + ', ' for a in self.args if a.lower())})")
         shapes = [f"def out_shapes({', '.join(self.flat_names)}):"]
         bound = set(self.flat_names)
         for a in self.args:
@@ -273,7 +307,8 @@ class OpDecl:
         self.source = "\n".join(fast + [""] + lower + [""] + shapes) + "\n"
         env = {"_fast_rng": fast_rng, "_Rng": Rng, "_Tree": Tree, "_fast_kernel": fast_kernel,
                "_fast_outs": _fast_outs, "_checked": _checked, "_decl": self, "_name": self.name,
-               "_backends": self.backends, "_Tensor": torch.Tensor}  # fmt: skip
+               "_backends": self.backends, "_Tensor": torch.Tensor,
+               **self.env}  # fmt: skip
         exec(compile(self.source, f"<specops {self.name} declaration>", "exec"), env)
         self.fast_args, self.flat_args, self.call = env["fast_args"], env["flat_args"], env["call"]
         self._out_shapes = env["out_shapes"]
@@ -283,13 +318,20 @@ class OpDecl:
         """The outputs' shapes for the flat arguments ``flat``."""
         return self._out_shapes(*flat)
 
+    def out_dtypes(self, flat) -> list[torch.dtype]:
+        return [
+            flat[self.flat_names.index(o.dtype)].dtype if isinstance(o.dtype, str) else o.dtype
+            for o in self.outs
+        ]
+
     def fake(self, *a):
         if not self.outs:
             return None
         flat = a[:-1]
         like = flat[0]
         outs = tuple(
-            like.new_empty(s, dtype=o.dtype) for s, o in zip(self.out_shapes(flat), self.outs)
+            like.new_empty(s, dtype=dt)
+            for s, dt in zip(self.out_shapes(flat), self.out_dtypes(flat))
         )
         return outs[0] if len(outs) == 1 else outs
 
@@ -412,7 +454,8 @@ def _checked(d: OpDecl, backend: str, out, args: tuple) -> tuple:
     if len(d.outs) == 1 and not single:
         raise TypeError(f"specops.{d.name}: out must be a torch.Tensor, got {type(out).__name__}")
     dev = args[0].device
-    specs = [(o.name, s, o.dtype, dev) for o, s in zip(d.outs, d.out_shapes(flat))]
+    shapes, dtypes = d.out_shapes(flat), d.out_dtypes(flat)
+    specs = [(o.name, s, t, dev) for o, s, t in zip(d.outs, shapes, dtypes)]
     outs = check_out(d.name, (out,) if single else out, specs, [o.contiguous for o in d.outs])
     check_no_alias(
         d.name, [(f"out.{s[0]}", t) for s, t in zip(specs, outs)], zip(d.flat_names, flat)

@@ -15,18 +15,16 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import Tensor
 
 from specops import reference
 from specops._nvtx import traced
 from specops.ops import _attention_cascade as cascade
 from specops.ops import _common as c
-from specops.ops._decl import OpDecl, Ten, register_decl
+from specops.ops._decl import OpDecl, Out, Ten, Value, register_decl
 from specops.tree import Tree
 
 __all__ = ["tree_attention", "append_kv"]
 
-_BACKENDS = c.declare_backends(("triton", "cpu", "reference"), "tree_attention")
 _ATTN_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _IDX_DTYPES = (torch.int32, torch.int64)
 _TRITON_MAX_HEAD_DIM = 256  # = specops.triton_kernels.tree_attention.MAX_HEAD_DIM
@@ -181,24 +179,20 @@ def tree_attention(
     ``flash_attn_with_kvcache``, the tree slots through the Triton kernel, merged by
     log-sum-exp.  cascade takes float16/bfloat16, D <= 256 and, for paged caches, a page size
     divisible by 256 (flash-attn 2.x)."""
+    if out is not None or lse_out is not None:  # out= takes both: make the one not given
+        if isinstance(q, torch.Tensor) and q.dim() == 4:
+            b, n, hq, d = q.shape
+            out = q.new_empty((b, n, hq, d)) if out is None else out
+            lse_out = q.new_empty((b, n, hq), dtype=torch.float32) if lse_out is None else lse_out
+        out = (out, lse_out)
+    o, lse = ATTENTION.call(backend, out, q, k_cache, v_cache, cache_seqlens, tree, block_table,
+                            sm_scale, return_lse)  # fmt: skip
+    return (o, lse) if return_lse else o
+
+
+def _check_attention(q, k_cache, v_cache, cache_seqlens, tree, block_table, sm_scale, return_lse,
+                     backend) -> None:  # fmt: skip
     op = "tree_attention"
-    fast = c.fast_kernel(op, q, backend, _BACKENDS)
-    if (
-        fast is not None
-        and q.dtype == torch.float32
-        and q.dim() == 4
-        and type(tree) is Tree
-        and (sm_scale is None or (type(sm_scale) is float and -math.inf < sm_scale < math.inf))
-    ):
-        d = q.shape[-1]
-        scale = sm_scale if sm_scale is not None else (1.0 / math.sqrt(d) if d else 1.0)
-        try:
-            o, lse = fast(q, k_cache, v_cache, cache_seqlens, tree.mask_bits, block_table,
-                          scale, out, lse_out)  # fmt: skip
-        except (TypeError, ValueError):
-            pass  # the checks below name what is wrong, or normalise what the kernel reads
-        else:
-            return (o, lse) if return_lse else o
     c.check_tensor(op, "q", q, ndim=4, dtypes=_ATTN_DTYPES, backend=backend)
     dev = q.device
     b, n, hq, d = q.shape
@@ -208,7 +202,7 @@ def tree_attention(
             f"specops.{op}: q's {hq} heads must be a multiple of the cache's {hkv} KV heads "
             f"(q {tuple(q.shape)}, k_cache {tuple(k_cache.shape)})"
         )
-    mask = _mask_bits(op, tree, b, n, dev)
+    _mask_bits(op, tree, b, n, dev)
     if backend == "triton" and (d > _TRITON_MAX_HEAD_DIM or q.dtype == torch.float64):
         raise ValueError(
             f"specops.{op}: the triton backend takes head_dim <= {_TRITON_MAX_HEAD_DIM} and "
@@ -219,88 +213,102 @@ def tree_attention(
             f"specops.{op}: the cpu backend takes float16/bfloat16/float32, got {q.dtype} "
             "(float64 runs on the reference)"
         )
-    if sm_scale is None:
-        sm_scale = 1.0 / math.sqrt(d) if d else 1.0  # D = 0: every score is 0 whatever the scale
-    elif not math.isfinite(sm_scale):  # a number: checked for free, in every mode
+    if sm_scale is not None and not math.isfinite(sm_scale):  # checked for free, in every mode
         raise ValueError(f"specops.{op}: sm_scale must be finite, got {sm_scale}")
     _check_capacity(op, cache_seqlens, n, cap, block_table, k_cache.shape[0], k_cache.shape[1])
-    args = (q, k_cache, v_cache, cache_seqlens, mask, block_table, float(sm_scale), backend)
-    if out is None and lse_out is None:
-        out, lse = c.ops.tree_attention(*args)
-        return (out, lse) if return_lse else out
-    if out is None:
-        out = torch.empty((b, n, hq, d), dtype=q.dtype, device=dev)
-    if lse_out is None:
-        lse_out = torch.empty((b, n, hq), dtype=torch.float32, device=dev)
-    specs = (("out", (b, n, hq, d), q.dtype, dev), ("lse", (b, n, hq), torch.float32, dev))
-    out, lse = c.check_out(op, (out, lse_out), specs)
-    ins = (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_seqlens", cache_seqlens),
-           ("tree", mask), ("block_table", block_table))  # fmt: skip
-    c.check_no_alias(op, [("out", out), ("lse_out", lse)], ins)
-    c.ops.tree_attention_out(*args, out, lse)
-    return (out, lse) if return_lse else out
 
 
-def _attn_impl(
-    q: Tensor,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    cache_seqlens: Tensor,
-    mask_bits: Tensor,
-    block_table: Tensor | None,
-    sm_scale: float,
-    backend: str,
-    out=None,
-) -> tuple[Tensor, Tensor]:
+def _default_scale(q) -> float:
     d = q.shape[-1]
+    return 1.0 / math.sqrt(d) if d else 1.0  # D = 0: every score is 0 whatever the scale
+
+
+def _attention_backends(flat, backend: str) -> tuple[str, ...]:
+    """float64 runs on the reference, head dims past the Triton kernel's on the C++ twin; the
+    cascade (by name only) where flash-attn takes the inputs."""
+    q, k_cache, v_cache, _, _, block_table, _ = flat
     if q.dtype == torch.float64:
         have = ("reference",)
-    elif d > _TRITON_MAX_HEAD_DIM:
+    elif q.shape[-1] > _TRITON_MAX_HEAD_DIM:
         have = ("cpu", "reference")
     else:
-        have = _BACKENDS
+        have = ATTENTION.backends
     if backend == "cascade":  # checked here, so direct torch.ops calls get the same error
         if why := cascade.unsupported(q, k_cache, v_cache, block_table):
             raise ValueError(f"specops.tree_attention: {why}")
         have = have + ("cascade",)
-    be = c.pick_backend("tree_attention", backend, q.device, have)
+    return have
+
+
+def _attention_reference(q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_scale):
+    o, lse = reference.tree_attention(
+        q, k_cache, v_cache, cache_seqlens, mask_bits,
+        block_table=block_table, sm_scale=sm_scale, return_lse=True,
+    )  # fmt: skip
+    return o.contiguous(), lse.float().contiguous()
+
+
+def _attention_kernel(be, flat, out):
+    """cascade, the C++ twin (it writes float32: other dtypes through one rounding copy) and
+    Triton."""
+    q = flat[0]
     if be == "cascade":
-        return c.write_outs(out, cascade.tree_attention_cascade(
-            q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_scale
-        ))  # fmt: skip
-    b, n, hq, _ = q.shape
-    if be == "reference":
-        o, lse = reference.tree_attention(
-            q, k_cache, v_cache, cache_seqlens, mask_bits,
-            block_table=block_table, sm_scale=sm_scale, return_lse=True,
-        )  # fmt: skip
-        return c.write_outs(out, (o.contiguous(), lse.float().contiguous()))
-    if out is None:
-        out = (
-            torch.empty((b, n, hq, d), dtype=q.dtype, device=q.device),
-            torch.empty((b, n, hq), dtype=torch.float32, device=q.device),
-        )
-    if be == "cpu":  # the twin writes float32; other dtypes are rounded by one copy
-        o32 = out[0] if q.dtype == torch.float32 else torch.empty((b, n, hq, d), device=q.device)
-        c.launch(be, "tree_attention", q, k_cache, v_cache, cache_seqlens, mask_bits,
-                 block_table, sm_scale, o32, out[1])  # fmt: skip
-        if o32 is not out[0]:
-            out[0].copy_(o32)
-        return out
-    from specops.triton_kernels.tree_attention import tree_attention_triton
-
-    tree_attention_triton(
-        q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_scale, *out
-    )
-    return out
-
-
-def _attn_fake(q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_scale, backend):
+        return c.write_outs(out, cascade.tree_attention_cascade(*flat))
     b, n, hq, d = q.shape
-    return q.new_empty((b, n, hq, d)), q.new_empty((b, n, hq), dtype=torch.float32)
+    if out is None:
+        out = (q.new_empty((b, n, hq, d)), q.new_empty((b, n, hq), dtype=torch.float32))
+    if be == "triton":
+        from specops.triton_kernels.tree_attention import tree_attention_triton
+
+        tree_attention_triton(*flat, *out)
+        return tuple(out)
+    o32 = out[0] if q.dtype == torch.float32 else q.new_empty((b, n, hq, d), dtype=torch.float32)
+    ATTENTION.launch(be, *flat, out=(o32, out[1]))
+    if o32 is not out[0]:
+        out[0].copy_(o32)
+    return tuple(out)
 
 
-c.register("tree_attention", _attn_impl, _attn_fake, outs=2)
+ATTENTION = OpDecl(
+    "tree_attention",
+    args=(
+        Ten("q", "B N H D", fast_rank=4),
+        Ten("k_cache", "P S G D"),
+        Ten("v_cache", "P S G D"),
+        Ten("cache_seqlens", "B"),
+        Value(
+            "tree",
+            (("mask_bits", "Tensor"),),
+            expr="tree.mask_bits if type(tree) is _Tree else tree",
+            fast_cond="type(tree) is _Tree",
+            fast_expr="tree.mask_bits",
+        ),
+        Ten("block_table", "B M", optional=True),
+        Value(
+            "sm_scale",
+            (("sm_scale", "float"),),
+            expr="_default_scale(q) if sm_scale is None else float(sm_scale)",
+            fast_cond="(sm_scale is None or (type(sm_scale) is float and -_inf < sm_scale < _inf))",
+            fast_expr="(1.0 / _sqrt(q.shape[-1]) if q.shape[-1] else 1.0) if sm_scale is None "
+            "else sm_scale",
+        ),
+        Value("return_lse"),  # the public function's option: not a kernel argument
+    ),
+    outs=(Out("out", "B, N, H, D", dtype="q"), Out("lse", "B, N, H", torch.float32)),
+    backends=("triton", "cpu", "reference"),
+    backends_for=_attention_backends,
+    check=_check_attention,
+    reference=_attention_reference,
+    kernel=_attention_kernel,
+    fast_when="q.dtype == _f32",  # the C++ twin writes float32
+    env={
+        "_default_scale": _default_scale,
+        "_inf": math.inf,
+        "_f32": torch.float32,
+        "_sqrt": math.sqrt,
+    },  # fmt: skip
+)
+register_decl(ATTENTION)
 
 
 @traced("append_kv")
