@@ -11,9 +11,9 @@ namespace specops {
 
 namespace {
 
-ProbsArgs probs_args(bool cuda, T cond, T uncond, T temperature, double temperature_v, T top_k,
-                     int64_t top_k_v, T top_p, double top_p_v, T cfg, double cfg_v,
-                     int64_t rows_per_req, T out) {
+ProbsArgs probs_args(bool cuda, T cond, T temperature, double temperature_v, T top_k,
+                     int64_t top_k_v, T top_p, double top_p_v, T cfg, double cfg_v, T uncond, T out,
+                     int64_t rows_per_req) {
   const ArgCheck c{"probs_from_logits", cuda};
   c.inner_contiguous(c.need(cond, "logits", DType::f32, 2), "logits");
   ProbsArgs a;
@@ -53,10 +53,12 @@ ProbsArgs probs_args(bool cuda, T cond, T uncond, T temperature, double temperat
 
 void bind_probs(py::module_& m) {
   using py::arg;
+  // rows_per_request: parameter tensor [B] entry b serves rows [b * rows_per_request, ...)
   bind_op(m, "probs_from_logits", probs_args, probs_from_logits_host, nullptr, nullptr,
-          arg("logits"), arg("uncond_logits"), arg("temperature"), arg("temperature_value"),
-          arg("top_k"), arg("top_k_value"), arg("top_p"), arg("top_p_value"), arg("cfg_scale"),
-          arg("cfg_scale_value"), arg("rows_per_request"), arg("out_probs"));
+          arg("logits"), arg("temperature"), arg("temperature_value"), arg("top_k"),
+          arg("top_k_value"), arg("top_p"), arg("top_p_value"), arg("cfg_scale"),
+          arg("cfg_scale_value"), arg("uncond_logits"), arg("out_probs"),
+          arg("rows_per_request") = 1);
 }
 
 }  // namespace specops

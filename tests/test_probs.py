@@ -196,11 +196,10 @@ def test_opcheck_and_compile():
     x = torch.randn(2, 3, 20)
     t = torch.tensor([0.5, 1.0])
     out = torch.empty(2, 3, 20)
-    torch.library.opcheck(
-        torch.ops.specops.probs_from_logits.default,
-        (x, None, t, 1.0, None, 4, None, 0.8, None, 1.0, "reference", out),
-        test_utils=("test_schema", "test_faketensor"),
-    )
+    args = (x, t, 1.0, None, 4, None, 0.8, None, 1.0, None, "reference")  # the declared order
+    for op, a in ((torch.ops.specops.probs_from_logits_out, (*args, out)),
+                  (torch.ops.specops.probs_from_logits, args)):  # fmt: skip
+        torch.library.opcheck(op.default, a, test_utils=("test_schema", "test_faketensor"))
     f = torch.compile(lambda a: specops.probs_from_logits(a, temperature=t, top_k=4), dynamic=False)
     assert_same(f(x), specops.probs_from_logits(x, temperature=t, top_k=4))
 

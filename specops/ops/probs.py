@@ -5,16 +5,15 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import Tensor
 
 from specops import reference
 from specops._nvtx import traced
 from specops.ops import _common as c
+from specops.ops._decl import OpDecl, Out, Ten, Value, register_decl
 
 __all__ = ["probs_from_logits"]
 
 _OP = "probs_from_logits"
-_BACKENDS = c.declare_backends(("triton", "cpu", "reference"), "probs_from_logits")
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _INTS = (torch.int32, torch.int64)
 
@@ -75,15 +74,11 @@ def probs_from_logits(
     Backends: "triton" (no sort; without top-p each row is split over several programs, a
     launch a pass; with top-p one fused kernel, a program a row), "cpu" (selection instead of
     sorts, rows on ``specops.set_num_threads`` threads), "reference"."""
-    fast = c.fast_kernel(_OP, logits, backend, _BACKENDS)
-    if fast is not None and logits.dim() == 2 and (uncond_logits is None) == (cfg_scale is None):
-        s = _fast_scalars(temperature, top_k, top_p, cfg_scale)
-        if s is not None:
-            try:
-                return fast(logits, uncond_logits, None, s[0], None, s[1], None, s[2], None, s[3],
-                            1, out)[0]  # fmt: skip
-            except (TypeError, ValueError):
-                pass  # the checks below name what is wrong, or normalise what the kernel reads
+    return PROBS.call(backend, out, logits, temperature, top_k, top_p, cfg_scale,
+                      uncond_logits)[0]  # fmt: skip
+
+
+def _check(logits, temperature, top_k, top_p, cfg_scale, uncond_logits, backend) -> None:
     c.check_probs(_OP, "logits", logits, ndim=range(1, 9), backend=backend)
     shape = tuple(logits.shape)
     v = shape[-1]
@@ -111,44 +106,8 @@ def probs_from_logits(
         "cfg_scale", 1.0 if cfg_scale is None else cfg_scale, batch, dev, _FLOATS, torch.float32
     )
 
-    if out is None:
-        out = torch.empty(shape, dtype=torch.float32, device=dev)
-    else:
-        c.check_tensor(_OP, "out", out, dtypes=(torch.float32,), device=dev, shape=shape)
-        if not out.is_contiguous():
-            raise ValueError(f"specops.{_OP}: out must be contiguous")
-        c.check_no_alias(_OP, [("out", out)], [("logits", logits), ("uncond_logits", uncond_logits),
-                         ("temperature", temperature), ("top_k", top_k), ("top_p", top_p),
-                         ("cfg_scale", cfg_scale)])  # fmt: skip
-
     if c.validating():
         _check_values(logits, uncond_logits, t_t, k_t, p_t, s_t)
-    c.ops.probs_from_logits(
-        logits, uncond_logits, t_t, t_v, k_t, k_v, p_t, p_v, s_t, s_v, backend, out
-    )
-    return out
-
-
-def _fast_scalars(temperature, top_k, top_p, cfg_scale):
-    """(temperature, top_k, top_p, cfg_scale) as the binding takes them when all are Python
-    numbers that ``_param`` accepts unchanged (NaN fails every comparison: the checked path), else
-    None."""
-    t, k, p, s = temperature, top_k, top_p, cfg_scale
-    if not (type(t) is float or type(t) is int) or not 0 <= t < math.inf:
-        return None
-    if k is None:
-        k = 0
-    elif type(k) is not int or k < 0:
-        return None
-    if p is None:
-        p = 1.0
-    elif not (type(p) is float or type(p) is int) or not 0 < p <= 1:
-        return None
-    if s is None:
-        s = 1.0
-    elif not (type(s) is float or type(s) is int) or not -math.inf < s < math.inf:
-        return None
-    return float(t), min(k, 2**62), float(p), float(s)
 
 
 def _param(name, value, batch, dev, dtypes, want):
@@ -205,74 +164,133 @@ def _check_values(logits, uncond, t_t, k_t, p_t, s_t) -> None:
         raise ValueError(f"specops.{_OP}: cfg_scale must be finite, got {s_t.tolist()}")
 
 
-def _impl(
-    logits: Tensor,
-    uncond: Tensor | None,
-    temperature_t: Tensor | None,
-    temperature: float,
-    top_k_t: Tensor | None,
-    top_k: int,
-    top_p_t: Tensor | None,
-    top_p: float,
-    cfg_t: Tensor | None,
-    cfg: float,
-    backend: str,
-    out: Tensor,
-) -> None:
-    t_t, t_v, k_t, k_v = temperature_t, temperature, top_k_t, top_k
-    p_t, p_v, s_t, s_v = top_p_t, top_p, cfg_t, cfg
-    be = c.pick_backend(_OP, backend, logits.device, _BACKENDS)
+def _per_request(value, logits, want, neutral):
+    """A checked parameter as the kernels take it: (tensor [B] of ``want`` read with its stride,
+    or None; the Python value, ``neutral`` for None)."""
+    if isinstance(value, torch.Tensor):
+        batch = logits.shape[0] if logits.dim() > 1 else 1
+        if want == torch.int32:  # top_k: past int32 still "keep everything", never wraps
+            value = c.int32_ids(value)
+        return value.reshape(-1).to(want).expand(batch), 0  # stride 0 when broadcast: no copy
+    return None, neutral if value is None else value
+
+
+def _values(t_t, t_v, k_t, k_v, p_t, p_v, s_t, s_v, uncond):
+    """The parameters as the reference and Triton take them: a tensor or a Python number, None
+    for what does nothing (top-k 0, top-p 1, no guidance)."""
     temperature = t_t if t_t is not None else t_v
-    top_k = k_t if k_t is not None else (k_v or None)  # scalar 0: no top-k
-    top_p = p_t if p_t is not None else (p_v if p_v < 1.0 else None)  # scalar 1: no top-p
+    top_k = k_t if k_t is not None else (k_v or None)
+    top_p = p_t if p_t is not None else (p_v if p_v < 1.0 else None)
     cfg = (s_t if s_t is not None else s_v) if uncond is not None else None
-    if be == "reference":
-        out.copy_(
-            reference.probs_from_logits(
-                logits,
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                cfg_scale=cfg,
-                uncond_logits=uncond,
-            )
-        )
-        return
+    return temperature, top_k, top_p, cfg
+
+
+def _reference(logits, temperature, temperature_value, top_k, top_k_value, top_p, top_p_value,
+               cfg_scale, cfg_scale_value, uncond_logits):  # fmt: skip
+    t, k, p, s = _values(temperature, temperature_value, top_k, top_k_value, top_p, top_p_value,
+                         cfg_scale, cfg_scale_value, uncond_logits)  # fmt: skip
+    return (reference.probs_from_logits(logits, temperature=t, top_k=k, top_p=p, cfg_scale=s,
+                                        uncond_logits=uncond_logits),)  # fmt: skip
+
+
+def _kernel(be, flat, out):
+    """The kernels read [rows, V] rows with a contiguous last dim (the C++ twin float32) and
+    write [rows, V] float32; parameter tensors [B] are indexed by row // (rows / B)."""
+    logits, t_t, t_v, k_t, k_v, p_t, p_v, s_t, s_v, uncond = flat
+    res = out[0] if out is not None else torch.empty(logits.shape, dtype=torch.float32,
+                                                      device=logits.device)  # fmt: skip
     v = logits.shape[-1]
     x = logits.reshape(-1, v)
-    if x.stride(-1) != 1:
-        x = x.contiguous()
+    x = x if x.stride(-1) == 1 else x.contiguous()
     u = None
     if uncond is not None:
         u = uncond.reshape(-1, v)
-        if u.stride(-1) != 1:
-            u = u.contiguous()
+        u = u if u.stride(-1) == 1 else u.contiguous()
     rows = x.shape[0]
     if rows == 0:
-        return
-    batch = logits.shape[0] if logits.dim() > 1 else 1
-    if be == "cpu":
+        return (res,)
+    per_req = rows // (logits.shape[0] if logits.dim() > 1 else 1)
+    if be != "triton":  # the C++ twin
         f32 = torch.float32
         x = x if x.dtype == f32 else x.to(f32)
         u = u if u is None or u.dtype == f32 else u.to(f32)
-        c.launch(
-            be, _OP, x, u, t_t, float(t_v), k_t, min(int(k_v), 2**62), p_t,
-            float(p_v), s_t if u is not None else None, float(s_v) if u is not None else 1.0,
-            rows // batch, out.view(-1, v),
-        )  # fmt: skip
-        return
+        guided = u is not None
+        PROBS.launch(be, x, t_t, float(t_v), k_t, min(int(k_v), 2**62), p_t, float(p_v),
+                     s_t if guided else None, float(s_v) if guided else 1.0, u,
+                     out=(res.view(-1, v),), rows_per_request=per_req)  # fmt: skip
+        return (res,)
+    temperature, top_k, top_p, cfg = _values(*flat[1:])
     if top_p is None:  # rows split over several programs each (probs_split.py)
         from specops.triton_kernels.probs_split import probs_split_triton
 
-        probs_split_triton(x, u, temperature, top_k, cfg, rows // batch, out.view(-1, v))
-        return
+        probs_split_triton(x, u, temperature, top_k, cfg, per_req, res.view(-1, v))
+        return (res,)
     from specops.triton_kernels.probs import probs_triton
 
-    probs_triton(x, u, temperature, top_k, top_p, cfg, rows // batch, out.view(-1, v))
+    probs_triton(x, u, temperature, top_k, top_p, cfg, per_req, res.view(-1, v))
+    return (res,)
 
 
-def _fake(logits, uncond, t_t, t_v, k_t, k_v, p_t, p_v, s_t, s_v, backend, out):
-    return None
+def _param_kind(name, schema, neutral, want, fast_cond, fast_value):
+    return Value(
+        name,
+        ((name, "Tensor?"), (f"{name}_value", schema)),
+        expr=f"*_per_request({name}, logits, {want}, {neutral})",
+        fast_cond=fast_cond,
+        fast_expr=f"None, {fast_value}",
+    )
 
 
-c.register(_OP, _impl, _fake, mutates=("out",))
+_NUMBER = "(type({0}) is float or type({0}) is int)"
+PROBS = OpDecl(
+    _OP,
+    args=(
+        Ten("logits", "... V", fast_rank=2),
+        _param_kind(
+            "temperature",
+            "float",
+            1.0,
+            "_f32",
+            f"{_NUMBER.format('temperature')} and 0 <= temperature < _inf",
+            "float(temperature)",
+        ),
+        _param_kind(
+            "top_k",
+            "SymInt",
+            0,
+            "_i32",
+            "(top_k is None or (type(top_k) is int and top_k >= 0))",
+            "0 if top_k is None else min(top_k, 2**62)",
+        ),
+        _param_kind(
+            "top_p",
+            "float",
+            1.0,
+            "_f32",
+            f"(top_p is None or ({_NUMBER.format('top_p')} and 0 < top_p <= 1))",
+            "1.0 if top_p is None else float(top_p)",
+        ),
+        _param_kind(
+            "cfg_scale",
+            "float",
+            1.0,
+            "_f32",
+            f"(cfg_scale is None or ({_NUMBER.format('cfg_scale')} and -_inf < cfg_scale < _inf))",
+            "1.0 if cfg_scale is None else float(cfg_scale)",
+        ),
+        Ten("uncond_logits", "... V", optional=True),
+    ),  # fmt: skip
+    outs=(Out("probs", "..., V", torch.float32),),
+    backends=("triton", "cpu", "reference"),
+    check=_check,
+    reference=_reference,
+    kernel=_kernel,
+    fast_when="(uncond_logits is None) == (cfg_scale is None)",
+    env={
+        "_per_request": _per_request,
+        "_inf": math.inf,
+        "_f32": torch.float32,
+        "_i32": torch.int32,
+    },  # fmt: skip
+)
+register_decl(PROBS)
