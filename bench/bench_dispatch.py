@@ -103,24 +103,11 @@ def run(device: str, quick: bool) -> list[Row]:
         tok = torch.zeros(2, 4, dtype=torch.int32)
         o1, o2 = torch.empty(2, 5, dtype=torch.int32), torch.empty(2, dtype=torch.int32)
         bind = _build._C.verify_chain_cpu
-        kw = dict(
-            target_probs=t,
-            draft_tokens=tok,
-            draft_probs=None,
-            num_draft=None,
-            seed=None,
-            seed_value=1,
-            offset=None,
-            offset_value=0,
-            neighbors=None,
-            delta=0.0,
-            greedy=False,
-            uniforms=None,
-            block=False,
-            out_tokens=o1,
-            out_num_accepted=o2,
-        )
-        args = tuple(kw[n] for n in specops.declaration("verify_chain").binding_names)
+        given = {"target_probs": t, "draft_tokens": tok, "seed_value": 1, "offset_value": 0,
+                 "delta": 0.0, "greedy": False, "block": False, "out_tokens": o1,
+                 "out_num_accepted": o2}  # fmt: skip
+        names = specops.declaration("verify_chain").binding_names  # the order the op declares
+        args = tuple(given.get(n) for n in names)  # None: the optional tensors
         row("verify_chain binding alone", lambda: bind(*args), "cpu")
     with specops.validation(False):
         for name, fn in _cases(device).items():

@@ -22,11 +22,7 @@ import torch
 
 from specops.ops._backends import declare_backends, pick_backend
 from specops.ops._dispatch import (
-    LIB,
-    _compiling,
-    _dispatch_modes,
-    _function_modes,
-    _transforms,
+    define,
     fast_kernel,
     int32_ids,
     launch,
@@ -396,7 +392,7 @@ def register_decl(d: OpDecl, keys=("CPU", "CUDA")) -> None:
     with ``d.impl`` per dispatch key and ``d.fake``; ``ops.<name>`` / ``ops.<name>_out`` call them
     the cheap way (see _dispatch)."""
     schema = d.schema()
-    _define(d.name, schema, d.impl, d.fake, keys)
+    define(d.name, schema, d.impl, d.fake, keys)
     n = len(d.outs)
     if n:
         first = len(d.mutates)
@@ -406,23 +402,7 @@ def register_decl(d: OpDecl, keys=("CPU", "CUDA")) -> None:
         def impl_out(*a):
             d.impl(*a[:-n], out=a[-n:])
 
-        _define(d.name + "_out", f"{args}, {outs}) -> ()", impl_out, lambda *a: None, keys)
-
-
-def _define(name: str, schema: str, impl, fake, keys) -> None:
-    LIB.define(name + schema)
-    for key in keys:
-        LIB.impl(name, impl, key)
-    torch.library.register_fake(f"specops::{name}", fake, lib=LIB)
-    packet = getattr(torch.ops.specops, name)
-
-    def call(*a):
-        if _compiling() or _dispatch_modes() or _function_modes() or _transforms() is not None:
-            return packet(*a)
-        return impl(*a)
-
-    call.__name__ = name
-    setattr(ops, name, call)
+        define(d.name + "_out", f"{args}, {outs}) -> ()", impl_out, lambda *a: None, keys)
 
 
 def _fast_outs(out, n: int):

@@ -176,24 +176,25 @@ def register(name: str, impl, fake, *, mutates=(), outs: int = 0, keys=("CPU", "
     implementation takes them as ``out=(t0, ...)`` (None: allocate)."""
     schema = schema_of(impl, mutates)
     _ARG_NAMES[name] = list(inspect.signature(impl).parameters)
+    define(name, schema, impl, fake, keys)
+    if outs:
+        args = schema[: schema.rindex(")", 0, schema.index("->"))]
+        extra = ", ".join(f"Tensor({chr(ord('a') + i)}!) out{i}" for i in range(outs))
+
+        def out_impl(*a):
+            impl(*a[:-outs], out=a[-outs:])
+
+        define(name + "_out", f"{args}, {extra}) -> ()", out_impl, lambda *a: None, keys)
+
+
+def define(name: str, schema: str, impl, fake, keys=("CPU", "CUDA")) -> None:
+    """``specops::<name><schema>`` with ``impl`` per dispatch key and ``fake``; ``ops.<name>``
+    its cheap caller."""
     LIB.define(name + schema)
     for key in keys:
         LIB.impl(name, impl, key)
     torch.library.register_fake(f"specops::{name}", fake, lib=LIB)
     setattr(ops, name, _eager_caller(name, impl))
-    if outs:
-        args = schema[: schema.rindex(")", 0, schema.index("->"))]
-        extra = ", ".join(f"Tensor({chr(ord('a') + i)}!) out{i}" for i in range(outs))
-        out_name = name + "_out"
-
-        def out_impl(*a):
-            impl(*a[:-outs], out=a[-outs:])
-
-        LIB.define(f"{out_name}{args}, {extra}) -> ()")
-        for key in keys:
-            LIB.impl(out_name, out_impl, key)
-        torch.library.register_fake(f"specops::{out_name}", lambda *a: None, lib=LIB)
-        setattr(ops, out_name, _eager_caller(out_name, out_impl))
 
 
 def call(name: str, args: tuple, out, specs):

@@ -8,6 +8,7 @@ import torch
 
 from specops._nvtx import traced
 from specops.ops import _common as c
+from specops.ops import _verify_checks as vc
 from specops.ops._decl import (
     OpDecl,
     Out,
@@ -17,19 +18,6 @@ from specops.ops._decl import (
     Ten,
     TreeArg,
     register_decl,
-)
-from specops.ops.verify import (
-    _bool,
-    _check_draft_probs,
-    _check_relax,
-    _check_target,
-    _check_tree,
-    _check_uniforms,
-    _relax_of,
-    _TreeArrays,
-    f32_rows,
-    id_rows,
-    tree_array,
 )
 from specops.reference import verify as rv
 from specops.reference.verify import JacobiResult, Relaxation
@@ -41,24 +29,24 @@ __all__ = ["verify_jacobi"]
 def _check(target_probs, window_tokens, draft_probs, tree, continue_after_reject, num_candidates,
            seed, offset, relax, uniforms, backend) -> None:  # fmt: skip
     op = "verify_jacobi"
-    b, L, v = _check_target(op, target_probs, backend)
+    b, L, v = vc.check_target(op, target_probs, backend)
     dev = target_probs.device
     if tree is not None:
-        _check_tree(op, tree, b, L, dev)
+        vc.check_tree(op, tree, b, L, dev)
     c.check_ids(op, "window_tokens", window_tokens, ndim=2, device=dev)
     c.check_tensor(op, "window_tokens", window_tokens, shape=(b, L))
-    _check_draft_probs(op, draft_probs, b, L, v, dev)
-    _bool(op, "continue_after_reject", continue_after_reject)
+    vc.check_draft_probs(op, draft_probs, b, L, v, dev)
+    vc.check_bool(op, "continue_after_reject", continue_after_reject)
     if isinstance(num_candidates, bool) or not isinstance(num_candidates, int):
         raise TypeError(
             f"specops.{op}: num_candidates must be an int, got {type(num_candidates).__name__}"
         )
     if num_candidates < 1:
         raise ValueError(f"specops.{op}: num_candidates must be >= 1, got {num_candidates}")
-    _check_relax(op, relax, v, dev)
+    vc.check_relax(op, relax, v, dev)
     c.check_rng(op, seed, offset, dev, b)
     draws = 2 * L + (L * num_candidates if num_candidates > 1 else 0)
-    _check_uniforms(op, uniforms, b, draws, dev)
+    vc.check_uniforms(op, uniforms, b, draws, dev)
     if c.validating():
         c.check_values_probs(op, "target_probs", target_probs)
         if draft_probs is not None:
@@ -70,11 +58,11 @@ def _check(target_probs, window_tokens, draft_probs, tree, continue_after_reject
 def _reference(target_probs, window_tokens, draft_probs, first_child, next_sibling,
                continue_after_reject, num_candidates, rng, neighbors, delta, uniforms):  # fmt: skip
     seed, offset = rng.reference(target_probs.device)
-    tree = _TreeArrays(first_child, next_sibling) if first_child is not None else None
+    tree = vc.TreeArrays(first_child, next_sibling) if first_child is not None else None
     r = rv.verify_jacobi(target_probs, window_tokens, draft_probs, tree=tree,
                          continue_after_reject=continue_after_reject,
                          num_candidates=num_candidates, seed=seed, offset=offset,
-                         relax=_relax_of(neighbors, delta), uniforms=uniforms)  # fmt: skip
+                         relax=vc.relax_of(neighbors, delta), uniforms=uniforms)  # fmt: skip
     b, L, _ = target_probs.shape
     i32 = torch.int32
     cands = (
@@ -121,10 +109,10 @@ def _complete(res: tuple, flat, out) -> tuple:
 JACOBI = OpDecl(
     "verify_jacobi",
     args=(
-        Ten("target_probs", "B L V", form=f32_rows, fast_rank=3),
-        Ten("window_tokens", "B L", form=id_rows),
-        Ten("draft_probs", "B L V", optional=True, form=f32_rows),
-        TreeArg(("first_child", "next_sibling"), optional=True, form=tree_array),
+        Ten("target_probs", "B L V", form=vc.f32_rows, fast_rank=3),
+        Ten("window_tokens", "B L", form=vc.id_rows),
+        Ten("draft_probs", "B L V", optional=True, form=vc.f32_rows),
+        TreeArg(("first_child", "next_sibling"), optional=True, form=vc.tree_array),
         Scalar("continue_after_reject", "bool"),
         Scalar("num_candidates", "int"),
         RngArg(requests="target_probs.shape[0]"),

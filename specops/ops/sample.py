@@ -8,7 +8,7 @@ from specops import reference
 from specops._nvtx import traced
 from specops.ops import _common as c
 from specops.ops._decl import OpDecl, Out, RngArg, Scalar, Ten, register_decl
-from specops.ops.verify import f32_rows
+from specops.ops._verify_checks import f32_rows
 
 __all__ = ["sample", "sample_without_replacement"]
 

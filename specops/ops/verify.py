@@ -13,13 +13,11 @@ when the CUDA kernels are not built, never the interpreter on the CPU)."""
 
 from __future__ import annotations
 
-import math
-
 import torch
-from torch import Tensor
 
 from specops._nvtx import traced
 from specops.ops import _common as c
+from specops.ops import _verify_checks as vc
 from specops.ops._decl import (
     OpDecl,
     Out,
@@ -38,142 +36,28 @@ __all__ = ["Relaxation", "verify_chain", "verify_tree", "path_acceptance"]
 
 
 # checks ---------------------------------------------------------------------------------------
-def _check_target(op: str, t, backend: str) -> tuple[int, int, int]:
-    c.check_probs(op, "target_probs", t, ndim=3, backend=backend)
-    b, n, v = t.shape
-    if n < 1 or v < 1:
-        raise ValueError(
-            f"specops.{op}: target_probs must have at least one row and a non-empty vocab, "
-            f"got shape {tuple(t.shape)}"
-        )
-    return b, n, v
-
-
-def _check_draft_probs(op: str, t, b: int, rows: int, v: int, dev):
-    if t is None:
-        return
-    c.check_probs(op, "draft_probs", t, ndim=3, device=dev)
-    if t.shape[-1] != v:
-        raise ValueError(
-            f"specops.{op}: draft_probs has vocab {t.shape[-1]} but target_probs has vocab {v} "
-            f"(draft_probs shape {tuple(t.shape)})"
-        )
-    c.check_tensor(op, "draft_probs", t, shape=(b, rows, v))
-
-
-def _check_relax(op: str, relax, v: int, dev):
-    """-> (neighbors tensor or None, delta float)."""
-    if relax is None:
-        return None, 0.0
-    if not isinstance(relax, Relaxation):
-        raise TypeError(
-            f"specops.{op}: relax must be a specops.Relaxation(neighbors, delta), "
-            f"got {type(relax).__name__}"
-        )
-    nb, delta = relax.neighbors, relax.delta
-    c.check_ids(op, "relax.neighbors", nb, ndim=2, device=dev)
-    if nb.shape[0] != v:
-        raise ValueError(
-            f"specops.{op}: relax.neighbors must have shape [V={v}, k], got {tuple(nb.shape)}"
-        )
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)):
-        raise TypeError(f"specops.{op}: relax.delta must be a float, got {type(delta).__name__}")
-    if not 0 <= delta < math.inf:
-        raise ValueError(f"specops.{op}: relax.delta must be finite and >= 0, got {delta}")
-    if c.validating():
-        c.check_values_ids(op, "relax.neighbors", nb, v)
-    return nb, float(delta)
-
-
-def _check_uniforms(op: str, u, b: int, draws: int, dev):
-    if u is not None:
-        c.check_tensor(op, "uniforms", u, dtypes=(torch.float32,), device=dev, shape=(b, draws))
-
-
-def _check_tree(op: str, tree, b: int, n: int, dev) -> None:
-    if not isinstance(tree, Tree):
-        raise TypeError(f"specops.{op}: tree must be a specops.Tree, got {type(tree).__name__}")
-    if tree.batch_size not in (1, b):
-        raise ValueError(
-            f"specops.{op}: tree has batch {tree.batch_size} but target_probs has batch {b} "
-            f"(a tree must have batch 1 or {b})"
-        )
-    if tree.num_nodes != n:
-        raise ValueError(
-            f"specops.{op}: tree has {tree.num_nodes} nodes but target_probs has {n} rows "
-            "(one per node)"
-        )
-    if tree.device != torch.device(dev):
-        raise ValueError(f"specops.{op}: tree is on {tree.device} but the inputs are on {dev}")
-
-
-def _bool(op: str, name: str, val) -> bool:
-    if not isinstance(val, bool):
-        raise TypeError(f"specops.{op}: {name} must be a bool, got {type(val).__name__}")
-    return val
-
-
-def _relax_of(neighbors, delta):
-    return None if neighbors is None else Relaxation(neighbors, delta)
-
-
-class _TreeArrays:
-    """What the reference walk reads of a Tree: first_child / next_sibling."""
-
-    def __init__(self, first_child, next_sibling):
-        self.first_child = first_child
-        self.next_sibling = next_sibling
-
-
-def _check_values(op, target_probs, draft_probs, ids, v) -> None:
-    if c.validating():
-        c.check_values_probs(op, "target_probs", target_probs)
-        if draft_probs is not None:
-            c.check_values_probs(op, "draft_probs", draft_probs)
-        c.check_values_ids(op, "draft_tokens", ids, v)
-
-
-# what the compiled kernels read (specops/ops/_decl.py ``Ten.form``): float32 probability rows
-# with a contiguous last dim (other float dtypes converted once), token ids int32 or int64 in
-# place with a contiguous last dim, tree arrays int32, counts int64.
-def f32_rows(t: Tensor) -> Tensor:
-    return t if t.dtype == torch.float32 and t.stride(-1) == 1 else t.float().contiguous()
-
-
-def id_rows(t: Tensor) -> Tensor:
-    return t if t.stride(-1) == 1 else t.contiguous()
-
-
-def tree_array(t: Tensor) -> Tensor:
-    return t if t.dtype == torch.int32 and t.is_contiguous() else t.to(torch.int32).contiguous()
-
-
-def counts(t: Tensor) -> Tensor:
-    return t.to(torch.int64).contiguous()
-
-
 # verify_chain ---------------------------------------------------------------------------------
 def _check_chain(target_probs, draft_tokens, draft_probs, num_draft, seed, offset, relax, greedy,
                  uniforms, block, backend) -> None:  # fmt: skip
     op = "verify_chain"
-    b, k1, v = _check_target(op, target_probs, backend)
+    b, k1, v = vc.check_target(op, target_probs, backend)
     dev = target_probs.device
     k = k1 - 1
     c.check_ids(op, "draft_tokens", draft_tokens, ndim=2, device=dev)
     c.check_tensor(op, "draft_tokens", draft_tokens, shape=(b, k))
-    _check_draft_probs(op, draft_probs, b, k, v, dev)
+    vc.check_draft_probs(op, draft_probs, b, k, v, dev)
     if num_draft is not None:
         c.check_ids(op, "num_draft", num_draft, device=dev, shape=(b,))
-    greedy = _bool(op, "greedy", greedy)
-    block = _bool(op, "block", block)
-    nb, _ = _check_relax(op, relax, v, dev)
+    greedy = vc.check_bool(op, "greedy", greedy)
+    block = vc.check_bool(op, "block", block)
+    nb, _ = vc.check_relax(op, relax, v, dev)
     if greedy and nb is not None:
         raise ValueError(f"specops.{op}: relax cannot be combined with greedy=True")
     if block and (greedy or nb is not None):
         raise ValueError(f"specops.{op}: block=True cannot be combined with greedy or relax")
     c.check_rng(op, seed, offset, dev, b)
-    _check_uniforms(op, uniforms, b, k + 1, dev)
-    _check_values(op, target_probs, draft_probs, draft_tokens, v)
+    vc.check_uniforms(op, uniforms, b, k + 1, dev)
+    vc.check_values(op, target_probs, draft_probs, draft_tokens, v)
     if (
         c.validating()
         and num_draft is not None
@@ -187,7 +71,7 @@ def _chain_reference(target_probs, draft_tokens, draft_probs, num_draft, rng, ne
                      greedy, uniforms, block):  # fmt: skip
     seed, offset = rng.reference(target_probs.device)
     r = rv.verify_chain(target_probs, draft_tokens, draft_probs, num_draft=num_draft, seed=seed,
-                        offset=offset, relax=_relax_of(neighbors, delta), greedy=greedy,
+                        offset=offset, relax=vc.relax_of(neighbors, delta), greedy=greedy,
                         uniforms=uniforms, block=block)  # fmt: skip
     return r.tokens, r.num_accepted
 
@@ -195,10 +79,10 @@ def _chain_reference(target_probs, draft_tokens, draft_probs, num_draft, rng, ne
 CHAIN = OpDecl(
     "verify_chain",
     args=(
-        Ten("target_probs", "B N V", form=f32_rows, fast_rank=3),
-        Ten("draft_tokens", "B K", form=id_rows),
-        Ten("draft_probs", "B K V", optional=True, form=f32_rows),
-        Ten("num_draft", "B", optional=True, form=counts),
+        Ten("target_probs", "B N V", form=vc.f32_rows, fast_rank=3),
+        Ten("draft_tokens", "B K", form=vc.id_rows),
+        Ten("draft_probs", "B K V", optional=True, form=vc.f32_rows),
+        Ten("num_draft", "B", optional=True, form=vc.counts),
         RngArg(requests="target_probs.shape[0]"),
         RelaxArg(),
         Scalar("greedy", "bool"),
@@ -273,28 +157,23 @@ register_decl(CHAIN)
 def _check_tree_op(target_probs, tree, draft_tokens, draft_probs, without_replacement, seed,
                    offset, relax, greedy, uniforms, backend) -> None:  # fmt: skip
     op = "verify_tree"
-    b, n, v = _check_target(op, target_probs, backend)
-    dev = target_probs.device
-    _check_tree(op, tree, b, n, dev)
-    c.check_ids(op, "draft_tokens", draft_tokens, ndim=2, device=dev)
-    c.check_tensor(op, "draft_tokens", draft_tokens, shape=(b, n))
-    _check_draft_probs(op, draft_probs, b, n, v, dev)
-    _bool(op, "without_replacement", without_replacement)
-    greedy = _bool(op, "greedy", greedy)
-    nb, _ = _check_relax(op, relax, v, dev)
+    b, n, v, dev = vc.check_tree_rows(op, target_probs, tree, draft_tokens, draft_probs, backend)
+    vc.check_bool(op, "without_replacement", without_replacement)
+    greedy = vc.check_bool(op, "greedy", greedy)
+    nb, _ = vc.check_relax(op, relax, v, dev)
     if greedy and nb is not None:
         raise ValueError(f"specops.{op}: relax cannot be combined with greedy=True")
     c.check_rng(op, seed, offset, dev, b)
-    _check_uniforms(op, uniforms, b, n, dev)
-    _check_values(op, target_probs, draft_probs, draft_tokens[:, 1:], v)
+    vc.check_uniforms(op, uniforms, b, n, dev)
+    vc.check_values(op, target_probs, draft_probs, draft_tokens[:, 1:], v)
 
 
 def _tree_reference(target_probs, first_child, next_sibling, width, draft_tokens, draft_probs,
                     without_replacement, rng, neighbors, delta, greedy, uniforms):  # fmt: skip
     seed, offset = rng.reference(target_probs.device)
-    r = rv.verify_tree(target_probs, _TreeArrays(first_child, next_sibling), draft_tokens,
+    r = rv.verify_tree(target_probs, vc.TreeArrays(first_child, next_sibling), draft_tokens,
                        draft_probs, without_replacement=without_replacement, seed=seed,
-                       offset=offset, relax=_relax_of(neighbors, delta), greedy=greedy,
+                       offset=offset, relax=vc.relax_of(neighbors, delta), greedy=greedy,
                        uniforms=uniforms, width=width)  # fmt: skip
     return r.path, r.tokens, r.num_accepted
 
@@ -302,10 +181,10 @@ def _tree_reference(target_probs, first_child, next_sibling, width, draft_tokens
 TREE = OpDecl(
     "verify_tree",
     args=(
-        Ten("target_probs", "B N V", form=f32_rows, fast_rank=3),
-        TreeArg(("first_child", "next_sibling"), (("width", "path_width"),), form=tree_array),
-        Ten("draft_tokens", "B N", form=id_rows),
-        Ten("draft_probs", "B N V", optional=True, form=f32_rows),
+        Ten("target_probs", "B N V", form=vc.f32_rows, fast_rank=3),
+        TreeArg(("first_child", "next_sibling"), (("width", "path_width"),), form=vc.tree_array),
+        Ten("draft_tokens", "B N", form=vc.id_rows),
+        Ten("draft_probs", "B N V", optional=True, form=vc.f32_rows),
         Scalar("without_replacement", "bool"),
         RngArg(requests="target_probs.shape[0]"),
         RelaxArg(),
@@ -376,13 +255,8 @@ register_decl(TREE)
 # path_acceptance ------------------------------------------------------------------------------
 def _check_paths(target_probs, draft_probs, tree, draft_tokens, backend) -> None:
     op = "path_acceptance"
-    b, n, v = _check_target(op, target_probs, backend)
-    dev = target_probs.device
-    _check_tree(op, tree, b, n, dev)
-    c.check_ids(op, "draft_tokens", draft_tokens, ndim=2, device=dev)
-    c.check_tensor(op, "draft_tokens", draft_tokens, shape=(b, n))
-    _check_draft_probs(op, draft_probs, b, n, v, dev)
-    _check_values(op, target_probs, draft_probs, draft_tokens[:, 1:], v)
+    _, _, v, _ = vc.check_tree_rows(op, target_probs, tree, draft_tokens, draft_probs, backend)
+    vc.check_values(op, target_probs, draft_probs, draft_tokens[:, 1:], v)
 
 
 def _paths_reference(target_probs, draft_probs, parents, num_paths, draft_tokens):
@@ -392,10 +266,10 @@ def _paths_reference(target_probs, draft_probs, parents, num_paths, draft_tokens
 PATHS = OpDecl(
     "path_acceptance",
     args=(
-        Ten("target_probs", "B N V", form=f32_rows, fast_rank=3),
-        Ten("draft_probs", "B N V", optional=True, form=f32_rows),
-        TreeArg(("parents",), (("num_paths", "num_leaves"),), form=tree_array),
-        Ten("draft_tokens", "B N", form=id_rows),
+        Ten("target_probs", "B N V", form=vc.f32_rows, fast_rank=3),
+        Ten("draft_probs", "B N V", optional=True, form=vc.f32_rows),
+        TreeArg(("parents",), (("num_paths", "num_leaves"),), form=vc.tree_array),
+        Ten("draft_tokens", "B N", form=vc.id_rows),
     ),
     outs=(
         Out("kappa", "B, num_paths", torch.float32),
