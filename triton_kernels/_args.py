@@ -75,6 +75,17 @@ def vec(t: torch.Tensor | None, dummy: torch.Tensor) -> tuple[Strided, int]:
     return Strided(t), t.stride(0)
 
 
+def cache_pages(k_cache: torch.Tensor, cache_seqlens: torch.Tensor, block_table):
+    """A KV cache's geometry as the kernels take it -> (num_pages, page, capacity, block table,
+    its stride over requests, over pages): paged [P, page, ...] with ``block_table`` [B, pages],
+    or [B, S, ...] (one page of size 1 per position; the table argument is never read)."""
+    if block_table is not None:
+        page = k_cache.shape[1]
+        return (k_cache.shape[0], page, block_table.shape[1] * page, Strided(block_table),
+                block_table.stride(0), block_table.stride(1))  # fmt: skip
+    return 1, 1, k_cache.shape[1], Strided(cache_seqlens), 0, 0
+
+
 def unit_rows(t: torch.Tensor) -> torch.Tensor:
     """``t`` when its last dim has unit stride (or size <= 1), else a contiguous copy: for rows
     the kernel reads with a row stride and a unit column stride."""

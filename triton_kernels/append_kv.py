@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-from specops.triton_kernels._args import Strided, launch, vec
+from specops.triton_kernels._args import Strided, cache_pages, launch, vec
 
 __all__ = ["append_kv_triton"]
 
@@ -84,14 +84,7 @@ def append_kv_triton(k_cache, v_cache, k, v, cache_seqlens, block_table) -> None
     when there is nothing to write: B, N, Hkv or D = 0, a capacity of 0, or a paged cache
     without pages (specops.append_kv rejects P = 0 with a capacity > 0)."""
     b, n, hkv, d = k.shape
-    if block_table is not None:
-        num_pages, page = k_cache.shape[0], k_cache.shape[1]
-        cap = block_table.shape[1] * page
-        bt, s_btb, s_btp = Strided(block_table), block_table.stride(0), block_table.stride(1)
-    else:
-        num_pages, page = 1, 1
-        cap = k_cache.shape[1]
-        bt, s_btb, s_btp = Strided(cache_seqlens), 0, 0  # never read
+    num_pages, page, cap, bt, s_btb, s_btp = cache_pages(k_cache, cache_seqlens, block_table)
     if b * n * hkv * d == 0 or cap == 0 or num_pages == 0:
         return
     sl, s_sl = vec(cache_seqlens, k)

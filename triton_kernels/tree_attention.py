@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 from specops.triton_kernels._args import (
     Strided,
+    cache_pages,
     check_unit_last,
     launch,
     out_buffer,
@@ -464,14 +465,7 @@ def tree_attention_triton(
     hkv = k_cache.shape[2]
     g = hq // hkv if hkv else 0
     paged = block_table is not None
-    if paged:
-        num_pages, page = k_cache.shape[0], k_cache.shape[1]
-        cap = block_table.shape[1] * page
-        bt, s_btb, s_btp = Strided(block_table), block_table.stride(0), block_table.stride(1)
-    else:
-        num_pages, page = 1, 1
-        cap = k_cache.shape[1]
-        bt, s_btb, s_btp = Strided(cache_seqlens), 0, 0  # never read
+    num_pages, page, cap, bt, s_btb, s_btp = cache_pages(k_cache, cache_seqlens, block_table)
     if b * n * hq == 0:
         return
     if cap == 0 or (paged and num_pages == 0):
