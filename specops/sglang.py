@@ -4,39 +4,24 @@ verification and tree construction where SGLang's EAGLE worker looks them up.
     import specops.sglang
     specops.sglang.install()
 
-With specops installed, SGLang also does this by itself in every process: specops declares the
-general-plugin entry point ``sglang.srt.plugins: specops = specops.sglang:install``, which
-SGLang's ``load_plugins()`` calls early (``SGLANG_PLUGINS`` may restrict the plugins it loads).
-``SPECOPS_SGLANG=0`` makes ``install()`` do nothing.
-
-Replaced (attributes of ``sglang.srt.speculative.eagle_utils``, which its ``eagle_sample`` and
-tree-building wrapper read at call time; the kernels' own modules are bound by name there, so
-patching them would change nothing):
-
-- ``tree_speculative_sampling_target_only``: ``specops.compat.sglang_verify``'s, same signature;
-- ``chain_speculative_sampling_triton``: the chain rejection sampler of
-  ``--speculative-use-rejection-sampling`` (token-wise, or block verification with
-  ``block_verification=True``), on ``specops.verify_chain``;
-- ``verify_tree_greedy_func``: SGLang's wrapper signature (``retrieve_*`` names, ``topk``),
-  returning ``(predicts, accept_index, accept_token_num)``;
-- ``build_tree_kernel_efficient_func``: SGLang's wrapper signature, over
-  ``specops.compat.sglang_build_tree.build_tree_kernel_efficient``.
-
-Each is the semantics of SGLang's CUDA kernel (see those modules), as tensor operations on the
-tensors' own device.  ``uninstall()`` puts SGLang's back.  Importing this module imports nothing
-of SGLang; ``install()`` imports ``sglang.srt.speculative.eagle_utils``."""
+SGLang also calls ``install()`` by itself in every process through the general-plugin entry
+point ``sglang.srt.plugins: specops = specops.sglang:install``; ``SPECOPS_SGLANG=0`` makes it do
+nothing, ``uninstall()`` puts SGLang's functions back.  Replaced: four attributes of
+``sglang.srt.speculative.eagle_utils`` (tree and chain sampling, greedy tree verification, tree
+building), each the semantics of SGLang's kernel on the tensors' own device.  Importing this
+module imports nothing of SGLang.  The full list and rules: docs/sglang.md."""
 
 from __future__ import annotations
 
 import importlib
 import os
 
+from specops.compat.sglang_build_tree import build_tree_kernel_efficient
 from specops.compat.sglang_verify import (
     chain_speculative_sampling_triton,
     tree_speculative_sampling_target_only,
     verify_tree_greedy,
 )
-from specops.compat.sglang_build_tree import build_tree_kernel_efficient
 
 __all__ = ["install", "installed", "uninstall", "TARGET_MODULE"]
 

@@ -10,8 +10,8 @@ import types
 
 import pytest
 import torch
-from test_compat_sglang_verify import _sgl_vector_inputs
 from test_compat_sglang_build_tree import _buffers, _sglang_case
+from test_compat_sglang_verify import _sgl_vector_inputs
 
 import specops.sglang as sg
 

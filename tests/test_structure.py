@@ -1,4 +1,5 @@
-"""The house in order: no source, test or doc file over 600 lines, and no import circles
+"""The house in order: no source, test or doc file over 600 lines, module docstrings of at most
+15 lines, and no import circles
 between its modules (function-level imports included: a circle through a lazy import is still
 two modules that each need the other)."""
 
@@ -25,6 +26,17 @@ def test_no_source_file_over_600_lines():
                 if n > MAX_LINES and rel not in KNOWN_LONG:
                     long[rel] = n
     assert not long, f"split these files (at most {MAX_LINES} lines): {long}"
+
+
+def test_module_docstrings_are_short():
+    """A module's docstring says what it is in at most 15 lines; the detail lives in docs/."""
+    long = {}
+    for top in ("specops", "triton_kernels"):
+        for path in (ROOT / top).rglob("*.py"):
+            doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False)
+            if doc and doc.count("\n") + 1 > 15:
+                long[path.relative_to(ROOT).as_posix()] = doc.count("\n") + 1
+    assert not long, f"module docstrings over 15 lines (move the detail to docs/): {long}"
 
 
 def _module_name(path: pathlib.Path) -> str:

@@ -1,30 +1,11 @@
 """SGLang's EAGLE tree construction (``build_tree_kernel_efficient``: the sgl_kernel / SGLang
 0.5.23 JIT kernel's contract), on device tensors, in place, without a host sync.
 
-Per request b, the tree has ``draft_token_num`` = N nodes: node 0 the root (the bonus token),
-node i >= 1 the draft ``selected_index[b, i - 1]`` (an index into the drafter's flat score list,
-ascending).  Its parent: the root when ``selected_index[b, i - 1] // topk`` = g is 0, else the node
-whose selected index equals ``parent_list[b, g]`` (searched among the N - 1 selected).  Written:
-
-- ``retrive_index[b, i]`` = b * N + i; ``retrive_next_token[b, p]`` = p's first child (its
-  smallest node index) and ``retrive_next_sibling[b, i]`` = the next larger child of i's parent,
-  for the links that exist (the other entries are left as given: SGLang fills them with -1; a
-  parent's entry that was not -1 becomes its last child's sibling, as the kernel chains it);
-- ``positions[b * N + i]`` = ``verified_seq_len[b]`` + depth of node i (root 0); ``positions``
-  is [bs * N] (SGLang's eagle_utils) or [bs, N] (its jit_kernel tests), written alike;
-- ``tree_mask``: row i of request b, draft column k: True iff k = 0 or node k is i or an
-  ancestor of i (column k = node k).  ``tree_mask_mode`` 0, FULL_MASK: bool, request b's rows
-  start at N*N*b + N*sum(seq_lens[:b]), each row seq_len_b + N long, the prefix columns left as
-  the caller filled them; 1, QLEN_ONLY: bool [bs, N, N] flattened; 2, QLEN_ONLY_BITPACKING:
-  per row ``nbytes`` = 1, 2 or 4 bytes (N <= 8, 16, 32), bit k = column k, little-endian, byte
-  0 assigned, the others OR-ed into what the caller zero-filled.
-
-A node whose parent is not among the selected is left unlinked (the kernel's "invalid eagle
-tree" warning); an ancestor walk that misses stops there and is at most ``depth`` steps (SGLang's
-later kernels bound it so; 0.5.23's CUDA kernel loops or writes out of bounds there).  Invalid
-input raises a ValueError in validation mode (``specops.validation()``); in fast mode nothing is
-read or written outside its tensor (a FULL_MASK ``tree_mask`` shorter than its layout drops the
-writes past its end)."""
+Per request the tree has ``draft_token_num`` = N nodes: the root, then the drafts
+``selected_index[b, :]`` linked to their parents through ``parent_list``.  Written: the
+``retrive_*`` links, ``positions`` and ``tree_mask`` in SGLang's three mask modes.  An invalid
+tree raises in validation mode; in fast mode nothing is read or written outside its tensor.
+The exact rules: docs/sglang.md."""
 
 from __future__ import annotations
 

@@ -1,52 +1,15 @@
 """SGLang's EAGLE tree verification (the sgl_kernel / SGLang 0.5.23 JIT kernels' contracts), on
-device tensors, in place, without a host sync.
+device tensors, in place, without a host sync: ``verify_tree_greedy``,
+``tree_speculative_sampling_target_only`` (one coin per level against the running target mass),
+``tree_speculative_sampling`` (lossless, with the draft distribution) and
+``chain_speculative_sampling_triton``.
 
-Trees are SGLang's linked lists, per request b over N tree-local nodes: node 0 is the root (the
-last verified token), node i carries ``candidates[b, i]``, its first child is
-``retrive_next_token[b, i]`` and its next sibling ``retrive_next_sibling[b, i]`` (-1: none), and
-its flat output slot is ``retrive_index[b, i]`` (EAGLE: b * N + i).  S = ``accept_index.shape[1]``
-is the number of speculative tokens (the walk takes at most S - 1 levels).  Written, as the
-kernels write them: ``accept_index[b, 0..a]`` = the flat slots of the root and the a accepted
-nodes (the rest left as given), ``accept_token_num[b]`` = a, ``predicts[slot of each accepted-path
-node]`` = the token that follows it (the accepted child's candidate; for the last node the bonus
-or correction token).  Other entries are left as given.
-
-- ``verify_tree_greedy``: a child is accepted when its candidate equals the target's argmax
-  after the current node, ``target_predict.flatten()[slot]`` (SGLang indexes it by flat slot).
-- ``tree_speculative_sampling_target_only``: SGLang's sampled verification without draft
-  probabilities.  At each level one coin ``uniform_samples[b, node]`` (the node last accepted) is
-  compared with the running target mass of the siblings tried so far: sibling x is accepted iff
-  p(x) > 0 and (coin < acc / threshold_acc or p(x) >= threshold_single), acc += p(x) over the
-  siblings in list order (0.5.23's rule; with both thresholds 1 this samples the target over the
-  ordered siblings).  A rejected sibling's p(x) is copied into ``draft_probs`` at its row, so the
-  final token is drawn from r = max(p - draft_probs, 0) at the last accepted node (the target
-  with the rejected siblings removed; the whole target after a full-depth acceptance): the first
-  id with r > 0 whose inclusive float32 cumsum exceeds ``u * sum(r)``, else the last id with
-  r > 0, else V - 1.  The walk is exact; the final id can differ from SGLang's kernel only where
-  u * sum(r) falls within float32 rounding of a cumsum boundary (the sums run in another order).
-
-Checks.  Always (no host sync): every argument's rank, shape, dtype and device against SGLang's
-contract, named in SGLang's words (``candidates`` [bs, N >= 1] int, ``retrive_*`` [bs, N] int,
-``accept_index`` [bs, >= 1] int (the chain: >= K + 1), ``accept_token_num`` [bs] int,
-``predicts`` a contiguous int buffer, ``uniform_samples`` / ``target_probs`` / ``draft_probs``
-[bs, N, ...] float, ``uniform_samples_for_final_sampling`` one float per request): a
-ValueError/TypeError, never an IndexError from inside.  In validation mode
-(``specops.validation()``, ``SPECOPS_VALIDATE=1``) also the values: a child or sibling index
-outside [-1, N), a node reached twice (a sibling cycle, or a node with two parents), a slot of
-``retrive_index`` outside ``predicts`` (greedy: or ``target_predict``) or repeated within a
-request, a draft in ``candidates`` (every column but the root's) outside [0, vocab) where the
-function knows the vocabulary.
-
-Fast mode, whatever the values (one rule in all these functions): no access leaves its tensor
-and every walk is bounded.  A child or sibling index outside [-1, N) ends the sibling list; a
-draft id outside [0, vocab) has target probability 0 (never accepted, never written, nothing
-copied into ``draft_probs`` for it); a slot outside ``predicts`` is recorded in ``accept_index``
-as given (SGLang copies ``retrive_index`` there) but nothing is written through it (no clamp
-onto another slot), and greedy's read of ``target_predict`` through a slot outside it finds no
-token (no child matches, nothing written).  A slot repeated within a request gets the larger of
-its tokens (SGLang: the later write).
-
-Nothing here imports SGLang; ``specops.sglang.install()`` puts these in SGLang's place."""
+Trees are SGLang's linked lists (``retrive_next_token`` / ``retrive_next_sibling``, flat slots
+``retrive_index``).  Every argument is checked against SGLang's contract, named in SGLang's
+words, without a sync; validation mode also checks the values.  In fast mode no access leaves
+its tensor and every walk is bounded, whatever the values.  The exact rules (what is written,
+the final draw, the checks, the fast-mode policy): docs/sglang.md.  Nothing here imports
+SGLang; ``specops.sglang.install()`` puts these in SGLang's place."""
 
 from __future__ import annotations
 
