@@ -24,6 +24,17 @@ from specops import Tree
 from .harness import Row, time_fn
 
 
+def _timed(pieces, prefix: str, shape: str, device: str, quick: bool, note: str = "") -> list[Row]:
+    """One Row per (name, fn) of ``pieces``: ``prefix.name`` at ``shape``, backend auto."""
+    rows = []
+    for name, fn in pieces:
+        st = time_fn(fn, device, quick=quick)
+        rows.append(
+            Row(f"{prefix}.{name}", shape, "auto", st.median_us, st.p20_us, st.p80_us, note=note)
+        )
+    return rows
+
+
 def _lumina(device: str, quick: bool) -> list[Row]:
     layers, hkv, d, v, s = (2, 2, 16, 512, 256) if quick else (32, 32, 128, 65536, 4096)
     window, prefix = 64, (100 if quick else 2400)
@@ -69,27 +80,15 @@ def _lumina(device: str, quick: bool) -> list[Row]:
         seqlens.copy_(seqlens0)
         specops.commit_kv(caches, seqlens, res.path.expand(2, -1).contiguous())
 
-    shape = f"L{layers} Hkv{hkv} D{d} V{v} W{window} S{prefix}"
-    rows = []
-    for name, fn in [
+    pieces = [
         ("probs_from_logits", probs),
         ("verify_jacobi", verify),
         ("commit_kv", commit),
         ("step_total", step),
-    ]:
-        st = time_fn(fn, device, quick=quick)
-        rows.append(
-            Row(
-                f"lumina_sjdpac.{name}",
-                shape,
-                "auto",
-                st.median_us,
-                st.p20_us,
-                st.p80_us,
-                note="paper: 3200us verify+gen, 2200us KV update",
-            )
-        )
-    return rows
+    ]
+    shape = f"L{layers} Hkv{hkv} D{d} V{v} W{window} S{prefix}"
+    note = "paper: 3200us verify+gen, 2200us KV update"
+    return _timed(pieces, "lumina_sjdpac", shape, device, quick, note)
 
 
 def _llamagen(device: str, quick: bool) -> list[Row]:
@@ -146,20 +145,15 @@ def _llamagen(device: str, quick: bool) -> list[Row]:
             embedding, r.tokens.clamp_min(0), feats[:, : r.tokens.shape[1]]
         )
 
-    shape = f"L{layers} H{heads} D{d} V{v} N{nodes} S{prefix}"
-    rows = []
-    for name, fn in [
+    pieces = [
         ("tree_build", build),
         ("probs_from_logits", probs),
         ("verify_tree", verify),
         ("commit_kv", commit),
         ("drafter_inputs", drafter),
-    ]:
-        st = time_fn(fn, device, quick=quick)
-        rows.append(
-            Row(f"llamagen_eagle.{name}", shape, "auto", st.median_us, st.p20_us, st.p80_us)
-        )
-    return rows
+    ]
+    shape = f"L{layers} H{heads} D{d} V{v} N{nodes} S{prefix}"
+    return _timed(pieces, "llamagen_eagle", shape, device, quick)
 
 
 def run(device: str, quick: bool) -> list[Row]:

@@ -29,7 +29,7 @@ import torch
 from specops.decode import ar, speculative
 from specops.models.loading import load_default
 
-from .harness import Table, git_commit
+from .harness import e2e_table, greedy_seeds
 
 TREES = {
     "chain K=4": dict(tree=None, num_draft=4),
@@ -84,15 +84,12 @@ def main(argv=None) -> list[dict]:
         f"{'T':>3} {'tree':<15} {'drafter':<7} {'tau (mean+-sd)':>15} "
         f"{'step compr. (mean+-sd)':>22} {'tau ratio':>9} {'s':>6}"
     )
-    table = Table(
-        f"bench.drafters_e2e at {git_commit()}: {len(cls)} class prompts, seeds {args.seeds}, "
-        f"{torch.get_num_threads()} CPU thread(s)",
-        head,
-        args.out,
+    table = e2e_table(
+        "drafters_e2e", f"{len(cls)} class prompts, seeds {args.seeds}", head, args.out
     )
     rows = []
     for temp in args.temperatures:
-        seeds = args.seeds if temp > 0 else args.seeds[:1]
+        seeds = greedy_seeds(temp, args.seeds)
         ref = ar(target, cls, temperature=0)[0] if temp == 0 else None
         for tree in args.trees:
             base = None

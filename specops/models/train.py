@@ -43,77 +43,99 @@ def build_tokens(args):
     return vq, tokens, torch.as_tensor(labels)
 
 
+def fit(module, opt, steps: int, lr: float, batch_loss, label: str, *, progress: bool = True):
+    """``steps`` optimizer steps of ``module`` on ``batch_loss()`` (which draws the step's batch
+    and returns its loss) under the cosine schedule peaking at ``lr``, the gradient norm clipped
+    at 1; prints ``{label} step .. loss ..`` every 50 steps and at the last (with ``progress``, a
+    progress line on a terminal in between).  -> (seconds, last loss)."""
+    t0 = time.time()
+    bar = Progress(label, steps, unit="steps") if progress else None
+    for step in range(steps):
+        if bar is not None:
+            bar.update(step)
+        for group in opt.param_groups:
+            group["lr"] = cosine_lr(step, steps, lr)
+        loss = batch_loss()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
+        opt.step()
+        if step % 50 == 0 or step == steps - 1:
+            if bar is not None:
+                bar.clear()
+            print(
+                f"{label} step {step:4d} loss {loss.item():.3f} ({time.time() - t0:.0f}s)",
+                flush=True,
+            )
+    return time.time() - t0, loss.item()
+
+
 def train_ar(args, cfg: ARConfig, tokens, labels):
     torch.manual_seed(args.seed)
     model = Transformer(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.05)
     g = torch.Generator().manual_seed(args.seed)
-    t0 = time.time()
-    bar = Progress("ar", args.ar_steps, unit="steps")  # on a terminal, between the loss lines
-    for step in range(args.ar_steps):
-        bar.update(step)
+
+    def batch_loss():
         idx = torch.randint(0, tokens.shape[0], (args.batch,), generator=g)
         cls = labels[idx] + cfg.vocab
         drop = torch.rand(args.batch, generator=g) < 0.1
         cls = torch.where(drop, cfg.null_class, cls)
         seq = torch.cat([cls[:, None], tokens[idx]], 1)  # [B, 257]
-        for group in opt.param_groups:
-            group["lr"] = cosine_lr(step, args.ar_steps, args.lr)
         logits, _ = model.forward_train(seq[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, cfg.vocab), seq[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if step % 50 == 0 or step == args.ar_steps - 1:
-            bar.clear()
-            print(f"ar step {step:4d} loss {loss.item():.3f} ({time.time() - t0:.0f}s)", flush=True)
-    return model, time.time() - t0, loss.item()
+        return F.cross_entropy(logits.reshape(-1, cfg.vocab), seq[:, 1:].reshape(-1))
+
+    return model, *fit(model, opt, args.ar_steps, args.lr, batch_loss, "ar")
+
+
+def new_drafter(target: Transformer, seed: int, lr: float):
+    """A fresh ``Drafter`` bound to ``target`` (torch seeded with ``seed`` + 1), its AdamW and the
+    batch generator (seeded the same): -> (drafter, optimizer, generator)."""
+    torch.manual_seed(seed + 1)
+    drafter = Drafter(target.cfg).bind(target)
+    opt = torch.optim.AdamW(drafter.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    return drafter, opt, torch.Generator().manual_seed(seed + 1)
+
+
+def class_batch(tokens, labels, batch: int, vocab: int, g: torch.Generator) -> torch.Tensor:
+    """``batch`` sequences [class token, image tokens] drawn with ``g``."""
+    idx = torch.randint(0, tokens.shape[0], (batch,), generator=g)
+    return torch.cat([(labels[idx] + vocab)[:, None], tokens[idx]], 1)
 
 
 def train_drafter(args, target: Transformer, tokens, labels):
-    torch.manual_seed(args.seed + 1)
     for p in target.parameters():
         p.requires_grad_(False)
-    drafter = Drafter(target.cfg).bind(target)
-    opt = torch.optim.AdamW(drafter.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    g = torch.Generator().manual_seed(args.seed + 1)
-    t0 = time.time()
-    bar = Progress("drafter", args.drafter_steps, unit="steps")
-    for step in range(args.drafter_steps):
-        bar.update(step)
-        idx = torch.randint(0, tokens.shape[0], (args.drafter_batch,), generator=g)
-        seq = torch.cat([(labels[idx] + target.cfg.vocab)[:, None], tokens[idx]], 1)
-        for group in opt.param_groups:
-            group["lr"] = cosine_lr(step, args.drafter_steps, args.lr)
-        loss = drafter_loss(drafter, target, seq, args.unroll)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
-        opt.step()
-        if step % 50 == 0 or step == args.drafter_steps - 1:
-            bar.clear()
-            print(f"drafter step {step:4d} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
-    return drafter, time.time() - t0, loss.item()
+    drafter, opt, g = new_drafter(target, args.seed, args.lr)
+
+    def batch_loss():
+        seq = class_batch(tokens, labels, args.drafter_batch, target.cfg.vocab, g)
+        return drafter_loss(drafter, target, seq, args.unroll)
+
+    return drafter, *fit(drafter, opt, args.drafter_steps, args.lr, batch_loss, "drafter")
 
 
 def half_state(module: torch.nn.Module) -> dict:
     return {k: v.half() if v.is_floating_point() else v for k, v in module.state_dict().items()}
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def training_parser(doc: str, options: dict[str, int | float]) -> argparse.ArgumentParser:
+    """The parser of a training script: ``--out`` (the weights dir), ``--seed``, ``--per-class``
+    (training images per class), then one option per entry of ``options`` (flag: default, typed
+    like the default), in order."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--out", default=str(WEIGHTS))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--per-class", type=int, default=600)
-    ap.add_argument("--codebook", type=int, default=512)
-    ap.add_argument("--ar-steps", type=int, default=3000)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--drafter-steps", type=int, default=300)
-    ap.add_argument("--drafter-batch", type=int, default=8)
-    ap.add_argument("--unroll", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
+    for flag, default in options.items():
+        ap.add_argument(flag, type=type(default), default=default)
+    return ap
+
+
+def main(argv=None):
+    options = {"--codebook": 512, "--ar-steps": 3000, "--batch": 16, "--lr": 2e-3}
+    options |= {"--drafter-steps": 300, "--drafter-batch": 8, "--unroll": 3, "--threads": 2}
+    ap = training_parser(__doc__, options)
     ap.add_argument("--only-drafter", action="store_true", help="reuse the saved vq.pt/ar.pt")
     ap.add_argument(
         "--objective",
@@ -189,13 +211,17 @@ def save_drafter(path, drafter, args, secs, loss, objective="ce", **extra):
     }
     if objective != "ce":  # the CE record keeps its original keys (drafter.pt reproducible)
         record |= {"objective": objective, "steps": args.vsd_steps, **extra}
-    state = {
+    torch.save(drafter_state(drafter, record), path)
+
+
+def drafter_state(drafter: Drafter, record: dict) -> dict:
+    """What a drafter file holds: its step embedding's shape, float16 weights and ``record``."""
+    return {
         "step_dim": drafter.step_embed.embedding_dim,
         "max_step": drafter.max_step,
         "state": half_state(drafter),
         "train": record,
     }
-    torch.save(state, path)
 
 
 if __name__ == "__main__":

@@ -14,17 +14,15 @@ reads it.  The recipe in full: docs/training.md, "A HiViS drafter".
 
 from __future__ import annotations
 
-import argparse
-import time
 from pathlib import Path
 
 import torch
 
 from specops.models.data import make_dataset
 from specops.models.drafter import Drafter
-from specops.models.drafter_loss import cosine_lr, drafter_loss
+from specops.models.drafter_loss import drafter_loss
 from specops.models.loading import load_default, load_drafter_file
-from specops.models.train import WEIGHTS, half_state
+from specops.models.train import class_batch, drafter_state, fit, new_drafter, training_parser
 from specops.models.transformer import Transformer
 
 __all__ = ["hivis_loss", "load_hivis_drafter", "kept_positions"]
@@ -52,15 +50,8 @@ def load_hivis_drafter(target: Transformer, *, weights_dir=None) -> Drafter:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=str(WEIGHTS))
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--per-class", type=int, default=600)
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--unroll", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)
+    options = {"--steps": 300, "--batch": 8, "--lr": 2e-3, "--unroll": 3, "--threads": 1}
+    ap = training_parser(__doc__, options)
     ap.add_argument("--positions", choices=["target", "compact"], default="target")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -68,35 +59,21 @@ def main(argv=None):
     target = m.target
     images, labels = make_dataset(args.per_class, seed=args.seed)
     tokens, labels = m.vq.encode(images).reshape(len(images), -1), torch.as_tensor(labels)
-    torch.manual_seed(args.seed + 1)
-    drafter = Drafter(target.cfg).bind(target)
-    opt = torch.optim.AdamW(drafter.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    g = torch.Generator().manual_seed(args.seed + 1)
-    t0 = time.time()
-    for step in range(args.steps):
-        idx = torch.randint(0, tokens.shape[0], (args.batch,), generator=g)
-        seq = torch.cat([(labels[idx] + target.cfg.vocab)[:, None], tokens[idx]], 1)
+    drafter, opt, g = new_drafter(target, args.seed, args.lr)
+
+    def batch_loss():
+        seq = class_batch(tokens, labels, args.batch, target.cfg.vocab, g)
         rows = int(torch.randint(0, 13, (1,), generator=g))
         k = max(16 * rows, 1)  # visible prefix tokens t_1 .. t_{k-1} hidden, t_k kept
-        for group in opt.param_groups:
-            group["lr"] = cosine_lr(step, args.steps, args.lr)
-        loss = hivis_loss(drafter, target, seq, k, args.unroll, args.positions == "compact")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
-        opt.step()
-        if step % 50 == 0 or step == args.steps - 1:
-            print(f"hivis drafter step {step:4d} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
+        return hivis_loss(drafter, target, seq, k, args.unroll, args.positions == "compact")
+
+    label = "hivis drafter"
+    seconds, loss = fit(drafter, opt, args.steps, args.lr, batch_loss, label, progress=False)
     record = dict(
-        steps=args.steps, batch=args.batch, seconds=time.time() - t0, loss=loss.item(),
+        steps=args.steps, batch=args.batch, seconds=seconds, loss=loss,
         unroll=args.unroll, seed=args.seed, hidden_rows="0..12 per batch", positions=args.positions,
     )  # fmt: skip
-    state = {
-        "step_dim": drafter.step_embed.embedding_dim,
-        "max_step": drafter.max_step,
-        "state": half_state(drafter),
-        "train": record,
-    }
+    state = drafter_state(drafter, record)
     torch.save(state, Path(args.out) / "drafter_hivis.pt")
     print("wrote", Path(args.out) / "drafter_hivis.pt")
 
