@@ -5,12 +5,11 @@ the outputs' shapes in symbols, the backends and the reference.  Everything else
   neighbours and delta, seed and offset one ``Rng``): the torch.library schema, the order of the
   compiled bindings (``<op>_cpu`` / ``_cuda`` / ``_cuda_sim``, their ``py::arg`` names) and of
   the Triton entry point, which tests/test_declarations.py holds to it;
-- the eager fast path's and the checked path's lowering from the public arguments to that list
-  (generated source, ``OpDecl.source``), the fake kernel and the ``out=`` checks;
-- ``run``: the one dispatch (fast path, else the op's checks, then the backend table).
-
-An op module writes its public function (signature, docstring, ``run(DECL, ...)``), its
-value checks (``check``, taking the declared arguments in order) and its reference adaptor
+- ``OpDecl.call``, the one dispatch (generated source, ``OpDecl.source``): the eager fast path
+  straight to the binding, else the op's checks, the lowering, and the backend table;
+- the fake kernel and the ``out=`` checks.
+An op module writes its public function (signature, docstring, ``DECL.call(backend, out,
+...)``), its checks (``check``, taking the declared arguments) and its reference adaptor
 (``reference``, taking the flat arguments by name, the random stream as one ``rng``)."""
 
 from __future__ import annotations
@@ -36,9 +35,10 @@ from specops.tree import Tree
 
 
 # kinds of arguments -------------------------------------------------------------------------
-# Each kind names the public parameters it takes, the flat (name, schema type) entries it becomes,
-# and the Python expressions of that lowering: on the fast path (with the guards under which the
-# binding's own checks imply the Python ones) and after the op's checks.
+# Each kind names the public parameters it takes (``params``), the flat (name, schema type)
+# entries it becomes (``flat``), and the Python source of that lowering: ``lower()`` after the
+# op's checks, ``fast()`` -> (conditions under which the binding's own checks imply the Python
+# ones, setup statements, conditions on what the setup made, the flat values).
 @dataclass(frozen=True)
 class Ten:
     """A tensor ``name`` with ``shape`` in symbols ("B N V"; "..." = any leading dims);
