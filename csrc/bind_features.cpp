@@ -139,10 +139,15 @@ void bind_features(py::module_& m) {
   for (const char* name :
        {"gather_rows", "drafter_inputs", "feature_cache_write", "path_similarity"})
     host_kernel_names().push_back(name);
-  m.def("gather_rows_cpu", &gather_rows);
-  m.def("drafter_inputs_cpu", &drafter_inputs);
-  m.def("feature_cache_write_cpu", &feature_cache_write);
-  m.def("path_similarity_cpu", &path_similarity);
+  // The outputs are given (these write them): the declarations' order (specops/ops/features.py)
+  using py::arg;
+  m.def("gather_rows_cpu", &gather_rows, arg("src"), arg("index"), arg("out_out"));
+  m.def("drafter_inputs_cpu", &drafter_inputs, arg("embedding"), arg("tokens"), arg("features"),
+        arg("step_embedding"), arg("out_out"));
+  m.def("feature_cache_write_cpu", &feature_cache_write, arg("store"), arg("stamps"),
+        arg("positions"), arg("feats"), arg("step"), arg("step_value"));
+  m.def("path_similarity_cpu", &path_similarity, arg("paths"), arg("codebook"), arg("alpha"),
+        arg("stride"), arg("out_out"));
 }
 
 }  // namespace specops

@@ -212,6 +212,7 @@ class OpDecl:
     mutates: tuple[str, ...] = ()  # flat tensors written in place (ops without outputs)
     backends_for: Callable | None = None  # (flat, backend) -> the backends these inputs allow
     env: dict = field(default_factory=dict)  # names the generated lowering may use
+    fast: bool = True  # False: the binding takes no None outputs; every call runs the checks
     source: str = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -270,8 +271,11 @@ class OpDecl:
         ]
         call = [
             f"def call(backend, out, {params}):",
-            f"    fast = _fast_kernel(_name, {first}, backend, _backends)",
-            *body,
+            *(
+                [f"    fast = _fast_kernel(_name, {first}, backend, _backends)", *body]
+                if self.fast
+                else []
+            ),
             f"    return _checked(_decl, backend, out, ({params},))",
         ]
         fast = [x for x in fast if x] + [""] + call

@@ -14,6 +14,7 @@ from specops import _build, reference
 from specops._int_arg import check_int
 from specops._nvtx import traced
 from specops.ops import _common as c
+from specops.ops._decl import OpDecl, Out, Ten, Value, register_decl
 
 __all__ = ["FeatureCache", "gather_rows", "drafter_inputs", "path_similarity"]
 
@@ -55,6 +56,10 @@ def gather_rows(
 
     Validation mode raises on out-of-range indices other than -1; fast mode reads them as
     zeros."""
+    return GATHER.call(backend, out, src, index)[0]
+
+
+def _check_gather(src, index, backend) -> None:
     c.check_tensor("gather_rows", "src", src, ndim=3, dtypes=_FLOATS)
     c.check_ids("gather_rows", "index", index, ndim=2, device=src.device)
     if index.shape[0] != src.shape[0]:
@@ -63,30 +68,31 @@ def gather_rows(
             f"{tuple(index.shape)}"
         )
     _check_index_values("gather_rows", "index", index, src.shape[1])
-    shape = (index.shape[0], index.shape[1], src.shape[2])
-    specs = lambda: (("out", shape, src.dtype, src.device),)
-    return c.call("gather_rows", (src, index, backend), out, specs)
 
 
-def _gather_impl(src: Tensor, index: Tensor, backend: str, out=None) -> Tensor:
-    be = c.pick_backend("gather_rows", backend, src.device, _BACKENDS)
-    if be == "reference":
-        return c.write_outs(out, (reference.gather_rows(src, index),))[0]
-    (out,) = c.outputs(out, src.device, (*index.shape, src.shape[2]), dtype=src.dtype)
+def _gather_kernel(be, flat, out):
+    src, index = flat
+    (res,) = c.outputs(out, src.device, (*index.shape, src.shape[2]), dtype=src.dtype)
     if be == "cpu":
-        _build._C.gather_rows_cpu(src, index, out)
-        return out
-    from specops.triton_kernels.features import gather_rows_triton
+        _build._C.gather_rows_cpu(src, index, res)
+    else:
+        from specops.triton_kernels.features import gather_rows_triton
 
-    gather_rows_triton(src, index, out)
-    return out
-
-
-def _gather_fake(src, index, backend):
-    return src.new_empty(index.shape[0], index.shape[1], src.shape[2])
+        gather_rows_triton(src, index, res)
+    return (res,)
 
 
-c.register("gather_rows", _gather_impl, _gather_fake, outs=1)
+GATHER = OpDecl(
+    "gather_rows",
+    args=(Ten("src", "B N H"), Ten("index", "B M")),
+    outs=(Out("out", "B, M, H", dtype="src"),),
+    backends=_BACKENDS,
+    check=_check_gather,
+    reference=lambda src, index: (reference.gather_rows(src, index),),
+    kernel=_gather_kernel,
+    fast=False,  # the binding writes a given out
+)
+register_decl(GATHER)
 
 
 # drafter_inputs -------------------------------------------------------------------------
@@ -120,6 +126,10 @@ def drafter_inputs(
     The output is cat([embedding[tokens], features, step_embedding], -1).  All float tensors
     share one dtype (float32, float16 or bfloat16), which the output has.  Token ids outside
     [0, V) other than -1 raise in validation mode and give zero rows in fast mode."""
+    return DRAFTER.call(backend, out, embedding, tokens, features, step_embedding)[0]
+
+
+def _check_drafter(embedding, tokens, features, step_embedding, backend) -> None:
     op = "drafter_inputs"
     c.check_probs(op, "embedding", embedding, ndim=2)
     dev, dt = embedding.device, embedding.dtype
@@ -139,45 +149,44 @@ def drafter_inputs(
                 f"got {tuple(step_embedding.shape)}"
             )
     _check_index_values(op, "tokens", tokens, embedding.shape[0], "token id")
-    s = 0 if step_embedding is None else step_embedding.shape[-1]
-    shape = (b, m, embedding.shape[1] + features.shape[2] + s)
-    args = (embedding, tokens, features, step_embedding, backend)
-    return c.call("drafter_inputs", args, out, lambda: (("out", shape, embedding.dtype, dev),))
 
 
-def _drafter_impl(
-    embedding: Tensor,
-    tokens: Tensor,
-    features: Tensor,
-    step_embedding: Tensor | None,
-    backend: str,
-    out=None,
-) -> Tensor:
-    be = c.pick_backend("drafter_inputs", backend, embedding.device, _BACKENDS)
-    if be == "reference":
-        res = reference.drafter_inputs(embedding, tokens, features, step_embedding)
-        return c.write_outs(out, (res,))[0]
-    (out,) = (
-        out
-        if out is not None
-        else (_drafter_fake(embedding, tokens, features, step_embedding, backend),)
-    )
+def _drafter_kernel(be, flat, out):
+    embedding, tokens, features, step_embedding = flat
+    (res,) = c.outputs(out, embedding.device, *DRAFTER.out_shapes(flat), dtype=embedding.dtype)
     if be == "cpu":
-        _build._C.drafter_inputs_cpu(embedding, tokens, features, step_embedding, out)
-        return out
-    from specops.triton_kernels.features import drafter_inputs_triton
+        _build._C.drafter_inputs_cpu(embedding, tokens, features, step_embedding, res)
+    else:
+        from specops.triton_kernels.features import drafter_inputs_triton
 
-    drafter_inputs_triton(embedding, tokens, features, step_embedding, out)
-    return out
-
-
-def _drafter_fake(embedding, tokens, features, step_embedding, backend):
-    s = 0 if step_embedding is None else step_embedding.shape[-1]
-    width = embedding.shape[1] + features.shape[2] + s
-    return embedding.new_empty(tokens.shape[0], tokens.shape[1], width)
+        drafter_inputs_triton(embedding, tokens, features, step_embedding, res)
+    return (res,)
 
 
-c.register("drafter_inputs", _drafter_impl, _drafter_fake, outs=1)
+DRAFTER = OpDecl(
+    "drafter_inputs",
+    args=(
+        Ten("embedding", "V E"),
+        Ten("tokens", "B M"),
+        Ten("features", "B M H"),
+        Ten("step_embedding", "... S", optional=True),
+    ),
+    outs=(
+        Out(
+            "out",
+            "B, M, E + H + (0 if step_embedding is None else step_embedding.shape[-1])",
+            dtype="embedding",
+        ),
+    ),  # fmt: skip
+    backends=_BACKENDS,
+    check=_check_drafter,
+    reference=lambda embedding, tokens, features, step_embedding: (
+        reference.drafter_inputs(embedding, tokens, features, step_embedding),
+    ),
+    kernel=_drafter_kernel,
+    fast=False,  # the binding writes a given out
+)
+register_decl(DRAFTER)
 
 
 # path_similarity ------------------------------------------------------------------------
@@ -214,6 +223,10 @@ def path_similarity(
     2 stride, ... < L: S_l = mean over ordered pairs i != j of <e_i,l, e_j,l>; result =
     sum_l alpha^l S_l / sum_l alpha^l.  P = 1 gives 1.0.  Ids outside [0, V) raise in validation
     mode and count as zero vectors in fast mode.  One program per request; float64 sums."""
+    return PATH_SIMILARITY.call(backend, out, paths, codebook, alpha, stride)[0]
+
+
+def _check_path_similarity(paths, codebook, alpha, stride, backend) -> None:
     op = "path_similarity"
     c.check_ids(op, "paths", paths, ndim=3)
     c.check_probs(op, "codebook", codebook, ndim=2, device=paths.device)
@@ -230,8 +243,7 @@ def path_similarity(
         )
     if stride < 1:
         raise ValueError(f"specops.path_similarity: stride must be an int >= 1, got {stride}")
-    # every stride >= L reads position 0 alone: the same result, and no int64 overflow
-    stride = min(int(stride), length)
+    stride = min(int(stride), length)  # (as lowered: see PATH_SIMILARITY)
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
         raise TypeError(  # a tensor would need a host read; the op takes a Python float
             f"specops.path_similarity: alpha must be a float, got {type(alpha).__name__} {alpha!r}"
@@ -257,34 +269,42 @@ def path_similarity(
             f"specops.path_similarity: paths holds token id {int(bad)} outside "
             f"[0, {codebook.shape[0]})"
         )
-    args = (paths, codebook, alpha, stride, backend)
-    specs = lambda: (("out", (paths.shape[0],), torch.float32, paths.device),)
-    return c.call("path_similarity", args, out, specs)
 
 
-def _path_sim_impl(
-    paths: Tensor, codebook: Tensor, alpha: float, stride: int, backend: str, out=None
-) -> Tensor:
-    be = c.pick_backend("path_similarity", backend, paths.device, _BACKENDS)
-    if be == "reference" or paths.shape[1] < 2:
-        # P = 1 is the constant 1.0 on every backend (no kernel to run)
+def _path_similarity_kernel(be, flat, out):
+    paths, codebook, alpha, stride = flat
+    if paths.shape[1] < 2:  # P = 1 is the constant 1.0 on every backend (no kernel to run)
         res = reference.path_similarity(paths, codebook, alpha=alpha, stride=stride)
-        return c.write_outs(out, (res,))[0]
-    (out,) = c.outputs(out, paths.device, (paths.shape[0],), dtype=torch.float32)
+        return c.write_outs(out, (res,))
+    (res,) = c.outputs(out, paths.device, (paths.shape[0],), dtype=torch.float32)
     if be == "cpu":
-        _build._C.path_similarity_cpu(paths, codebook, float(alpha), stride, out)
-        return out
-    from specops.triton_kernels.features import path_similarity_triton
+        _build._C.path_similarity_cpu(paths, codebook, alpha, stride, res)
+    else:
+        from specops.triton_kernels.features import path_similarity_triton
 
-    path_similarity_triton(paths, codebook, alpha, stride, out)
-    return out
-
-
-def _path_sim_fake(paths, codebook, alpha, stride, backend):
-    return codebook.new_empty(paths.shape[0], dtype=torch.float32)
+        path_similarity_triton(paths, codebook, alpha, stride, res)
+    return (res,)
 
 
-c.register("path_similarity", _path_sim_impl, _path_sim_fake, outs=1)
+PATH_SIMILARITY = OpDecl(
+    "path_similarity",
+    args=(
+        Ten("paths", "B P L"),
+        Ten("codebook", "V C"),
+        Value("alpha", (("alpha", "float"),), expr="float(alpha)"),
+        # every stride >= L reads position 0 alone: the same result, and no int64 overflow
+        Value("stride", (("stride", "SymInt"),), expr="min(int(stride), paths.shape[2])"),
+    ),
+    outs=(Out("out", "B", torch.float32),),
+    backends=_BACKENDS,
+    check=_check_path_similarity,
+    reference=lambda paths, codebook, alpha, stride: (
+        reference.path_similarity(paths, codebook, alpha=alpha, stride=stride),
+    ),
+    kernel=_path_similarity_kernel,
+    fast=False,  # the binding writes a given out
+)
+register_decl(PATH_SIMILARITY)
 
 
 # feature cache --------------------------------------------------------------------------
@@ -444,10 +464,7 @@ class FeatureCache:
         """[B, M, H]: the cached features at ``positions``; -1 (and never-written slots, which
         hold zeros) read as zeros.  ``out``: a preallocated [B, M, H] buffer."""
         self._check_positions("FeatureCache.read", positions)
-        shape = (*positions.shape, self.hidden)
-        args = (self.features, positions, self.backend)
-        specs = lambda: (("out", shape, self.features.dtype, self.device),)
-        return c.call("gather_rows", args, out, specs)
+        return GATHER.call(self.backend, out, self.features, positions)[0]
 
     def age(self, positions: torch.Tensor, step) -> torch.Tensor:
         """[B, M] int32: step - the step each slot was last written; -1 for -1 positions and
