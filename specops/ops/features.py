@@ -70,16 +70,21 @@ def _check_gather(src, index, backend) -> None:
     _check_index_values("gather_rows", "index", index, src.shape[1])
 
 
-def _gather_kernel(be, flat, out):
-    src, index = flat
-    (res,) = c.outputs(out, src.device, (*index.shape, src.shape[2]), dtype=src.dtype)
+def _write_into(d: OpDecl, be: str, flat, out) -> tuple:
+    """The features kernels write a given output: the C++ twin ``<op>_cpu`` or Triton's
+    ``<op>_triton`` (triton_kernels/features.py) into ``out`` or a new one."""
+    (res,) = c.outputs(out, flat[0].device, *d.out_shapes(flat), dtype=d.out_dtypes(flat)[0])
     if be == "cpu":
-        _build._C.gather_rows_cpu(src, index, res)
+        getattr(_build._C, f"{d.name}_cpu")(*flat, res)
     else:
-        from specops.triton_kernels.features import gather_rows_triton
+        from specops.triton_kernels import features as triton_features
 
-        gather_rows_triton(src, index, res)
+        getattr(triton_features, f"{d.name}_triton")(*flat, res)
     return (res,)
+
+
+def _gather_kernel(be, flat, out):
+    return _write_into(GATHER, be, flat, out)
 
 
 GATHER = OpDecl(
@@ -152,15 +157,7 @@ def _check_drafter(embedding, tokens, features, step_embedding, backend) -> None
 
 
 def _drafter_kernel(be, flat, out):
-    embedding, tokens, features, step_embedding = flat
-    (res,) = c.outputs(out, embedding.device, *DRAFTER.out_shapes(flat), dtype=embedding.dtype)
-    if be == "cpu":
-        _build._C.drafter_inputs_cpu(embedding, tokens, features, step_embedding, res)
-    else:
-        from specops.triton_kernels.features import drafter_inputs_triton
-
-        drafter_inputs_triton(embedding, tokens, features, step_embedding, res)
-    return (res,)
+    return _write_into(DRAFTER, be, flat, out)
 
 
 DRAFTER = OpDecl(
@@ -276,14 +273,7 @@ def _path_similarity_kernel(be, flat, out):
     if paths.shape[1] < 2:  # P = 1 is the constant 1.0 on every backend (no kernel to run)
         res = reference.path_similarity(paths, codebook, alpha=alpha, stride=stride)
         return c.write_outs(out, (res,))
-    (res,) = c.outputs(out, paths.device, (paths.shape[0],), dtype=torch.float32)
-    if be == "cpu":
-        _build._C.path_similarity_cpu(paths, codebook, alpha, stride, res)
-    else:
-        from specops.triton_kernels.features import path_similarity_triton
-
-        path_similarity_triton(paths, codebook, alpha, stride, res)
-    return (res,)
+    return _write_into(PATH_SIMILARITY, be, flat, out)
 
 
 PATH_SIMILARITY = OpDecl(
