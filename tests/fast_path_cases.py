@@ -172,6 +172,11 @@ _DRAFT = {
 }
 
 
+def _batch0(*names):
+    """A mutation: the inputs ``names`` without their rows (batch 0)."""
+    return lambda kw: {**kw, **{name: kw[name][:0] for name in names}}
+
+
 def _out(shapes_dtypes):
     return tuple(torch.empty(s, dtype=d) for s, d in shapes_dtypes)
 
@@ -182,12 +187,7 @@ _OPS_VERIFY_SAMPLE = {
         **_RNG,
         **_TOKENS,
         **_DRAFT,
-        "batch 0": lambda kw: {
-            **kw,
-            "target_probs": kw["target_probs"][:0],
-            "draft_tokens": kw["draft_tokens"][:0],
-            "draft_probs": kw["draft_probs"][:0],
-        },
+        "batch 0": _batch0("target_probs", "draft_tokens", "draft_probs"),
         "no rows": lambda kw: {**kw, "target_probs": kw["target_probs"][:, :0]},
         "greedy": lambda kw: {**kw, "greedy": True},
         "greedy 1": lambda kw: {**kw, "greedy": 1},
@@ -237,12 +237,7 @@ _OPS_VERIFY_SAMPLE = {
             **kw,
             "out": _out([((B, 4), _I32), ((B, 4), _I32), ((B,), _I32)]),
         },
-        "batch 0": lambda kw: {
-            **kw,
-            "target_probs": kw["target_probs"][:0],
-            "draft_tokens": kw["draft_tokens"][:0],
-            "draft_probs": kw["draft_probs"][:0],
-        },
+        "batch 0": _batch0("target_probs", "draft_tokens", "draft_probs"),
     },  # fmt: skip
     "verify_jacobi": {
         **_RNG,
@@ -258,12 +253,7 @@ _OPS_VERIFY_SAMPLE = {
         "continuation 0": lambda kw: {**kw, "continue_after_reject": 0},
         "uniforms": lambda kw: {**kw, "uniforms": _rand(B, 12)},
         "uniforms wrong shape": lambda kw: {**kw, "uniforms": _rand(B, 6)},
-        "batch 0": lambda kw: {
-            **kw,
-            "target_probs": kw["target_probs"][:0],
-            "window_tokens": kw["window_tokens"][:0],
-            "draft_probs": kw["draft_probs"][:0],
-        },
+        "batch 0": _batch0("target_probs", "window_tokens", "draft_probs"),
     },  # fmt: skip
     "path_acceptance": {
         **_TOKENS,
@@ -277,7 +267,7 @@ _OPS_VERIFY_SAMPLE = {
         **_RNG,
         "probs 1-D": lambda kw: {**kw, "probs": kw["probs"][0]},
         "probs 3-D": lambda kw: {**kw, "probs": kw["probs"].reshape(B, 1, V)},
-        "batch 0": lambda kw: {**kw, "probs": kw["probs"][:0]},
+        "batch 0": _batch0("probs"),
         "out": lambda kw: {**kw, "out": torch.empty(B, dtype=_I32)},
         "out strided": lambda kw: {**kw, "out": torch.empty(2 * B, dtype=_I32)[::2]},
         "out expanded": lambda kw: {**kw, "out": torch.empty(1, dtype=_I32).expand(B)},
@@ -293,7 +283,7 @@ _OPS_VERIFY_SAMPLE = {
         "k True": lambda kw: {**kw, "k": True},
         "k float": lambda kw: {**kw, "k": 2.0},
         "probs 3-D": lambda kw: {**kw, "probs": kw["probs"].reshape(B, 1, V)},
-        "batch 0": lambda kw: {**kw, "probs": kw["probs"][:0]},
+        "batch 0": _batch0("probs"),
         "out": lambda kw: {**kw, "out": torch.empty(B, 3, dtype=_I32)},
         "out strided": lambda kw: {**kw, "out": torch.empty(3, B, dtype=_I32).t()},
         "out a tuple": lambda kw: {**kw, "out": (torch.empty(B, 3, dtype=_I32),)},

@@ -7,6 +7,7 @@ import zlib
 from dataclasses import dataclass, field
 
 import torch
+from helpers import kv_caches
 
 import specops
 from specops import Tree
@@ -147,14 +148,17 @@ def c_verify_tree_wor_uniforms(g, **kw):
     return c_verify_tree(g, wor=True, uniforms=True, **kw)
 
 
-def c_verify_jacobi(g, b=3, v=7, L=4, idt=torch.int32, fdt=torch.float32):
-    t = {
+def _jacobi_window(g, b, L, v, idt, fdt):
+    """verify_jacobi's window: target probs, window tokens and draft probs [B, L(, V)]."""
+    return {
         "target_probs": _probs(g, b, L, v, dtype=fdt),
         "window_tokens": _ids(g, v, b, L, dtype=idt),
         "draft_probs": _probs(g, b, L, v, dtype=fdt),
-        "seed": _seed(g, b),
-        "offset": _off(),
     }
+
+
+def c_verify_jacobi(g, b=3, v=7, L=4, idt=torch.int32, fdt=torch.float32):
+    t = {**_jacobi_window(g, b, L, v, idt, fdt), "seed": _seed(g, b), "offset": _off()}
     call = lambda be, t: specops.verify_jacobi(
         t["target_probs"], t["window_tokens"], t["draft_probs"], seed=t["seed"],
         offset=t["offset"], backend=be,
@@ -167,12 +171,8 @@ _KCHAIN = Tree.kary_chain(2, 2, 5)
 
 def c_verify_jacobi_tree(g, b=3, v=7, idt=torch.int32, fdt=torch.float32):
     L = _KCHAIN.num_nodes
-    t = {
-        "target_probs": _probs(g, b, L, v, dtype=fdt),
-        "window_tokens": _ids(g, v, b, L, dtype=idt),
-        "draft_probs": _probs(g, b, L, v, dtype=fdt),
-        "uniforms": torch.rand(b, 2 * L + L * 2, generator=g),  # 2 candidates
-    }
+    t = _jacobi_window(g, b, L, v, idt, fdt)
+    t["uniforms"] = torch.rand(b, 2 * L + L * 2, generator=g)  # 2 candidates
     call = lambda be, t: specops.verify_jacobi(
         t["target_probs"], t["window_tokens"], t["draft_probs"], tree=_KCHAIN, num_candidates=2,
         uniforms=t["uniforms"], backend=be,
@@ -276,14 +276,7 @@ def _slots(g, b, m, window, idt):
 
 def c_commit_kv(g, layers=2, b=3, m=3, s=16, hkv=2, d=4, page=None, as_list=False,
                 idt=torch.int32, fdt=torch.float32):  # fmt: skip
-    if page is None:
-        caches = torch.randn(layers, 2, b, s, hkv, d, generator=g).to(fdt)
-        bt = None
-    else:
-        width = s // page
-        pool = b * width + 2
-        caches = torch.randn(layers, 2, pool, page, hkv, d, generator=g).to(fdt)
-        bt = torch.randperm(pool, generator=g)[: b * width].view(b, width).to(idt)
+    caches, bt = kv_caches(g, layers, b, s, hkv, d, page, dtype=fdt, idt=idt)
     window = 6
     cs = torch.randint(0, s - window + 1, (b,), generator=g).to(torch.int32)
     t = {"caches": caches, "cache_seqlens": cs, "accepted_slots": _slots(g, b, m, window, idt)}

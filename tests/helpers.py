@@ -15,6 +15,23 @@ CUDA_SIM = pytest.param(
     "cuda_sim",
     marks=pytest.mark.skipif(not _build.has_cuda_sim(), reason="specops._C built without cuda_sim"),
 )
+# the compiled kernels: the C++ CPU twin, CUDA on a GPU, and CUDA's device code on the CPU
+KERNEL_BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu), CUDA_SIM]
+
+
+def one_torch_thread_fixture():
+    """A module's autouse fixture (``_one_torch_thread = one_torch_thread_fixture()``): the
+    reference's many small [B, V] torch ops run up to 100x slower with two intra-op threads on a
+    busy two-core machine (spinning workers): one thread for the module."""
+
+    @pytest.fixture(autouse=True, scope="module")
+    def _one_torch_thread():
+        n = torch.get_num_threads()
+        torch.set_num_threads(1)
+        yield
+        torch.set_num_threads(n)
+
+    return _one_torch_thread
 
 
 def triton_device() -> str | None:
@@ -23,6 +40,19 @@ def triton_device() -> str | None:
     if _build.triton_interpret():
         return "cpu"
     return "cuda" if torch.cuda.is_available() and _build.has_triton() else None
+
+
+def backend_device(backend: str) -> str:
+    """Where ``backend`` runs its inputs: triton_device() for "triton" (skips the test where
+    Triton runs nowhere), the CPU otherwise (skips "cpu" without the C++ build)."""
+    if backend == "triton":
+        dev = triton_device()
+        if dev is None:
+            pytest.skip("triton needs the interpreter or a GPU")
+        return dev
+    if backend == "cpu" and not _build.has_cpp():
+        pytest.skip("no C++ build")
+    return "cpu"
 
 
 def gen(seed: int) -> torch.Generator:
@@ -54,6 +84,31 @@ def random_probs(*shape, generator=None, sharpness=1.0, zero_frac=0.0, device="c
         p = torch.where(drop, 0.0, p)
         p = p / p.sum(-1, keepdim=True)
     return p.to(torch.float32).to(device)
+
+
+def kv_caches(g, layers, b, capacity, hkv, d, page=None, dtype=torch.float32, idt=torch.int32):
+    """Random stacked caches and their block table (None): contiguous [layers, 2, B, capacity,
+    Hkv, D], or with ``page`` paged [layers, 2, pages, page, Hkv, D] with 2 spare pages and a
+    shuffled block table [B, capacity // page] of dtype ``idt``."""
+    if page is None:
+        return torch.randn(layers, 2, b, capacity, hkv, d, generator=g).to(dtype), None
+    width = capacity // page
+    num_pages = b * width + 2
+    caches = torch.randn(layers, 2, num_pages, page, hkv, d, generator=g).to(dtype)
+    bt = torch.randperm(num_pages, generator=g)[: b * width].view(b, width).to(idt)
+    return caches, bt
+
+
+def served_vocab_logits(seed: int, rows: int):
+    """The served vocabularies' GPU inputs, one V at a time: (cond, uncond) bfloat16 logits
+    [4, rows, V] (drawn on the CPU from ``seed``), per-request temperature and top_k [4]."""
+    g = torch.Generator().manual_seed(seed)
+    for v in (16384, 65536, 184622):
+        c = (torch.randn(4, rows, v, generator=g) * 3).bfloat16().cuda()
+        u = (torch.randn(4, rows, v, generator=g) * 3).bfloat16().cuda()
+        t = torch.tensor([1.0, 0.0, 0.7, 1.2], device="cuda")
+        k = torch.tensor([2000, 1000, 0, 1], device="cuda", dtype=torch.int32)
+        yield c, u, t, k
 
 
 def chi2_pvalue(counts, expected_probs, min_expected=5.0) -> float:

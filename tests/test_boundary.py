@@ -37,13 +37,20 @@ def test_tensor_arg_reads_the_layout():
         _build._C.tensor_arg(3)
 
 
+def _chain_inputs(g, b, k, v):
+    """verify_chain's target [B, K+1, V] and draft [B, K, V] probs, and K tokens drawn from the
+    draft."""
+    target = random_probs(b, k + 1, v, generator=g)
+    draft = random_probs(b, k, v, generator=g)
+    tokens = torch.multinomial(draft.reshape(-1, v), 1, generator=g).reshape(b, k)
+    return target, draft, tokens
+
+
 @pytest.mark.parametrize("seed_layout", ["contiguous", "sliced", "expanded"])
 def test_chain_per_request_seeds_in_any_layout(seed_layout):
     g = gen(0)
     b, k, v = 5, 3, 11
-    target = random_probs(b, k + 1, v, generator=g)
-    draft = random_probs(b, k, v, generator=g)
-    tokens = torch.multinomial(draft.reshape(-1, v), 1, generator=g).reshape(b, k)
+    target, draft, tokens = _chain_inputs(g, b, k, v)
     seeds = torch.randint(0, 2**40, (b,), generator=g)
     if seed_layout == "expanded":
         seeds = seeds[:1].expand(b)  # one seed for all, stride 0
@@ -58,9 +65,7 @@ def test_chain_per_request_seeds_in_any_layout(seed_layout):
 def test_uniforms_read_with_their_strides(layout):
     g = gen(1)
     b, k, v = 4, 3, 9
-    target = random_probs(b, k + 1, v, generator=g)
-    draft = random_probs(b, k, v, generator=g)
-    tokens = torch.multinomial(draft.reshape(-1, v), 1, generator=g).reshape(b, k)
+    target, draft, tokens = _chain_inputs(g, b, k, v)
     u = torch.rand(b, k + 1, generator=g)
     ref = specops.verify_chain(target, tokens, draft, uniforms=u, backend="reference")
     got = specops.verify_chain(target, tokens, draft, uniforms=_views(u)[layout], backend="cpu")

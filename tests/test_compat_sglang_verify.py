@@ -60,21 +60,29 @@ def _random_tree(g, n):
     return nxt, sib
 
 
+def _random_trees(g, bs, n):
+    """bs random trees of n nodes: retrieve_next_token and retrieve_next_sibling [bs, n]."""
+    trees = [_random_tree(g, n) for _ in range(bs)]
+    return torch.tensor([t[0] for t in trees]), torch.tensor([t[1] for t in trees])
+
+
+def _outputs(bs, n, steps):
+    """predicts [bs * n] (-7: never written) and accept_index [bs, steps] (-1) before a call."""
+    predicts = torch.full((bs * n,), -7, dtype=torch.int32)
+    return predicts, torch.full((bs, steps), -1, dtype=torch.int32)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_random_trees_match_the_walk(seed):
     g = torch.Generator().manual_seed(seed)
     bs, n, steps, v = 5, 9, 5, 3  # a small vocabulary: many matches, deep paths
-    trees = [_random_tree(g, n) for _ in range(bs)]
-    nxt = torch.tensor([t[0] for t in trees])
-    sib = torch.tensor([t[1] for t in trees])
+    nxt, sib = _random_trees(g, bs, n)
     candidates = torch.randint(0, v, (bs, n), generator=g)
     target = torch.randint(0, v, (bs, n), generator=g)
     slot = torch.randperm(bs * n, generator=g).view(bs, n)
-    want_p = torch.full((bs * n,), -7, dtype=torch.int32)
-    want_a = torch.full((bs, steps), -1, dtype=torch.int32)
+    want_p, want_a = _outputs(bs, n, steps)
     nums = _walk(want_p, want_a, candidates, slot, nxt, sib, target)
-    got_p = torch.full((bs * n,), -7, dtype=torch.int32)
-    got_a = torch.full((bs, steps), -1, dtype=torch.int32)
+    got_p, got_a = _outputs(bs, n, steps)
     got_n = torch.zeros(bs, dtype=torch.int32)
     verify_tree_greedy(got_p, got_a, got_n, candidates, slot, nxt, sib, target)
     assert torch.equal(got_p, want_p) and torch.equal(got_a, want_a)
@@ -196,22 +204,18 @@ def _walk_target_only(predicts, accept_index, cand, slot, nxt, sib, coins, final
 def test_target_only_random_trees_match_the_walk(seed, thresholds):
     g = torch.Generator().manual_seed(seed)
     bs, n, steps, v = 6, 9, 5, 4  # a small vocabulary: many acceptances, deep paths
-    trees = [_random_tree(g, n) for _ in range(bs)]
-    nxt = torch.tensor([t[0] for t in trees])
-    sib = torch.tensor([t[1] for t in trees])
+    nxt, sib = _random_trees(g, bs, n)
     cand = torch.randint(0, v, (bs, n), generator=g)
     slot = torch.randperm(bs * n, generator=g).view(bs, n)
     p = torch.softmax(torch.randn(bs, n, v, generator=g) * 2, -1)
     p[0, :, 1] = 0.0  # tokens without mass
     p = p / p.sum(-1, keepdim=True)
     coins, final = torch.rand(bs, n, generator=g), torch.rand(bs, generator=g)
-    want_p = torch.full((bs * n,), -7, dtype=torch.int32)
-    want_a = torch.full((bs, steps), -1, dtype=torch.int32)
+    want_p, want_a = _outputs(bs, n, steps)
     want_q = torch.zeros_like(p)
     nums = _walk_target_only(want_p, want_a, cand, slot, nxt, sib, coins, final, p, want_q,
                              *thresholds)  # fmt: skip
-    got_p = torch.full((bs * n,), -7, dtype=torch.int32)
-    got_a = torch.full((bs, steps), -1, dtype=torch.int32)
+    got_p, got_a = _outputs(bs, n, steps)
     got_n = torch.zeros(bs, dtype=torch.int32)
     got_q = torch.zeros_like(p)
     tree_speculative_sampling_target_only(got_p, got_a, got_n, cand, slot, nxt, sib, coins, final,
@@ -303,8 +307,7 @@ def _kary(bs, v, wor, seed, spread=2.0, err=0.5):
 def _run_tree(fn, data, g, steps=3, **kw):
     cand, nt, ns, target, draft = data
     bs, n = cand.shape
-    predicts = torch.full((bs * n,), -7, dtype=torch.int32)
-    accept_index = torch.full((bs, steps), -1, dtype=torch.int32)
+    predicts, accept_index = _outputs(bs, n, steps)
     num = torch.zeros(bs, dtype=torch.int32)
     slot = torch.arange(bs * n).view(bs, n)
     coins, final = torch.rand(bs, n, generator=g), torch.rand(bs, generator=g)

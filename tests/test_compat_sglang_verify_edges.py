@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import CUDA_SIM
+from helpers import CUDA_SIM, backend_device
 from test_compat_sglang_verify import _kary, _run_tree, _sgl_vector_inputs
 
 import specops
@@ -153,19 +153,6 @@ def test_chain_matches_sglang_on_impossible_drafts(seed, block):
         assert torch.equal(predicts, want_p)
 
 
-def _backend_device(backend):
-    from helpers import triton_device
-
-    if backend == "triton":
-        dev = triton_device()
-        if dev is None:
-            pytest.skip("triton needs the interpreter or a GPU")
-        return dev
-    if backend == "cpu" and not specops._build.has_cpp():
-        pytest.skip("no C++ build")
-    return "cpu"
-
-
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # inf * 0, numpy
 @pytest.mark.parametrize("backend", ["reference", "cpu", CUDA_SIM, "triton"])
 @pytest.mark.parametrize("block", [False, True])
@@ -174,7 +161,7 @@ def test_an_infinite_coin_fails_every_test_on_every_backend(backend, block):
     its draft (u * q < p: inf, or NaN where q = 0) and, with block verification, every position
     it is given to (u < h), on every backend of verify_chain; the other drafts and the final draw
     are untouched (the same tokens as the reference)."""
-    dev = _backend_device(backend)
+    dev = backend_device(backend)
     g = torch.Generator().manual_seed(5)
     bs, k, v = 16, 4, 7
     p = torch.softmax(torch.randn(bs, k + 1, v, generator=g), -1)

@@ -13,15 +13,14 @@ import itertools
 
 import pytest
 import torch
-from helpers import CUDA_SIM, chi2_pvalue, random_probs
+from helpers import CUDA_SIM, KERNEL_BACKENDS, chi2_pvalue, one_torch_thread_fixture, random_probs
 from helpers import gen as _gen
 from helpers import to_device as _to
 from verify_stats import (
     PASS,
-    _line,
-    _slot_groups,
     grouped_pvalue,
-    jacobi_chain_inputs,
+    jacobi_chain_pvalue,
+    jacobi_stale_rows,
     jacobi_tree_inputs,
     joint_pvalue,
 )
@@ -30,18 +29,10 @@ import specops
 from specops import Relaxation, Tree
 from specops.reference import verify as rv
 
-BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu), CUDA_SIM]
+BACKENDS = KERNEL_BACKENDS
 FIELDS = ("num_accepted", "next_window", "first_reject", "candidates", "path")
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """The reference's many small [B, V] torch ops run far slower with two intra-op threads on a
-    busy two-core machine (spinning workers): one thread for this module."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+_one_torch_thread = one_torch_thread_fixture()
 
 
 def _dev(be):
@@ -461,13 +452,8 @@ def test_cpu_is_auto_on_cpu_and_opcheck():
 # --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("cont", [True, False])
 def test_cpu_chain_every_slot_is_a_sample_of_its_p(cont):
-    gen = _gen(300)
-    b, L, groups = 6000, 4, 3
-    p, x, q, g = jacobi_chain_inputs(b, gen, L=L, groups=groups)
-    r = specops.verify_jacobi(p, x, q, continue_after_reject=cont, seed=3, backend="cpu")
-    v = p.shape[-1]
-    grp = _slot_groups(g, L, groups)
-    assert grouped_pvalue(grp, r.next_window.flatten(), p.reshape(-1, v), L * groups) > PASS
+    kw = dict(continue_after_reject=cont, seed=3, backend="cpu")
+    assert jacobi_chain_pvalue(specops.verify_jacobi, b=6000, **kw) > PASS
 
 
 @pytest.mark.parametrize(
@@ -506,12 +492,8 @@ def test_cpu_tree_is_lossless_and_continuation_samples_p():
     a = r.num_accepted.long()
     seqs = m.complete(r.next_window, a + 1, 3, gen)
     assert joint_pvalue(seqs, m) > PASS
-    line = _line(t, r.path, a, r.first_reject >= 0, L)
-    pos = torch.arange(L)
-    sel = ((r.next_window >= 0) & (pos > a[:, None])).flatten()
-    rows_p = tp[torch.arange(b)[:, None], line.clamp(min=0)].reshape(-1, v)
-    ctx = tok.gather(1, line.clamp(min=0)).flatten()
-    grp = pos.expand(b, L).flatten() * v + ctx
+    _, rows_p, grp = jacobi_stale_rows(t, r, tp, tok)
+    sel = ((r.next_window >= 0) & (torch.arange(L) > a[:, None])).flatten()
     assert grouped_pvalue(grp[sel], r.next_window.flatten()[sel], rows_p[sel], L * v) > PASS
     c0 = r.candidates[..., 0].flatten()
     csel = c0 >= 0

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import CUDA_SIM, aot_compile
+from helpers import CUDA_SIM, aot_compile, kv_caches
 
 import specops
 from specops import _build, reference
@@ -29,14 +29,7 @@ def _case(layers, b, page, g, dtype=torch.float32, m_max=6, window=10):
     """(stacked caches, block_table or None, cache_seqlens, accepted_slots).  page None:
     contiguous [layers, 2, B, S, Hkv, D]; else paged with a shuffled block table."""
     capacity = 32
-    if page is None:
-        caches = torch.randn(layers, 2, b, capacity, HKV, D, generator=g).to(dtype)
-        bt = None
-    else:
-        width = capacity // page
-        num_pages = b * width + 2
-        caches = torch.randn(layers, 2, num_pages, page, HKV, D, generator=g).to(dtype)
-        bt = torch.randperm(num_pages, generator=g)[: b * width].view(b, width).to(torch.int32)
+    caches, bt = kv_caches(g, layers, b, capacity, HKV, D, page, dtype=dtype)
     cs = torch.randint(0, capacity - window + 1, (b,), generator=g, dtype=torch.int32)
     slots = _random_slots(b, m_max, window, g)
     return caches, bt, cs, slots

@@ -77,6 +77,13 @@ def hostile(*shape, gen, special=True):
     return p
 
 
+def hostile_pq(b, n, gen, with_q):
+    """Hostile target rows [b, n, V] and, ``with_q``, hostile draft rows of that shape (else
+    None)."""
+    p = hostile(b, n, V, gen=gen)
+    return p, (hostile(b, n, V, gen=gen) if with_q else None)
+
+
 def tokens_into(p, gen, hit=0.5):
     """Draft tokens [...] for rows p [..., V]: half of them at a NaN / negative / +inf entry of
     their row when it has one, the rest uniform."""
@@ -294,14 +301,18 @@ def test_verify_tree(seed, mode):
 # --------------------------------------------------------------------------------------------
 # verify_jacobi
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("cont", [True, False])
-@pytest.mark.parametrize("with_q", [True, False])
+def _jacobi_grid(test):
+    """The verify_jacobi tests' grid: seed x continue_after_reject x with_q."""
+    for name in ("with_q", "cont"):
+        test = pytest.mark.parametrize(name, [True, False])(test)
+    return pytest.mark.parametrize("seed", [0, 1])(test)
+
+
+@_jacobi_grid
 def test_verify_jacobi_chain(seed, cont, with_q):
     gen = _gen(60 + seed)
     b, L = 6, 4
-    p = hostile(b, L, V, gen=gen)
-    q = hostile(b, L, V, gen=gen) if with_q else None
+    p, q = hostile_pq(b, L, gen, with_q)
     x = tokens_into(q if with_q else p, gen)
 
     def call(be, p, x, q):
@@ -318,16 +329,13 @@ def test_verify_jacobi_chain(seed, cont, with_q):
 JTREE = Tree.kary_chain(2, 3, 9)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("cont", [True, False])
-@pytest.mark.parametrize("with_q", [True, False])
+@_jacobi_grid
 def test_verify_jacobi_tree(seed, cont, with_q):
     from specops.ops.jacobi import JACOBI
 
     gen = _gen(70 + seed)
     b, L = 5, 9
-    p = hostile(b, L, V, gen=gen)
-    q = hostile(b, L, V, gen=gen) if with_q else None
+    p, q = hostile_pq(b, L, gen, with_q)
     par = JTREE.parents.reshape(-1).long().clamp(min=0)
     x = tokens_into((q if with_q else p)[:, par], gen)
 
@@ -362,8 +370,7 @@ def test_verify_jacobi_tree(seed, cont, with_q):
 def test_path_acceptance(with_q):
     gen = _gen(80)
     b, n = 8, 8
-    p = hostile(b, n, V, gen=gen)
-    q = hostile(b, n, V, gen=gen) if with_q else None
+    p, q = hostile_pq(b, n, gen, with_q)
     par = TREE.parents.reshape(-1).long().clamp(min=0)
     x = tokens_into(p[:, par], gen)
 

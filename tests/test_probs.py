@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from helpers import aot_compile, triton_device
+from helpers import aot_compile, served_vocab_logits, triton_device
 
 import specops
 
@@ -206,12 +206,7 @@ def test_opcheck_and_compile():
 
 @pytest.mark.gpu
 def test_gpu_large_vocab_bf16():
-    gen = torch.Generator().manual_seed(11)
-    for v in (16384, 65536, 184622):
-        c = (torch.randn(4, 8, v, generator=gen) * 3).bfloat16().cuda()
-        u = (torch.randn(4, 8, v, generator=gen) * 3).bfloat16().cuda()
-        t = torch.tensor([1.0, 0.0, 0.7, 1.2], device="cuda")
-        k = torch.tensor([2000, 1000, 0, 1], device="cuda", dtype=torch.int32)
+    for c, u, t, k in served_vocab_logits(11, rows=8):
         p = torch.tensor([1.0, 0.9, 0.95, 0.5], device="cuda")
         kw = dict(temperature=t, top_k=k, top_p=p, cfg_scale=4.0, uncond_logits=u)
         assert_same(*both(c, **kw))

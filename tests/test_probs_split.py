@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from helpers import triton_device
+from helpers import served_vocab_logits, triton_device
 
 import specops
 
@@ -123,12 +123,7 @@ def test_the_op_takes_the_split_path_without_top_p():
 @pytest.mark.gpu
 def test_gpu_split_at_served_vocabularies_bf16():
     """The split path at the served shapes on a GPU (chunk counts from the SM count)."""
-    gen = torch.Generator().manual_seed(12)
-    for v in (16384, 65536, 184622):
-        c = (torch.randn(4, 16, v, generator=gen) * 3).bfloat16().cuda()
-        u = (torch.randn(4, 16, v, generator=gen) * 3).bfloat16().cuda()
-        t = torch.tensor([1.0, 0.0, 0.7, 1.2], device="cuda")
-        k = torch.tensor([2000, 1000, 0, 1], device="cuda", dtype=torch.int32)
+    for c, u, t, k in served_vocab_logits(12, rows=16):
         kw = dict(temperature=t, top_k=k, cfg_scale=4.0, uncond_logits=u)
         got = specops.probs_from_logits(c, backend="triton", **kw)
         _same(got, specops.probs_from_logits(c, backend="reference", **kw))

@@ -8,10 +8,11 @@ import torch
 from helpers import gen as _gen
 from verify_stats import (
     PASS,
-    _line,
-    _slot_groups,
     grouped_pvalue,
     jacobi_chain_inputs,
+    jacobi_chain_pvalue,
+    jacobi_slot_pvalue,
+    jacobi_stale_rows,
     jacobi_tree_inputs,
     joint_pvalue,
 )
@@ -19,23 +20,19 @@ from verify_stats import (
 from specops.reference import verify as rv
 
 
-def jacobi_chain_pvalue(cont, *, one_hot=False, b=10000, L=4, groups=3):
-    gen = _gen(300)
-    p, x, q, g = jacobi_chain_inputs(b, gen, L=L, groups=groups, one_hot=one_hot)
-    r = rv.verify_jacobi(p, x, q, continue_after_reject=cont, seed=3, offset=1)
-    v = p.shape[-1]
-    grp = _slot_groups(g, L, groups)
-    return grouped_pvalue(grp, r.next_window.flatten(), p.reshape(-1, v), L * groups)
+def chain_pvalue(cont, *, one_hot=False):
+    kw = dict(continue_after_reject=cont, seed=3, offset=1)
+    return jacobi_chain_pvalue(rv.verify_jacobi, b=10000, one_hot=one_hot, **kw)
 
 
 @pytest.mark.parametrize("cont,one_hot", [(True, False), (False, False), (True, True)])
 def test_jacobi_chain_every_slot_is_a_sample_of_its_p(cont, one_hot):
-    assert jacobi_chain_pvalue(cont, one_hot=one_hot) > PASS
+    assert chain_pvalue(cont, one_hot=one_hot) > PASS
 
 
 def test_jacobi_chain_negative_control(monkeypatch):
     monkeypatch.setattr(rv, "_residual", lambda p, q: p)
-    assert jacobi_chain_pvalue(True) < PASS
+    assert chain_pvalue(True) < PASS
 
 
 @pytest.mark.parametrize("cont", [True, False])
@@ -73,11 +70,7 @@ def test_jacobi_candidates_first_draw_is_a_sample_of_p():
     p, x, q, g = jacobi_chain_inputs(b, gen, L=L, groups=groups)
     r = rv.verify_jacobi(p, x, q, num_candidates=2, seed=5)
     sel = (r.candidates[..., 0] >= 0).flatten()
-    grp = _slot_groups(g, L, groups)
-    v = p.shape[-1]
-    c0 = r.candidates[..., 0].flatten()
-    pv = grouped_pvalue(grp[sel], c0[sel], p.reshape(-1, v)[sel], L * groups)
-    assert pv > PASS
+    assert jacobi_slot_pvalue(p, g, r.candidates[..., 0], L, groups, sel) > PASS
 
 
 def test_jacobi_explicit_uniforms_known_answer():
@@ -120,16 +113,13 @@ def test_jacobi_tree_mode(cont):
     # 3. continuation: every later position holds a sample of its stale target row l_d
     rej = r.first_reject >= 0
     assert (r.first_reject == torch.where(rej, a, -1)).all()
-    line = _line(t, r.path, a, rej, L)
+    line, rows_p, grp = jacobi_stale_rows(t, r, tp, tok)
     nodes_here = line >= 0
     has_tok = r.next_window >= 0
     child = t.first_child[0].long()[line.clamp(min=0)]
     assert torch.equal(has_tok & (pos > a[:, None]), nodes_here & (child >= 0))
     sel = (has_tok & (pos > a[:, None])).flatten()
     assert sel.sum() > 5000
-    rows_p = tp[torch.arange(b)[:, None], line.clamp(min=0)].reshape(-1, v)
-    ctx = tok.gather(1, line.clamp(min=0)).flatten()
-    grp = pos.expand(b, L).flatten() * v + ctx  # the stale row is T[d][token of l_d]
     pv = grouped_pvalue(grp[sel], r.next_window.flatten()[sel], rows_p[sel], L * v)
     assert pv > PASS
     # 4. candidates after the first rejection, from the same stale rows

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import CUDA_SIM, random_probs
+from helpers import KERNEL_BACKENDS, one_torch_thread_fixture, random_probs
 from test_reference_sample_wor import joint_pvalue
 
 import specops
@@ -20,17 +20,9 @@ from specops.reference.philox import row_uniforms
 from specops.reference.sampling import rows_per_seed
 
 PASS = 1e-3
-BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu), CUDA_SIM]
+BACKENDS = KERNEL_BACKENDS
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """The reference's many small [B, V] torch ops run up to 100x slower with two intra-op
-    threads on a busy two-core machine (spinning workers): one thread for this module."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+_one_torch_thread = one_torch_thread_fixture()
 
 
 def _dev(be):

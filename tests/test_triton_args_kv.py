@@ -93,20 +93,11 @@ def test_commit_kv_list_offsets_cache_is_keyed_on_the_element_size(bounds):
 def test_commit_kv_edge_sizes_advance_like_the_reference(backend, case):
     """Caches without elements move nothing, but cache_seqlens advances exactly as the reference
     counts m; no layer or no slot: nothing advances."""
-    layers, b, s, hkv, d, m = 2, 2, 8, 2, 4, 3
+    size = dict(layers=2, b=2, s=8, hkv=2, d=4, m=3)
+    if case[:-1] in size:  # "hkv0" ... "layers0": that size is 0
+        size[case[:-1]] = 0
+    layers, b, s, hkv, d, m = size.values()
     bt = None
-    if case == "hkv0":
-        hkv = 0
-    elif case == "d0":
-        d = 0
-    elif case == "s0":
-        s = 0
-    elif case == "b0":
-        b = 0
-    elif case == "m0":
-        m = 0
-    elif case == "layers0":
-        layers = 0
     shape = [layers, 2, b, s, hkv, d]
     if case in ("p0", "page0", "cols0"):
         pages, page, cols = {"p0": (0, 4, 2), "page0": (3, 0, 2), "cols0": (3, 4, 0)}[case]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import CUDA_SIM, chi2_pvalue, gen, triton_device
+from helpers import CUDA_SIM, backend_device, chi2_pvalue, gen
 
 import specops
 from specops import _build
@@ -21,15 +21,6 @@ N = 40000  # requests per statistical check: sd of a mean accepted length <= 1/2
 
 _BACKENDS = ["reference", pytest.param("cpu", marks=pytest.mark.skipif(
     not _build.has_cpp(), reason="no C++ build")), CUDA_SIM, "triton"]  # fmt: skip
-
-
-def _device(backend):
-    if backend == "triton":
-        dev = triton_device()
-        if dev is None:
-            pytest.skip("triton needs the interpreter or a GPU")
-        return dev
-    return "cpu"
 
 
 def _toy(k, seed):
@@ -123,7 +114,7 @@ _FIXED = [
 @pytest.mark.parametrize("backend", _BACKENDS)
 @pytest.mark.parametrize("case", range(len(_FIXED)))
 def test_fixed_coins(backend, case):
-    dev = _device(backend)
+    dev = backend_device(backend)
     xs, coins, final, tau, row = _FIXED[case]
     x1, x2 = xs
     p3 = torch.full((3,), 0.25).scatter(0, torch.tensor([x2]), 0.5)
@@ -154,7 +145,7 @@ def _random_case(g, b, k, v, zero, deterministic):
 @pytest.mark.parametrize("k,v", [(0, 5), (1, 7), (3, 1), (4, 9), (6, 33), (8, 300)])
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_backends_match_the_reference(backend, k, v, deterministic):
-    dev = _device(backend)
+    dev = backend_device(backend)
     g = gen(100 + k * 7 + v)
     for trial in range(3):
         p, x, q, nd = _random_case(g, 6, k, v, 0.3 * trial, deterministic)

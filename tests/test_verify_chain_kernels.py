@@ -14,7 +14,7 @@ import pytest
 import torch
 from helpers import CUDA_SIM, aot_compile, random_probs
 from helpers import gen as _gen
-from test_verify_kernels import _dev, make_chain, run_chain
+from test_verify_kernels import _dev, case_rng, make_chain, opcheck_chain, run_chain
 from verify_stats import PASS, Markov, _draw, joint_pvalue
 
 import specops
@@ -56,9 +56,8 @@ CASES = [
 @pytest.mark.parametrize("be", BACKENDS)
 @pytest.mark.parametrize("b,k,v,kinds", CASES)
 def test_chain_matches_reference(be, b, k, v, kinds):
-    gen = _gen(b * 1000 + k * 10 + v)
+    gen, seeds = case_rng(b * 1000 + k * 10 + v, b)
     big = v >= 32000
-    seeds = torch.randint(0, 2**62, (b,), generator=gen)
     for kind in kinds:
         p, x, q = make_chain(b, k, v, gen, kind)
         nd = torch.randint(0, k + 1, (b,), generator=gen)
@@ -277,15 +276,7 @@ def test_backend_listing_and_auto_choice():
 
 @needs_triton
 def test_opcheck_triton_backend():
-    gen = _gen(14)
-    p, x, q = make_chain(3, 4, 111, gen, "mixed")
-    nb = torch.randint(-1, 111, (111, 2), generator=gen).int()
-    p, x, q, nb = p.to(DEV), x.to(DEV), q.to(DEV), nb.to(DEV)
-    torch.library.opcheck(
-        torch.ops.specops.verify_chain.default,
-        (p, x, q, None, None, 1, None, 0, nb, 0.1, False, None, False, "triton"),
-        test_utils=("test_schema", "test_faketensor"),
-    )
+    opcheck_chain("triton", DEV, _gen(14))
 
 
 # --------------------------------------------------------------------------------------------

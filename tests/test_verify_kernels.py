@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import CUDA_SIM, random_probs
+from helpers import KERNEL_BACKENDS, one_torch_thread_fixture, random_probs
 from helpers import gen as _gen
 from helpers import to_device as _to
 from verify_stats import (
@@ -26,17 +26,9 @@ import specops
 from specops import Relaxation, Tree
 from specops.reference.philox import row_uniforms
 
-BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu), CUDA_SIM]
+BACKENDS = KERNEL_BACKENDS
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """The reference's many small [B, V] torch ops run up to 100x slower with two intra-op
-    threads on a busy two-core machine (spinning workers): one thread for this module."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+_one_torch_thread = one_torch_thread_fixture()
 
 
 def _dev(be):
@@ -44,6 +36,12 @@ def _dev(be):
     the interpreter on the CPU), cpu and reference on the CPU."""
     gpu = be == "cuda" or (be == "triton" and torch.cuda.is_available())
     return "cuda" if gpu else "cpu"
+
+
+def case_rng(seed, b):
+    """A token-identity case's generator and its per-request seeds [b] (any 62-bit value)."""
+    gen = _gen(seed)
+    return gen, torch.randint(0, 2**62, (b,), generator=gen)
 
 
 def _mix(p, gen, w=0.6):
@@ -96,6 +94,19 @@ def run_chain(be, p, x, q, **kw):
     assert torch.equal(got.tokens.cpu(), want.tokens), (got.tokens, want.tokens)
     assert torch.equal(got.num_accepted.cpu(), want.num_accepted)
     return want
+
+
+def opcheck_chain(be, dev, gen):
+    """torch.library.opcheck (schema, fake tensors) of verify_chain's op on backend ``be``: a
+    relaxed chain of 3 requests, K = 4, V = 111 drawn from ``gen``, on ``dev``."""
+    p, x, q = make_chain(3, 4, 111, gen, "mixed")
+    nb = torch.randint(-1, 111, (111, 2), generator=gen).int()
+    p, x, q, nb = p.to(dev), x.to(dev), q.to(dev), nb.to(dev)
+    torch.library.opcheck(
+        torch.ops.specops.verify_chain.default,
+        (p, x, q, None, None, 1, None, 0, nb, 0.1, False, None, False, be),
+        test_utils=("test_schema", "test_faketensor"),
+    )
 
 
 # The chain kernels' token-identity tests (cpu, triton, cuda) are in test_verify_chain_kernels.py.
@@ -181,9 +192,8 @@ TREE_CASES = [
 @pytest.mark.parametrize("be", BACKENDS)
 @pytest.mark.parametrize("b,n,v,shape", TREE_CASES)
 def test_tree_matches_reference(be, b, n, v, shape):
-    gen = _gen(b * 7919 + n * 31 + v)
+    gen, seeds = case_rng(b * 7919 + n * 31 + v, b)
     big = v >= 32000
-    seeds = torch.randint(0, 2**62, (b,), generator=gen)
     for kind in ("iid", "wor", "det"):
         p, tree, tok, q = make_tree(b, n, v, gen, kind=kind, shape=shape, pad=0.1)
         for wor in (False, True):
@@ -452,14 +462,7 @@ def test_opcheck_compiled_backends(be):
     dev = _dev(be)
     tu = ("test_schema", "test_faketensor")
     gen = _gen(30)
-    p, x, q = make_chain(3, 4, 111, gen, "mixed")
-    nb = torch.randint(-1, 111, (111, 2), generator=gen).int()
-    p, x, q, nb = p.to(dev), x.to(dev), q.to(dev), nb.to(dev)
-    torch.library.opcheck(
-        torch.ops.specops.verify_chain.default,
-        (p, x, q, None, None, 1, None, 0, nb, 0.1, False, None, False, be),
-        test_utils=tu,
-    )
+    opcheck_chain(be, dev, gen)
     pt, t, tok, qt = make_tree(3, 13, 111, gen, kind="iid", shape="kary:3:3")
     pt, t, tok, qt = pt.to(dev), t.to(dev), tok.to(dev), qt.to(dev)
     for wor in (False, True):

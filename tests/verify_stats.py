@@ -160,6 +160,25 @@ def _slot_groups(g, L, groups):
     return (torch.arange(L)[None, :] * groups + g[:, None]).flatten()
 
 
+def jacobi_slot_pvalue(p, g, tokens, L, groups, sel=None):
+    """Chain mode: the tokens [B, L] of jacobi_chain_inputs' slots (those of the flat mask
+    ``sel``, all by default) are samples of their rows of p, per (slot, group)."""
+    v = p.shape[-1]
+    grp, tok, rows = _slot_groups(g, L, groups), tokens.flatten(), p.reshape(-1, v)
+    if sel is not None:
+        grp, tok, rows = grp[sel], tok[sel], rows[sel]
+    return grouped_pvalue(grp, tok, rows, L * groups)
+
+
+def jacobi_chain_pvalue(verify, *, b, L=4, groups=3, one_hot=False, **kw):
+    """Every slot of ``verify(p, x, q, **kw).next_window`` is a sample of its p, on
+    jacobi_chain_inputs drawn from seed 300."""
+    gen = torch.Generator().manual_seed(300)
+    p, x, q, g = jacobi_chain_inputs(b, gen, L=L, groups=groups, one_hot=one_hot)
+    r = verify(p, x, q, **kw)
+    return jacobi_slot_pvalue(p, g, r.next_window, L, groups)
+
+
 KARY = (2, 3, 9)  # Tree.kary_chain: 7-node binary tree of depth 3, first path extended to 9
 
 
@@ -186,3 +205,15 @@ def _line(t, path, a, rejected, L):
         d = d + alive.long()
         alive = alive & (d < L)
     return line
+
+
+def jacobi_stale_rows(t, r, tp, tok):
+    """Tree mode's continuation, for verify_jacobi's result r on tree t: each position's stale
+    target row l_d [B, L] (``_line``: -1 where none), those rows of tp [B * L, V], and each
+    position's chi-square group: d * V + the window token at l_d (the stale row is T[d][token])."""
+    b, L, v = tp.shape
+    line = _line(t, r.path, r.num_accepted.long(), r.first_reject >= 0, L)
+    rows_p = tp[torch.arange(b)[:, None], line.clamp(min=0)].reshape(-1, v)
+    ctx = tok.gather(1, line.clamp(min=0)).flatten()
+    grp = torch.arange(L).expand(b, L).flatten() * v + ctx
+    return line, rows_p, grp
