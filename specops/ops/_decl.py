@@ -14,6 +14,7 @@ An op module writes its public function (signature, docstring, ``DECL.call(backe
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -226,6 +227,9 @@ class OpDecl:
             for i, (a, t) in enumerate(kinds)
             if t.startswith("Tensor") and getattr(a, "form", None) is not None
         )
+        self._dtype_from = [
+            self.flat_names.index(o.dtype) if isinstance(o.dtype, str) else None for o in self.outs
+        ]
         self._generate()
         declare_backends(self.backends, self.name)
         _DECLS[self.name] = self
@@ -282,7 +286,15 @@ class OpDecl:
         lower = [f"def flat_args({params}):"]
         lower.append(f"    return ({''.join(a.lower() + ', ' for a in self.args if a.lower())})")
         shapes = [f"def out_shapes({', '.join(self.flat_names)}):"]
-        bound = set(self.flat_names)
+        used = set(re.findall(r"\w+|\.\.\.", ",".join(o.shape for o in self.outs)))
+        unused = {
+            sym
+            for a in self.args
+            if isinstance(a, Ten)
+            for sym in a.shape.split()
+            if sym not in used
+        }
+        bound = set(self.flat_names) | unused  # (a symbol no output needs is not read)
         for a in self.args:
             if not isinstance(a, Ten) or a.optional or not a.shape:
                 continue
@@ -318,10 +330,13 @@ class OpDecl:
         """The outputs' shapes for the flat arguments ``flat``."""
         return self._out_shapes(*flat)
 
+    def out_dtype(self, flat, i: int = 0) -> torch.dtype:
+        j = self._dtype_from[i]
+        return self.outs[i].dtype if j is None else flat[j].dtype
+
     def out_dtypes(self, flat) -> list[torch.dtype]:
         return [
-            flat[self.flat_names.index(o.dtype)].dtype if isinstance(o.dtype, str) else o.dtype
-            for o in self.outs
+            o.dtype if i is None else flat[i].dtype for o, i in zip(self.outs, self._dtype_from)
         ]
 
     def fake(self, *a):
@@ -337,23 +352,25 @@ class OpDecl:
 
     # the implementation torch.library runs --------------------------------------------------
     def impl(self, *a, out=None):
-        """-> the outputs (a tuple; the tensor itself for a one-output op, as its schema says)."""
-        r = self._impl(a[:-1], a[-1], out)
-        if not self.outs:
-            return None
-        return r[0] if len(r) == 1 else r
-
-    def _impl(self, flat, backend, out):
+        """-> the outputs (a tuple; the tensor itself for a one-output op, None for an op without
+        outputs, as its schema says)."""
+        flat, backend = a[:-1], a[-1]
         have = self.backends if self.backends_for is None else self.backends_for(flat, backend)
         be = pick_backend(self.name, backend, flat[0].device, have)
+        if self.kernel is not None and be != "reference":  # handles triton too
+            r = self.kernel(be, flat, out)
+        else:
+            r = self._run(be, flat, out)
+        n = len(self.outs)
+        return r[0] if n == 1 else r if n else None
+
+    def _run(self, be, flat, out):
         if be == "reference":
             kw = dict(zip(self.flat_names, flat))
             if "seed" in kw:
                 kw["rng"] = Rng(kw.pop("seed"), kw.pop("seed_value"), kw.pop("offset"),
                                 kw.pop("offset_value"))  # fmt: skip
             return write_outs(out, tuple(self.reference(**kw) or ()))
-        if self.kernel is not None:  # handles triton too
-            return self.kernel(be, flat, out)
         if be == "triton":
             module, fn = self.triton.split(":")
             entry = getattr(__import__(f"specops.triton_kernels.{module}", fromlist=[fn]), fn)

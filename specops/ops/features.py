@@ -73,9 +73,13 @@ def _check_gather(src, index, backend) -> None:
 def _write_into(d: OpDecl, be: str, flat, out) -> tuple:
     """The features kernels write a given output: the C++ twin ``<op>_cpu`` or Triton's
     ``<op>_triton`` (triton_kernels/features.py) into ``out`` or a new one."""
-    (res,) = c.outputs(out, flat[0].device, *d.out_shapes(flat), dtype=d.out_dtypes(flat)[0])
+    if out is not None:
+        (res,) = out
+    else:
+        (shape,) = d.out_shapes(flat)
+        res = flat[0].new_empty(shape, dtype=d.out_dtype(flat))
     if be == "cpu":
-        getattr(_build._C, f"{d.name}_cpu")(*flat, res)
+        getattr(_build._C, d.name + "_cpu")(*flat, res)
     else:
         from specops.triton_kernels import features as triton_features
 
