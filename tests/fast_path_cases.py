@@ -71,6 +71,14 @@ def _base(op: str) -> dict:
                     v_cache=torch.randn(B, 16, 2, 8, generator=g),
                     k=torch.randn(B, 4, 2, 8, generator=g), v=torch.randn(B, 4, 2, 8, generator=g),
                     cache_seqlens=_i32([0, 5, 12]))  # fmt: skip
+    if op == "gather_rows":
+        return dict(src=torch.randn(B, 10, 8, generator=g), index=_tokens(4, g, hi=10))
+    if op == "drafter_inputs":
+        return dict(embedding=torch.randn(V, 6, generator=g), tokens=_tokens(4, g),
+                    features=torch.randn(B, 4, 5, generator=g))  # fmt: skip
+    if op == "path_similarity":
+        return dict(paths=torch.randint(0, V, (B, 3, 4), generator=g),
+                    codebook=torch.randn(V, 6, generator=g), alpha=0.9)  # fmt: skip
     raise KeyError(op)
 
 
@@ -80,7 +88,8 @@ _WRITTEN = {"commit_kv": ("caches", "cache_seqlens"), "append_kv": ("k_cache", "
 
 def _first(op):
     special = {"probs_from_logits": "logits", "tree_attention": "q", "commit_kv": "caches",
-               "append_kv": "k"}  # fmt: skip
+               "append_kv": "k", "gather_rows": "src", "drafter_inputs": "embedding",
+               "path_similarity": "codebook"}  # fmt: skip
     return "probs" if op.startswith("sample") else special.get(op, "target_probs")
 
 

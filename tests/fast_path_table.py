@@ -209,6 +209,62 @@ _OPS["append_kv"] = {
                            "v_cache": kw["v_cache"][:0], "cache_seqlens": kw["cache_seqlens"][:0]},
     "no new rows": lambda kw: {**kw, "k": kw["k"][:, :0], "v": kw["v"][:, :0]},
 }  # fmt: skip
+_OPS["gather_rows"] = {
+    "index int64 with -1": lambda kw: {**kw, "index": torch.tensor([[0, -1, 9, 3]] * B)},
+    "index past the rows": lambda kw: {**kw, "index": _i32([[0, 10, 99, -7]] * B)},
+    "index other batch": lambda kw: {**kw, "index": kw["index"][:2]},
+    "index float": lambda kw: {**kw, "index": kw["index"].float()},
+    "index strided": lambda kw: {**kw, "index": torch.cat([kw["index"]] * 2, 1)[:, ::2]},
+    "src transposed": lambda kw: {
+        **kw,
+        "src": kw["src"].transpose(1, 2).contiguous().transpose(1, 2),
+    },
+    "src 2-D": lambda kw: {**kw, "src": kw["src"][0]},
+    "out given": lambda kw: {**kw, "out": torch.empty(B, 4, 8)},
+    "out wrong dtype": lambda kw: {**kw, "out": torch.empty(B, 4, 8, dtype=torch.float16)},
+    "out strided": lambda kw: {**kw, "out": torch.empty(B, 4, 16)[..., ::2]},
+    "out aliases src": lambda kw: {**kw, "out": kw["src"][:, :4]},
+}
+_OPS["drafter_inputs"] = {
+    "step [S]": lambda kw: {**kw, "step_embedding": torch.linspace(-1, 1, 3)},
+    "step [B, M, S]": lambda kw: {
+        **kw,
+        "step_embedding": torch.linspace(-1, 1, B * 12).reshape(B, 4, 3),
+    },
+    "step 2-D": lambda kw: {**kw, "step_embedding": torch.linspace(-1, 1, 12).reshape(4, 3)},
+    "step f16": lambda kw: {**kw, "step_embedding": torch.linspace(-1, 1, 3).half()},
+    "features f16": lambda kw: {**kw, "features": kw["features"].half()},
+    "features other rows": lambda kw: {**kw, "features": kw["features"][:, :2]},
+    "tokens past the vocab": lambda kw: {**kw, "tokens": _i32([[0, -1, V, 99]] * B)},
+    "tokens int64 strided": lambda kw: {
+        **kw,
+        "tokens": torch.cat([kw["tokens"].long()] * 2, 1)[:, ::2],
+    },
+    "out given": lambda kw: {**kw, "out": torch.empty(B, 4, 11)},
+    "out wrong width": lambda kw: {**kw, "out": torch.empty(B, 4, 12)},
+    "out aliases features": lambda kw: (lambda buf: {**kw, "out": buf, "features": buf[..., :5]})(
+        torch.zeros(B, 4, 11)
+    ),
+}
+_OPS["path_similarity"] = {
+    "alpha 1": lambda kw: {**kw, "alpha": 1.0},
+    "alpha 0": lambda kw: {**kw, "alpha": 0.0},
+    "alpha int": lambda kw: {**kw, "alpha": 1},
+    "alpha 1.5": lambda kw: {**kw, "alpha": 1.5},
+    "alpha 1e6": lambda kw: {**kw, "alpha": 1e6},
+    "alpha nan": lambda kw: {**kw, "alpha": float("nan")},
+    "alpha -1": lambda kw: {**kw, "alpha": -1.0},
+    "stride 2": lambda kw: {**kw, "stride": 2},
+    "stride past L": lambda kw: {**kw, "stride": 2**62},
+    "stride 0": lambda kw: {**kw, "stride": 0},
+    "stride True": lambda kw: {**kw, "stride": True},
+    "one path": lambda kw: {**kw, "paths": kw["paths"][:, :1]},
+    "no positions": lambda kw: {**kw, "paths": kw["paths"][:, :, :0]},
+    "ids past the vocab": lambda kw: {**kw, "paths": torch.full((B, 3, 4), V + 5)},
+    "paths int32 strided": lambda kw: {**kw, "paths": kw["paths"].int()[..., ::2]},
+    "out given": lambda kw: {**kw, "out": torch.empty(B)},
+    "out int": lambda kw: {**kw, "out": torch.empty(B, dtype=torch.int32)},
+}
 for _op, _t in _ALIAS.items():
     _OPS[_op].update(_t)
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specops.ops import _dispatch
 from specops.ops._backends import declare_backends, pick_backend
 from specops.ops._dispatch import (
     define,
-    fast_kernel,
     int32_ids,
     launch,
     ops,
@@ -276,7 +276,8 @@ class OpDecl:
         call = [
             f"def call(backend, out, {params}):",
             *(
-                [f"    fast = _fast_kernel(_name, {first}, backend, _backends)", *body]
+                # read through the module: a test switches the fast path off by patching it
+                [f"    fast = _dispatch.fast_kernel(_name, {first}, backend, _backends)", *body]
                 if self.fast
                 else []
             ),
@@ -317,7 +318,7 @@ class OpDecl:
             outs.append("(" + "".join("*_lead, " if e == "..." else f"{e}, " for e in dims) + ")")
         shapes.append(f"    return ({''.join(o + ', ' for o in outs)})")
         self.source = "\n".join(fast + [""] + lower + [""] + shapes) + "\n"
-        env = {"_fast_rng": fast_rng, "_Rng": Rng, "_Tree": Tree, "_fast_kernel": fast_kernel,
+        env = {"_fast_rng": fast_rng, "_Rng": Rng, "_Tree": Tree, "_dispatch": _dispatch,
                "_fast_outs": _fast_outs, "_checked": _checked, "_decl": self, "_name": self.name,
                "_backends": self.backends, "_Tensor": torch.Tensor,
                **self.env}  # fmt: skip

@@ -71,19 +71,18 @@ def _check_gather(src, index, backend) -> None:
 
 
 def _write_into(d: OpDecl, be: str, flat, out) -> tuple:
-    """The features kernels write a given output: the C++ twin ``<op>_cpu`` or Triton's
-    ``<op>_triton`` (triton_kernels/features.py) into ``out`` or a new one."""
+    """The C++ twin (its binding makes the output when not given) or Triton's ``<op>_triton``
+    (triton_kernels/features.py), which writes a given output."""
+    if be != "triton":
+        return d.launch(be, *flat, out=out)
     if out is not None:
         (res,) = out
     else:
         (shape,) = d.out_shapes(flat)
         res = flat[0].new_empty(shape, dtype=d.out_dtype(flat))
-    if be == "cpu":
-        getattr(_build._C, d.name + "_cpu")(*flat, res)
-    else:
-        from specops.triton_kernels import features as triton_features
+    from specops.triton_kernels import features as triton_features
 
-        getattr(triton_features, f"{d.name}_triton")(*flat, res)
+    getattr(triton_features, f"{d.name}_triton")(*flat, res)
     return (res,)
 
 
@@ -99,7 +98,6 @@ GATHER = OpDecl(
     check=_check_gather,
     reference=lambda src, index: (reference.gather_rows(src, index),),
     kernel=_gather_kernel,
-    fast=False,  # the binding writes a given out
 )
 register_decl(GATHER)
 
@@ -185,7 +183,6 @@ DRAFTER = OpDecl(
         reference.drafter_inputs(embedding, tokens, features, step_embedding),
     ),
     kernel=_drafter_kernel,
-    fast=False,  # the binding writes a given out
 )
 register_decl(DRAFTER)
 
@@ -283,11 +280,24 @@ def _path_similarity_kernel(be, flat, out):
 PATH_SIMILARITY = OpDecl(
     "path_similarity",
     args=(
-        Ten("paths", "B P L"),
+        Ten("paths", "B P L", fast_rank=3),
         Ten("codebook", "V C"),
-        Value("alpha", (("alpha", "float"),), expr="float(alpha)"),
+        # fast path: alpha <= 1 (its powers cannot overflow), P >= 2 (P = 1 is the constant 1.0)
+        Value(
+            "alpha",
+            (("alpha", "float"),),
+            expr="float(alpha)",
+            fast_cond="type(alpha) is float and 0.0 <= alpha <= 1.0",
+            fast_expr="alpha",
+        ),
         # every stride >= L reads position 0 alone: the same result, and no int64 overflow
-        Value("stride", (("stride", "SymInt"),), expr="min(int(stride), paths.shape[2])"),
+        Value(
+            "stride",
+            (("stride", "SymInt"),),
+            expr="min(int(stride), paths.shape[2])",
+            fast_cond="type(stride) is int and stride >= 1",
+            fast_expr="min(stride, paths.shape[2])",
+        ),
     ),
     outs=(Out("out", "B", torch.float32),),
     backends=_BACKENDS,
@@ -296,7 +306,7 @@ PATH_SIMILARITY = OpDecl(
         reference.path_similarity(paths, codebook, alpha=alpha, stride=stride),
     ),
     kernel=_path_similarity_kernel,
-    fast=False,  # the binding writes a given out
+    fast_when=f"2 <= paths.shape[1] <= {_MAX_PATHS} and paths.shape[2] >= 1",
 )
 register_decl(PATH_SIMILARITY)
 
