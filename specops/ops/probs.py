@@ -99,19 +99,20 @@ def _check(logits, temperature, top_k, top_p, cfg_scale, uncond_logits, backend)
     elif cfg_scale is not None:
         raise ValueError(f"specops.{_OP}: cfg_scale is given but uncond_logits is None")
 
-    t_t, t_v = _param("temperature", temperature, batch, dev, _FLOATS, torch.float32)
-    k_t, k_v = _param("top_k", 0 if top_k is None else top_k, batch, dev, _INTS, torch.int32)
-    p_t, p_v = _param("top_p", 1.0 if top_p is None else top_p, batch, dev, _FLOATS, torch.float32)
-    s_t, s_v = _param(
-        "cfg_scale", 1.0 if cfg_scale is None else cfg_scale, batch, dev, _FLOATS, torch.float32
-    )
+    _param("temperature", temperature, batch, dev, _FLOATS)
+    _param("top_k", 0 if top_k is None else top_k, batch, dev, _INTS)
+    _param("top_p", 1.0 if top_p is None else top_p, batch, dev, _FLOATS)
+    _param("cfg_scale", 1.0 if cfg_scale is None else cfg_scale, batch, dev, _FLOATS)
+    if c.validating():  # on the tensors as the kernels take them (PROBS's lowering)
+        f32 = torch.float32
+        _check_values(logits, uncond_logits, _per_request(temperature, logits, f32, 1.0)[0],
+                      _per_request(top_k, logits, torch.int32, 0)[0],
+                      _per_request(top_p, logits, f32, 1.0)[0],
+                      _per_request(cfg_scale, logits, f32, 1.0)[0])  # fmt: skip
 
-    if c.validating():
-        _check_values(logits, uncond_logits, t_t, k_t, p_t, s_t)
 
-
-def _param(name, value, batch, dev, dtypes, want):
-    """Scalar -> (None, value) after a range check; tensor [] / [1] / [B] -> ([B] want, 0)."""
+def _param(name, value, batch, dev, dtypes) -> None:
+    """A tensor: [] / [1] / [B] of ``dtypes`` on ``dev``; a Python number: its type and range."""
     if isinstance(value, torch.Tensor):
         c.check_tensor(_OP, name, value, ndim=(0, 1), dtypes=dtypes, device=dev)
         n = value.numel()
@@ -120,11 +121,8 @@ def _param(name, value, batch, dev, dtypes, want):
                 f"specops.{_OP}: {name} must have shape [], [1] or [{batch}] (one per request), "
                 f"got {list(value.shape)}"
             )
-        if want == torch.int32:  # top_k: past int32 still "keep everything", never wraps
-            value = c.int32_ids(value)
-        # read with its stride by the kernel (0 when broadcast): no copy
-        return value.reshape(-1).to(want).expand(batch), 0
-    integer = want == torch.int32
+        return
+    integer = dtypes is _INTS
     if isinstance(value, bool) or not isinstance(value, (int, float) if not integer else int):
         kind = "an int" if integer else "a float"
         raise TypeError(
@@ -146,7 +144,6 @@ def _param(name, value, batch, dev, dtypes, want):
             "cfg_scale": "finite",
         }[name]
         raise ValueError(f"specops.{_OP}: {name} must be {want_txt}, got {value}")
-    return None, value
 
 
 def _check_values(logits, uncond, t_t, k_t, p_t, s_t) -> None:
