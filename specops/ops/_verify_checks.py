@@ -112,12 +112,15 @@ class TreeArrays:
         self.next_sibling = next_sibling
 
 
-def check_values(op, target_probs, draft_probs, ids, v) -> None:
+def check_values(op, target_probs, draft_probs, ids, v, *, ids_name="draft_tokens",
+                 tree=False) -> None:  # fmt: skip
+    """Validation mode: the probabilities, and the token ids ``ids`` [B, N] in [0, V) (-1: none),
+    without column 0 (the root) when ``tree``."""
     if c.validating():
         c.check_values_probs(op, "target_probs", target_probs)
         if draft_probs is not None:
             c.check_values_probs(op, "draft_probs", draft_probs)
-        c.check_values_ids(op, "draft_tokens", ids, v)
+        c.check_values_ids(op, ids_name, ids[:, 1:] if tree else ids, v)
 
 
 # what the compiled kernels read (specops/ops/_decl.py ``Ten.form``): float32 probability rows

@@ -47,12 +47,8 @@ def _check(target_probs, window_tokens, draft_probs, tree, continue_after_reject
     c.check_rng(op, seed, offset, dev, b)
     draws = 2 * L + (L * num_candidates if num_candidates > 1 else 0)
     vc.check_uniforms(op, uniforms, b, draws, dev)
-    if c.validating():
-        c.check_values_probs(op, "target_probs", target_probs)
-        if draft_probs is not None:
-            c.check_values_probs(op, "draft_probs", draft_probs)
-        ids = window_tokens if tree is None else window_tokens[:, 1:]
-        c.check_values_ids(op, "window_tokens", ids, v)
+    vc.check_values(op, target_probs, draft_probs, window_tokens, v, ids_name="window_tokens",
+                    tree=tree is not None)  # fmt: skip
 
 
 def _reference(target_probs, window_tokens, draft_probs, first_child, next_sibling,
@@ -63,13 +59,18 @@ def _reference(target_probs, window_tokens, draft_probs, first_child, next_sibli
                          continue_after_reject=continue_after_reject,
                          num_candidates=num_candidates, seed=seed, offset=offset,
                          relax=vc.relax_of(neighbors, delta), uniforms=uniforms)  # fmt: skip
-    b, L, _ = target_probs.shape
-    i32 = torch.int32
-    cands = (
-        r.candidates if r.candidates is not None else target_probs.new_empty((b, L, 0), dtype=i32)
-    )
-    path = r.path if r.path is not None else target_probs.new_empty((b, 0), dtype=i32)
-    return r.num_accepted, r.next_window, r.first_reject, cands, path
+    return _five(target_probs, r.num_accepted, r.next_window, r.first_reject, r.candidates, r.path)
+
+
+def _five(target_probs, num, next_window, first_reject, candidates, path) -> tuple:
+    """The op's five outputs: candidates / path None (not produced) become the empty [B, L, 0] /
+    [B, 0] tensors the schema returns (never written)."""
+    b, L = target_probs.shape[0], target_probs.shape[1]
+    if candidates is None:
+        candidates = target_probs.new_empty((b, L, 0), dtype=torch.int32)
+    if path is None:
+        path = target_probs.new_empty((b, 0), dtype=torch.int32)
+    return num, next_window, first_reject, candidates, path
 
 
 # CUDA tree mode signals completion through per-request counters that must be zero before the
@@ -98,12 +99,8 @@ def _complete(res: tuple, flat, out) -> tuple:
     five, the unused ones empty ([B, L, 0] and [B, 0]) or the caller's."""
     if out is not None:
         return tuple(out)
-    target, k, tree = flat[0], flat[6], flat[3] is not None
-    b, L = target.shape[0], target.shape[1]
-    i32 = torch.int32
-    cands = res[3] if k > 1 else target.new_empty((b, L, 0), dtype=i32)
-    path = res[-1] if tree else target.new_empty((b, 0), dtype=i32)
-    return res[0], res[1], res[2], cands, path
+    k, tree = flat[6], flat[3] is not None  # num_candidates, first_child
+    return _five(flat[0], *res[:3], res[3] if k > 1 else None, res[-1] if tree else None)
 
 
 JACOBI = OpDecl(
@@ -147,11 +144,7 @@ def _five_outs(out, target_probs, k: bool, tree: bool):
         fields = list(out)
     else:
         return out  # run's check says what is expected
-    b, L = target_probs.shape[0], target_probs.shape[1]
-    empty = target_probs.new_empty
-    cands = fields[3] if k else empty((b, L, 0), dtype=torch.int32)
-    path = fields[-1] if tree else empty((b, 0), dtype=torch.int32)
-    return (*fields[:3], cands, path)
+    return _five(target_probs, *fields[:3], fields[3] if k else None, fields[-1] if tree else None)
 
 
 @traced("verify_jacobi")

@@ -165,7 +165,7 @@ def _check_tree_op(target_probs, tree, draft_tokens, draft_probs, without_replac
         raise ValueError(f"specops.{op}: relax cannot be combined with greedy=True")
     c.check_rng(op, seed, offset, dev, b)
     vc.check_uniforms(op, uniforms, b, n, dev)
-    vc.check_values(op, target_probs, draft_probs, draft_tokens[:, 1:], v)
+    vc.check_values(op, target_probs, draft_probs, draft_tokens, v, tree=True)
 
 
 def _tree_reference(target_probs, first_child, next_sibling, width, draft_tokens, draft_probs,
@@ -256,7 +256,7 @@ register_decl(TREE)
 def _check_paths(target_probs, draft_probs, tree, draft_tokens, backend) -> None:
     op = "path_acceptance"
     _, _, v, _ = vc.check_tree_rows(op, target_probs, tree, draft_tokens, draft_probs, backend)
-    vc.check_values(op, target_probs, draft_probs, draft_tokens[:, 1:], v)
+    vc.check_values(op, target_probs, draft_probs, draft_tokens, v, tree=True)
 
 
 def _paths_reference(target_probs, draft_probs, parents, num_paths, draft_tokens):
