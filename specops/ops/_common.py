@@ -23,15 +23,12 @@ from specops.ops._backends import (  # noqa: F401
     validation,
 )
 from specops.ops._dispatch import (  # noqa: F401
-    _ARG_NAMES,
     _FAST,
     LIB,
-    call,
     fast_kernel,
     int32_ids,
     launch,
     ops,
-    outputs,
     register,
     schema_of,
     stream_of,
@@ -40,7 +37,6 @@ from specops.ops._dispatch import (  # noqa: F401
 from specops.ops._rng import (  # noqa: F401
     Rng,
     check_rng,
-    fast_rng,
 )
 from specops.ops.checks import (  # noqa: F401
     check_ids,

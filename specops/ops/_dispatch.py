@@ -1,6 +1,6 @@
-"""Dispatch: torch.library registration of each op (schema from its implementation's
-signature, fake kernel, ``_out`` variant), the cheap eager caller, the eager fast path straight
-to the compiled binding, kernel launch and output buffers."""
+"""Dispatch: torch.library definition of the ops (``define``; ``register`` for those not
+declared, the schema from the implementation's signature), the cheap eager caller, the eager
+fast path straight to the compiled binding, kernel launch."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ import torch
 from specops import _build
 from specops.ops import _backends
 from specops.ops._backends import pick_backend
-from specops.ops._overlap import check_no_alias
-from specops.ops.checks import check_out
 
 LIB = torch.library.Library("specops", "DEF")  # noqa: TOR901 (define/impl: cheap dispatch)
 
@@ -163,28 +161,12 @@ def schema_of(impl, mutates=()) -> str:
     return "(" + ", ".join(params) + ") -> " + ret
 
 
-_ARG_NAMES: dict[str, list[str]] = {}  # op -> its implementation's parameter names
-
-
-def register(name: str, impl, fake, *, mutates=(), outs: int = 0, keys=("CPU", "CUDA")) -> None:
+def register(name: str, impl, fake, *, mutates=(), keys=("CPU", "CUDA")) -> None:
     """Define ``specops::name`` with the schema of ``impl``'s signature (``schema_of``), give it
-    ``impl`` per dispatch key and ``fake``, and make ``ops.<name>`` its caller.
-
-    ``outs`` > 0: the op returns that many tensors, and a second op ``<name>_out`` is derived
-    from the same schema and implementation: the same arguments followed by ``outs``
-    preallocated outputs it writes in place (``Tensor(a!) out0, ...``) -> ().  The
-    implementation takes them as ``out=(t0, ...)`` (None: allocate)."""
-    schema = schema_of(impl, mutates)
-    _ARG_NAMES[name] = list(inspect.signature(impl).parameters)
-    define(name, schema, impl, fake, keys)
-    if outs:
-        args = schema[: schema.rindex(")", 0, schema.index("->"))]
-        extra = ", ".join(f"Tensor({chr(ord('a') + i)}!) out{i}" for i in range(outs))
-
-        def out_impl(*a):
-            impl(*a[:-outs], out=a[-outs:])
-
-        define(name + "_out", f"{args}, {extra}) -> ()", out_impl, lambda *a: None, keys)
+    ``impl`` per dispatch key and ``fake``, and make ``ops.<name>`` its caller: the ops not
+    declared (commit_kv, the feature cache's write, the tree builders; the declared ones:
+    ``_decl.register_decl``, which also derives their ``<name>_out``)."""
+    define(name, schema_of(impl, mutates), impl, fake, keys)
 
 
 def define(name: str, schema: str, impl, fake, keys=("CPU", "CUDA")) -> None:
@@ -195,30 +177,6 @@ def define(name: str, schema: str, impl, fake, keys=("CPU", "CUDA")) -> None:
         LIB.impl(name, impl, key)
     torch.library.register_fake(f"specops::{name}", fake, lib=LIB)
     setattr(ops, name, _eager_caller(name, impl))
-
-
-def call(name: str, args: tuple, out, specs):
-    """``ops.<name>(*args)``; with ``out`` (a tuple of buffers, or one tensor for a one-output op)
-    checked against ``specs()`` (see ``check_out``; built only then) and written in place by
-    ``ops.<name>_out`` -> ``out`` itself."""
-    if out is None:
-        return getattr(ops, name)(*args)
-    single, s = isinstance(out, torch.Tensor), specs()
-    if len(s) == 1 and not single:
-        raise TypeError(f"specops.{name}: out must be a torch.Tensor, got {type(out).__name__}")
-    outs = check_out(name, (out,) if single else out, s)
-    ins = zip(_ARG_NAMES[name], args)
-    check_no_alias(name, [(f"out.{spec[0]}", t) for spec, t in zip(s, outs)], ins)
-    getattr(ops, name + "_out")(*args, *outs)
-    return out if single else outs
-
-
-def outputs(out, device, *shapes, dtype=torch.int32) -> tuple:
-    """An impl's output buffers: the caller's ``out`` (checked by the public layer), or new ones
-    of ``shapes``."""
-    if out is not None:
-        return out
-    return tuple(torch.empty(s, dtype=dtype, device=device) for s in shapes)
 
 
 def write_outs(out, results):
