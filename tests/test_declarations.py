@@ -9,6 +9,7 @@ import re
 
 import pytest
 import torch
+from helpers import random_probs
 
 import specops
 from specops import _build
@@ -96,20 +97,43 @@ def test_an_undeclared_op_is_a_clear_error():
         specops.declaration("no_such_op")
 
 
-def test_fast_lowering_declines_what_the_binding_cannot_check():
-    """The generated fast path hands the binding only what its checks cover: a relaxation, a
-    non-bool flag or an unusual seed goes to the checked path."""
+@pytest.mark.skipif(not _build.has_cpp(), reason="needs the compiled specops._C")
+def test_fast_lowering_declines_what_the_binding_cannot_check(monkeypatch):
+    """The generated fast path (``OpDecl.call``) hands the binding only what its checks cover,
+    in the declared order: a relaxation, a non-bool flag or an unusual seed goes to the checked
+    path."""
+    from specops.ops import _dispatch
+
+    d = specops.declaration("verify_chain")
+    binding, calls = _build._C.verify_chain_cpu, []
+
+    def spy(*args):
+        calls.append(args)
+        return binding(*args)
+
+    monkeypatch.setitem(_dispatch._FAST, ("verify_chain", "cpu"), spy)
+    p, x = random_probs(2, 4, 9, generator=torch.Generator().manual_seed(0)), torch.zeros(2, 3)
+    x = x.long()
+    relax = specops.Relaxation(torch.zeros(9, 1, dtype=torch.int32), 0.1)
+    with specops.validation(False):
+        d.call("auto", None, p, x, None, None, 0, 0, None, False, None, False)
+        assert len(calls) == 1 and len(calls[0]) == len(d.binding_names)
+        d.call("auto", None, p, x, None, None, 0, 0, relax, False, None, False)
+        with pytest.raises(TypeError, match="greedy"):
+            d.call("auto", None, p, x, None, None, 0, 0, None, 1, None, False)
+        with pytest.raises(ValueError, match="seed"):
+            d.call("auto", None, p, x, None, None, torch.zeros(3, dtype=torch.long), 0, None,
+                   False, None, False)  # fmt: skip
+        with pytest.raises(ValueError, match="target_probs"):
+            d.call("auto", None, p[0], x, None, None, 0, 0, None, False, None, False)
+    assert len(calls) == 1  # none of the last four reached the binding directly
+
+
+def test_checked_lowering_flattens_the_kinds():
+    """A Relaxation becomes its neighbours and delta, seed and offset one Rng."""
     d = specops.declaration("verify_chain")
     p, x = torch.rand(2, 4, 9), torch.zeros(2, 3, dtype=torch.long)
-    ok = d.fast_args(p, x, None, None, 0, 0, None, False, None, False)
-    assert ok is not None and len(ok) == len(d.flat_names)
     relax = specops.Relaxation(torch.zeros(9, 1, dtype=torch.int32), 0.1)
-    assert d.fast_args(p, x, None, None, 0, 0, relax, False, None, False) is None
-    assert d.fast_args(p, x, None, None, 0, 0, None, 1, None, False) is None
-    assert d.fast_args(p, x, None, None, torch.zeros(3, dtype=torch.long), 0, None, False, None,
-                       False) is None  # fmt: skip
-    assert d.fast_args(p[0], x, None, None, 0, 0, None, False, None, False) is None
-    # the checked lowering: a Relaxation becomes its neighbours and delta, seed/offset one Rng
     flat = dict(zip(d.flat_names, d.flat_args(p, x, None, None, torch.tensor(3), 5, relax, False,
                                               None, False)))  # fmt: skip
     assert flat["neighbors"] is relax.neighbors and flat["delta"] == 0.1

@@ -249,11 +249,6 @@ class OpDecl:
         if self.fast_when:
             conds.append(f"({self.fast_when})")
         n = len(self.outs)
-        fast = [f"def fast_args({params}):"]
-        fast += [f"    if not ({' and '.join(conds)}): return" if conds else ""]
-        fast += [f"    {x}" for x in setup]
-        fast += [f"    if not ({' and '.join(post)}): return" if post else ""]
-        fast.append(f"    return ({', '.join(exprs)},)")
         gates = list(post)
         body = [f"    if fast is not None{''.join(f' and {x}' for x in conds)}:"]
         body += [f"        {x}" for x in setup]
@@ -283,7 +278,6 @@ class OpDecl:
             ),
             f"    return _checked(_decl, backend, out, ({params},))",
         ]
-        fast = [x for x in fast if x] + [""] + call
         lower = [f"def flat_args({params}):"]
         lower.append(f"    return ({''.join(a.lower() + ', ' for a in self.args if a.lower())})")
         shapes = [f"def out_shapes({', '.join(self.flat_names)}):"]
@@ -317,13 +311,13 @@ class OpDecl:
             dims = [e.strip() for e in o.shape.split(",")]
             outs.append("(" + "".join("*_lead, " if e == "..." else f"{e}, " for e in dims) + ")")
         shapes.append(f"    return ({''.join(o + ', ' for o in outs)})")
-        self.source = "\n".join(fast + [""] + lower + [""] + shapes) + "\n"
+        self.source = "\n".join(call + [""] + lower + [""] + shapes) + "\n"
         env = {"_fast_rng": fast_rng, "_Rng": Rng, "_Tree": Tree, "_dispatch": _dispatch,
                "_fast_outs": _fast_outs, "_checked": _checked, "_decl": self, "_name": self.name,
                "_backends": self.backends, "_Tensor": torch.Tensor,
                **self.env}  # fmt: skip
         exec(compile(self.source, f"<specops {self.name} declaration>", "exec"), env)
-        self.fast_args, self.flat_args, self.call = env["fast_args"], env["flat_args"], env["call"]
+        self.flat_args, self.call = env["flat_args"], env["call"]
         self._out_shapes = env["out_shapes"]
 
     # shapes ---------------------------------------------------------------------------------
