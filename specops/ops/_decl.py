@@ -14,12 +14,15 @@ An op module writes its public function (signature, docstring, ``DECL.call(backe
 
 from __future__ import annotations
 
+import inspect
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
+from specops._nvtx import traced
 from specops.ops import _dispatch
 from specops.ops._backends import declare_backends, pick_backend
 from specops.ops._dispatch import (
@@ -237,47 +240,7 @@ class OpDecl:
     # generated lowering ---------------------------------------------------------------------
     def _generate(self):
         params = ", ".join(self.params)
-        first = self.params[0]
-        conds, setup, post, exprs = [], [], [], []
-        for a in self.args:
-            c_, s_, p_, e_ = a.fast()
-            conds += c_
-            setup += s_
-            post += p_
-            if e_:
-                exprs.append(e_)
-        if self.fast_when:
-            conds.append(f"({self.fast_when})")
-        n = len(self.outs)
-        gates = list(post)
-        body = [f"    if fast is not None{''.join(f' and {x}' for x in conds)}:"]
-        body += [f"        {x}" for x in setup]
-        if n:
-            one = "(None,) if out is None else (out,) if type(out) is _Tensor else None"
-            many = f"{(None,) * n!r} if out is None else _fast_outs(out, {n})"
-            body.append(f"        _o = {one if n == 1 else many}")
-            gates.insert(0, "_o is not None")
-        launch = f"return fast({', '.join(exprs + (['*_o'] if n else []))})"
-        pad = "        "
-        if gates:
-            body.append(f"        if {' and '.join(gates)}:")
-            pad += "    "
-        body += [
-            f"{pad}try:",
-            f"{pad}    {launch}",
-            f"{pad}except (TypeError, ValueError):",
-            f"{pad}    pass  # the checks name what is wrong, or normalise the layout",
-        ]
-        call = [
-            f"def call(backend, out, {params}):",
-            *(
-                # read through the module: a test switches the fast path off by patching it
-                [f"    fast = _dispatch.fast_kernel(_name, {first}, backend, _backends)", *body]
-                if self.fast
-                else []
-            ),
-            f"    return _checked(_decl, backend, out, ({params},))",
-        ]
+        call = [f"def call(backend, out, {params}):", *self._dispatch_lines("_r")]
         lower = [f"def flat_args({params}):"]
         lower.append(f"    return ({''.join(a.lower() + ', ' for a in self.args if a.lower())})")
         shapes = [f"def out_shapes({', '.join(self.flat_names)}):"]
@@ -319,6 +282,94 @@ class OpDecl:
         exec(compile(self.source, f"<specops {self.name} declaration>", "exec"), env)
         self.flat_args, self.call = env["flat_args"], env["call"]
         self._out_shapes = env["out_shapes"]
+        self._env = env
+
+    # the public function --------------------------------------------------------------------
+    def public(self, reference: Callable, doc: str, result: str | None = None, prepare: str = "",
+               options: tuple[inspect.Parameter, ...] = ()) -> Callable:  # fmt: skip
+        """The public function ``specops.<name>``, generated.  Its parameters: the reference's
+        (the declared ones, with the reference's defaults, kinds and annotations; a reference's
+        own trailing options are not public), then ``backend="auto"``, ``out=None`` (ops with
+        outputs; an ``options`` entry named ``out`` replaces it) and ``options``.  Its body: the
+        statement ``prepare``, then the one dispatch (``call``'s, in one frame) returning
+        ``result``, an expression of the outputs ``_r`` and the public names (default: the
+        output, or the tuple of outputs).  ``doc``: its docstring."""
+        ref = inspect.signature(reference).parameters
+        missing = [n for n in self.params if n not in ref]
+        if missing or tuple(n for n in ref if n in self.params) != self.params:
+            raise TypeError(f"{self.name}: the reference's parameters {tuple(ref)} do not start "
+                            f"with the declared {self.params}")  # fmt: skip
+        params = [ref[n] for n in self.params]
+        params.append(inspect.Parameter("backend", _KW, default="auto", annotation="str"))
+        if self.outs and not any(p.name == "out" for p in options):
+            kind = "torch.Tensor" if len(self.outs) == 1 else "tuple[torch.Tensor, ...]"
+            params.append(inspect.Parameter("out", _KW, default=None, annotation=f"{kind} | None"))
+        params += options
+        sig = inspect.Signature(
+            params, return_annotation=inspect.signature(reference).return_annotation
+        )
+        n = len(self.outs)
+        ret = result or ("_r[0]" if n == 1 else "None" if not n else "_r")
+        src = [
+            f"def {self.name}{_plain(sig)}:",
+            *([f"    {prepare}"] if prepare else []),
+            *self._dispatch_lines(ret),
+        ]
+        env = {**self._env, **{f"_d_{p.name}": p.default for p in params}}
+        source = "\n".join(src) + "\n"
+        exec(compile(source, f"<specops {self.name} public>", "exec"), env)
+        fn = env[self.name]
+        fn.__doc__, fn.__signature__ = doc, sig
+        fn.__module__ = sys._getframe(1).f_globals["__name__"]  # the op module that declares it
+        fn.__annotations__ = {p.name: p.annotation for p in params if p.annotation is not _EMPTY}
+        self.public_source = source
+        return traced(self.name)(fn)
+
+    def _dispatch_lines(self, ret: str) -> list[str]:
+        """The body of the one dispatch, returning ``ret`` (an expression of the outputs ``_r``
+        and the public names): the eager fast path straight to the binding when the cheap
+        conditions hold and it accepts the arguments, else ``_checked``."""
+        conds, setup, gates, exprs = [], [], [], []
+        for a in self.args:
+            c_, s_, p_, e_ = a.fast()
+            conds += c_
+            setup += s_
+            gates += p_
+            if e_:
+                exprs.append(e_)
+        if self.fast_when:
+            conds.append(f"({self.fast_when})")
+        n = len(self.outs)
+        body = [f"    if fast is not None{''.join(f' and {x}' for x in conds)}:"]
+        body += [f"        {x}" for x in setup]
+        if n:
+            one = "(None,) if out is None else (out,) if type(out) is _Tensor else None"
+            many = f"{(None,) * n!r} if out is None else _fast_outs(out, {n})"
+            body.append(f"        _o = {one if n == 1 else many}")
+            gates.insert(0, "_o is not None")
+        pad = "        "
+        if gates:
+            body.append(f"        if {' and '.join(gates)}:")
+            pad += "    "
+        body += [
+            f"{pad}try:",
+            f"{pad}    _r = fast({', '.join(exprs + (['*_o'] if n else []))})",
+            f"{pad}except (TypeError, ValueError):",
+            f"{pad}    pass  # the checks name what is wrong, or normalise the layout",
+            f"{pad}else:",
+            f"{pad}    return {ret}",
+        ]
+        out = "out" if n else "None"  # an op without outputs has no out=
+        checked = [
+            f"    _r = _checked(_decl, backend, {out}, ({', '.join(self.params)},))",
+            f"    return {ret}",
+        ]
+        if not self.fast:
+            return checked
+        # read through the module: a test switches the fast path off by patching it
+        first = self.params[0]
+        return [f"    fast = _dispatch.fast_kernel(_name, {first}, backend, _backends)", *body,
+                *checked]  # fmt: skip
 
     # shapes ---------------------------------------------------------------------------------
     def out_shapes(self, flat) -> tuple[tuple[int, ...], ...]:
@@ -399,6 +450,32 @@ class OpDecl:
         if len(self.outs) == 1:
             return f"({args}) -> Tensor"
         return f"({args}) -> ({', '.join('Tensor' for _ in self.outs)})"
+
+
+_KW, _EMPTY = inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.empty
+
+
+def _plain(sig: inspect.Signature) -> str:
+    """``sig`` as source, without annotations, each default read from ``_d_<name>``."""
+    return str(
+        sig.replace(
+            parameters=[
+                p.replace(
+                    annotation=_EMPTY, default=_EMPTY if p.default is _EMPTY else _Default(p.name)
+                )
+                for p in sig.parameters.values()
+            ],
+            return_annotation=_EMPTY,
+        )
+    )
+
+
+class _Default:
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"_d_{self.name}"
 
 
 # registration and the one dispatch ----------------------------------------------------------

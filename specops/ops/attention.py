@@ -12,18 +12,20 @@ by log-sum-exp (specops/ops/_attention_cascade.py).
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
 
 from specops import reference
-from specops._nvtx import traced
 from specops.ops import _attention_cascade as cascade
 from specops.ops import _common as c
 from specops.ops._decl import OpDecl, Out, Ten, Value, register_decl
 from specops.tree import Tree
 
 __all__ = ["tree_attention", "append_kv"]
+
+_KW = inspect.Parameter.KEYWORD_ONLY
 
 _ATTN_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _IDX_DTYPES = (torch.int32, torch.int64)
@@ -122,74 +124,6 @@ def _mask_bits(op, tree, batch, n, dev):
     return mask
 
 
-@traced("tree_attention")
-def tree_attention(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    cache_seqlens: torch.Tensor,
-    tree,
-    *,
-    block_table: torch.Tensor | None = None,
-    sm_scale: float | None = None,
-    return_lse: bool = False,
-    backend: str = "auto",
-    out: torch.Tensor | None = None,
-    lse_out: torch.Tensor | None = None,
-):
-    """Attention of N tree tokens over a committed prefix plus their ancestors.
-
-    Parameters
-    ----------
-    q : [B, N, Hq, D] float16/bfloat16/float32/float64
-        The tree tokens' queries.
-    k_cache : [B, S_max, Hkv, D] or [P, page, Hkv, D] q's dtype
-        Keys: contiguous per request, or paged with ``block_table``; the tree tokens' K already
-        sit at positions L_b + n (``append_kv``).
-    v_cache : k_cache's shape, q's dtype
-        Values, laid out as ``k_cache``.
-    cache_seqlens : [B] int32/int64
-        L_b, the committed prefix length of each request.
-    tree : Tree or [1 or B, N, >= ceil(N/32)] int32
-        A Tree (batch 1 or B) or its mask_bits: query n sees the tree slots whose bit is set in
-        its mask row (itself and its ancestors).
-    block_table : [B, max_pages] int32/int64 or None
-        The pages of each request in a paged cache; None: a contiguous cache.
-    sm_scale : float or None
-        Softmax scale, finite; None: 1/sqrt(D).
-    return_lse : bool
-        Also return lse [B, N, Hq] float32 (natural log).
-    backend : str
-        "auto" (triton on CUDA, cpu on CPU; the reference for float64), "triton", "cpu",
-        "reference" or "cascade" (below).
-    out : [B, N, Hq, D] q's dtype or None
-        A preallocated output (contiguous; checked).
-    lse_out : [B, N, Hq] float32 or None
-        A preallocated lse output (contiguous; checked).
-
-    Query n sees the whole prefix [0, L_b) and the tree slots its mask row names.  Hq % Hkv == 0
-    (GQA: head h reads KV head h // (Hq / Hkv)).  Returns out [B, N, Hq, D] in q's dtype, and
-    (out, lse) when ``return_lse``.
-
-    Backends: "triton" (CUDA, or the Triton interpreter on CPU), "cpu" (the C++ twin:
-    float32/float16/bfloat16, any head dim, float32 accumulation, reads only the prefix and the
-    tree slots, each K/V row once per GQA group), "reference" (plain PyTorch, any device/dtype;
-    scores the whole cache capacity), or "cascade" (CUDA with flash-attn installed,
-    ``pip install 'specops[flash]'``; never chosen by "auto"): the prefix through
-    ``flash_attn_with_kvcache``, the tree slots through the Triton kernel, merged by
-    log-sum-exp.  cascade takes float16/bfloat16, D <= 256 and, for paged caches, a page size
-    divisible by 256 (flash-attn 2.x)."""
-    if out is not None or lse_out is not None:  # out= takes both: make the one not given
-        if isinstance(q, torch.Tensor) and q.dim() == 4:
-            b, n, hq, d = q.shape
-            out = q.new_empty((b, n, hq, d)) if out is None else out
-            lse_out = q.new_empty((b, n, hq), dtype=torch.float32) if lse_out is None else lse_out
-        out = (out, lse_out)
-    o, lse = ATTENTION.call(backend, out, q, k_cache, v_cache, cache_seqlens, tree, block_table,
-                            sm_scale, return_lse)  # fmt: skip
-    return (o, lse) if return_lse else o
-
-
 def _check_attention(q, k_cache, v_cache, cache_seqlens, tree, block_table, sm_scale, return_lse,
                      backend) -> None:  # fmt: skip
     op = "tree_attention"
@@ -269,6 +203,15 @@ def _attention_kernel(be, flat, out):
     return tuple(out)
 
 
+def _both_outs(out, lse_out, q):
+    """``out=`` and ``lse_out=`` as the op's two outputs: the one not given is made."""
+    if isinstance(q, torch.Tensor) and q.dim() == 4:
+        b, n, hq, d = q.shape
+        out = q.new_empty((b, n, hq, d)) if out is None else out
+        lse_out = q.new_empty((b, n, hq), dtype=torch.float32) if lse_out is None else lse_out
+    return (out, lse_out)
+
+
 ATTENTION = OpDecl(
     "tree_attention",
     args=(
@@ -306,45 +249,64 @@ ATTENTION = OpDecl(
         "_inf": math.inf,
         "_f32": torch.float32,
         "_sqrt": math.sqrt,
+        "_both_outs": _both_outs,
     },  # fmt: skip
 )
-register_decl(ATTENTION)
 
-
-@traced("append_kv")
-def append_kv(
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    cache_seqlens: torch.Tensor,
-    *,
-    block_table: torch.Tensor | None = None,
-    backend: str = "auto",
-) -> None:
-    """Write the new tokens' k, v into the caches at positions cache_seqlens[b] + n, in place.
+tree_attention = ATTENTION.public(
+    reference.tree_attention,
+    prepare="out = out if out is None and lse_out is None else _both_outs(out, lse_out, q)",
+    options=tuple(
+        inspect.Parameter(name, _KW, default=None, annotation="torch.Tensor | None")
+        for name in ("out", "lse_out")  # out: the attention output; lse_out: the lse
+    ),
+    result="(_r[0], _r[1]) if return_lse else _r[0]",
+    doc="""Attention of N tree tokens over a committed prefix plus their ancestors.
 
     Parameters
     ----------
-    k_cache : [B, S_max, Hkv, D] or [P, page, Hkv, D] k's dtype
-        Keys, written in place: contiguous per request, or paged with ``block_table``.
-    v_cache : k_cache's shape, k's dtype
-        Values, laid out as ``k_cache``, written in place.
-    k : [B, N, Hkv, D] float16/bfloat16/float32/float64
-        The N new tokens' keys.
-    v : [B, N, Hkv, D] k's dtype
-        Their values.
+    q : [B, N, Hq, D] float16/bfloat16/float32/float64
+        The tree tokens' queries.
+    k_cache : [B, S_max, Hkv, D] or [P, page, Hkv, D] q's dtype
+        Keys: contiguous per request, or paged with ``block_table``; the tree tokens' K already
+        sit at positions L_b + n (``append_kv``).
+    v_cache : k_cache's shape, q's dtype
+        Values, laid out as ``k_cache``.
     cache_seqlens : [B] int32/int64
-        L_b, the committed prefix length: token n goes to position L_b + n.
+        L_b, the committed prefix length of each request.
+    tree : Tree or [1 or B, N, >= ceil(N/32)] int32
+        A Tree (batch 1 or B) or its mask_bits: query n sees the tree slots whose bit is set in
+        its mask row (itself and its ancestors).
     block_table : [B, max_pages] int32/int64 or None
         The pages of each request in a paged cache; None: a contiguous cache.
+    sm_scale : float or None
+        Softmax scale, finite; None: 1/sqrt(D).
+    return_lse : bool
+        Also return lse [B, N, Hq] float32 (natural log).
     backend : str
-        "auto" (triton on CUDA, cpu on CPU; the reference for float64), "triton", "cpu" (the
-        C++ twin) or "reference".
+        "auto" (triton on CUDA, cpu on CPU; the reference for float64), "triton", "cpu",
+        "reference" or "cascade" (below).
+    out : [B, N, Hq, D] q's dtype or None
+        A preallocated output (contiguous; checked).
+    lse_out : [B, N, Hq] float32 or None
+        A preallocated lse output (contiguous; checked).
 
-    ``cache_seqlens`` is not advanced (``commit_kv`` does that after verification).  Positions
-    outside the cache are an error in validation mode and dropped otherwise."""
-    APPEND.call(backend, None, k_cache, v_cache, k, v, cache_seqlens, block_table)
+    Query n sees the whole prefix [0, L_b) and the tree slots its mask row names.  Hq % Hkv == 0
+    (GQA: head h reads KV head h // (Hq / Hkv)).  Returns out [B, N, Hq, D] in q's dtype, and
+    (out, lse) when ``return_lse``.
+
+    Backends: "triton" (CUDA, or the Triton interpreter on CPU), "cpu" (the C++ twin:
+    float32/float16/bfloat16, any head dim, float32 accumulation, reads only the prefix and the
+    tree slots, each K/V row once per GQA group), "reference" (plain PyTorch, any device/dtype;
+    scores the whole cache capacity), or "cascade" (CUDA with flash-attn installed,
+    ``pip install 'specops[flash]'``; never chosen by "auto"): the prefix through
+    ``flash_attn_with_kvcache``, the tree slots through the Triton kernel, merged by
+    log-sum-exp.  cascade takes float16/bfloat16, D <= 256 and, for paged caches, a page size
+    divisible by 256 (flash-attn 2.x).""",
+)
+
+
+register_decl(ATTENTION)
 
 
 def _check_append(k_cache, v_cache, k, v, cache_seqlens, block_table, backend) -> None:
@@ -392,4 +354,31 @@ APPEND = OpDecl(
     reference=_append_reference,
     triton="append_kv:append_kv_triton",
 )
+append_kv = APPEND.public(
+    reference.append_kv,
+    doc="""Write the new tokens' k, v into the caches at positions cache_seqlens[b] + n, in place.
+
+    Parameters
+    ----------
+    k_cache : [B, S_max, Hkv, D] or [P, page, Hkv, D] k's dtype
+        Keys, written in place: contiguous per request, or paged with ``block_table``.
+    v_cache : k_cache's shape, k's dtype
+        Values, laid out as ``k_cache``, written in place.
+    k : [B, N, Hkv, D] float16/bfloat16/float32/float64
+        The N new tokens' keys.
+    v : [B, N, Hkv, D] k's dtype
+        Their values.
+    cache_seqlens : [B] int32/int64
+        L_b, the committed prefix length: token n goes to position L_b + n.
+    block_table : [B, max_pages] int32/int64 or None
+        The pages of each request in a paged cache; None: a contiguous cache.
+    backend : str
+        "auto" (triton on CUDA, cpu on CPU; the reference for float64), "triton", "cpu" (the
+        C++ twin) or "reference".
+
+    ``cache_seqlens`` is not advanced (``commit_kv`` does that after verification).  Positions
+    outside the cache are an error in validation mode and dropped otherwise.""",
+)
+
+
 register_decl(APPEND)

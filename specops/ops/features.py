@@ -37,28 +37,6 @@ def _check_index_values(op, name, index, bound, what="index") -> None:
 
 
 # gather_rows ----------------------------------------------------------------------------
-@traced("gather_rows")
-def gather_rows(
-    src: torch.Tensor, index: torch.Tensor, *, backend: str = "auto", out=None
-) -> torch.Tensor:
-    """Rows gathered per request: out[b, j] = src[b, index[b, j]] -> [B, M, H].
-
-    Parameters
-    ----------
-    src : [B, N, H] float32/float16/bfloat16
-        The rows to read.
-    index : [B, M] int32/int64
-        The row of ``src`` for each output row; -1 reads as a zero row.
-    backend : str
-        "auto" (triton on CUDA, cpu on CPU), "triton", "cpu" (the C++ twin) or "reference".
-    out : [B, M, H] src's dtype or None
-        A preallocated output.
-
-    Validation mode raises on out-of-range indices other than -1; fast mode reads them as
-    zeros."""
-    return GATHER.call(backend, out, src, index)[0]
-
-
 def _check_gather(src, index, backend) -> None:
     c.check_tensor("gather_rows", "src", src, ndim=3, dtypes=_FLOATS)
     c.check_ids("gather_rows", "index", index, ndim=2, device=src.device)
@@ -99,43 +77,30 @@ GATHER = OpDecl(
     reference=lambda src, index: (reference.gather_rows(src, index),),
     kernel=_gather_kernel,
 )
+gather_rows = GATHER.public(
+    reference.gather_rows,
+    doc="""Rows gathered per request: out[b, j] = src[b, index[b, j]] -> [B, M, H].
+
+    Parameters
+    ----------
+    src : [B, N, H] float32/float16/bfloat16
+        The rows to read.
+    index : [B, M] int32/int64
+        The row of ``src`` for each output row; -1 reads as a zero row.
+    backend : str
+        "auto" (triton on CUDA, cpu on CPU), "triton", "cpu" (the C++ twin) or "reference".
+    out : [B, M, H] src's dtype or None
+        A preallocated output.
+
+    Validation mode raises on out-of-range indices other than -1; fast mode reads them as
+    zeros.""",
+)
+
+
 register_decl(GATHER)
 
 
 # drafter_inputs -------------------------------------------------------------------------
-@traced("drafter_inputs")
-def drafter_inputs(
-    embedding: torch.Tensor,
-    tokens: torch.Tensor,
-    features: torch.Tensor,
-    step_embedding: torch.Tensor | None = None,
-    *,
-    backend: str = "auto",
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """The EAGLE/HiViS drafter input in one kernel -> [B, M, E + H (+ S)].
-
-    Parameters
-    ----------
-    embedding : [V, E] float32/float16/bfloat16
-        The token embedding table.
-    tokens : [B, M] int32/int64
-        The tokens to embed; -1 padding gives a zero embedding row.
-    features : [B, M, H] embedding's dtype
-        The features concatenated after the embeddings.
-    step_embedding : [S] or [B, M, S] embedding's dtype, or None
-        Concatenated last; [S] is broadcast to every row.
-    backend : str
-        "auto" (triton on CUDA, cpu on CPU), "triton", "cpu" (the C++ twin) or "reference".
-    out : [B, M, E + H (+ S)] embedding's dtype or None
-        A preallocated output.
-
-    The output is cat([embedding[tokens], features, step_embedding], -1).  All float tensors
-    share one dtype (float32, float16 or bfloat16), which the output has.  Token ids outside
-    [0, V) other than -1 raise in validation mode and give zero rows in fast mode."""
-    return DRAFTER.call(backend, out, embedding, tokens, features, step_embedding)[0]
-
-
 def _check_drafter(embedding, tokens, features, step_embedding, backend) -> None:
     op = "drafter_inputs"
     c.check_probs(op, "embedding", embedding, ndim=2)
@@ -184,46 +149,35 @@ DRAFTER = OpDecl(
     ),
     kernel=_drafter_kernel,
 )
+drafter_inputs = DRAFTER.public(
+    reference.drafter_inputs,
+    doc="""The EAGLE/HiViS drafter input in one kernel -> [B, M, E + H (+ S)].
+
+    Parameters
+    ----------
+    embedding : [V, E] float32/float16/bfloat16
+        The token embedding table.
+    tokens : [B, M] int32/int64
+        The tokens to embed; -1 padding gives a zero embedding row.
+    features : [B, M, H] embedding's dtype
+        The features concatenated after the embeddings.
+    step_embedding : [S] or [B, M, S] embedding's dtype, or None
+        Concatenated last; [S] is broadcast to every row.
+    backend : str
+        "auto" (triton on CUDA, cpu on CPU), "triton", "cpu" (the C++ twin) or "reference".
+    out : [B, M, E + H (+ S)] embedding's dtype or None
+        A preallocated output.
+
+    The output is cat([embedding[tokens], features, step_embedding], -1).  All float tensors
+    share one dtype (float32, float16 or bfloat16), which the output has.  Token ids outside
+    [0, V) other than -1 raise in validation mode and give zero rows in fast mode.""",
+)
+
+
 register_decl(DRAFTER)
 
 
 # path_similarity ------------------------------------------------------------------------
-@traced("path_similarity")
-def path_similarity(
-    paths: torch.Tensor,
-    codebook: torch.Tensor,
-    *,
-    alpha: float = 0.9,
-    stride: int = 1,
-    backend: str = "auto",
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """VVS's skip decision (Eq. 2): the weighted mean pairwise cosine similarity of paths -> [B].
-
-    Parameters
-    ----------
-    paths : [B, P, L] int32/int64
-        Token ids of P candidate paths per request, 1 <= P <= 1024, L >= 1.
-    codebook : [V, C] float32/float16/bfloat16
-        The VQ latent embeddings.
-    alpha : float
-        The base of the position weights alpha^l, finite and >= 0; alpha^l must stay finite
-        in float64 for every compared l.
-    stride : int
-        The step between compared positions (l = 0, stride, 2 stride, ...), >= 1.
-    backend : str
-        "auto" (triton on CUDA, cpu on CPU), "triton", "cpu" (the C++ twin) or "reference".
-    out : [B] float32 or None
-        A preallocated output.
-
-    The exponentially weighted mean pairwise cosine similarity of the P paths' codebook
-    embeddings, float32.  With e = normalize(codebook[paths]) and the positions l = 0, stride,
-    2 stride, ... < L: S_l = mean over ordered pairs i != j of <e_i,l, e_j,l>; result =
-    sum_l alpha^l S_l / sum_l alpha^l.  P = 1 gives 1.0.  Ids outside [0, V) raise in validation
-    mode and count as zero vectors in fast mode.  One program per request; float64 sums."""
-    return PATH_SIMILARITY.call(backend, out, paths, codebook, alpha, stride)[0]
-
-
 def _check_path_similarity(paths, codebook, alpha, stride, backend) -> None:
     op = "path_similarity"
     c.check_ids(op, "paths", paths, ndim=3)
@@ -308,6 +262,35 @@ PATH_SIMILARITY = OpDecl(
     kernel=_path_similarity_kernel,
     fast_when=f"2 <= paths.shape[1] <= {_MAX_PATHS} and paths.shape[2] >= 1",
 )
+path_similarity = PATH_SIMILARITY.public(
+    reference.path_similarity,
+    doc="""VVS's skip decision (Eq. 2): the weighted mean pairwise cosine similarity of paths
+    -> [B].
+
+    Parameters
+    ----------
+    paths : [B, P, L] int32/int64
+        Token ids of P candidate paths per request, 1 <= P <= 1024, L >= 1.
+    codebook : [V, C] float32/float16/bfloat16
+        The VQ latent embeddings.
+    alpha : float
+        The base of the position weights alpha^l, finite and >= 0; alpha^l must stay finite
+        in float64 for every compared l.
+    stride : int
+        The step between compared positions (l = 0, stride, 2 stride, ...), >= 1.
+    backend : str
+        "auto" (triton on CUDA, cpu on CPU), "triton", "cpu" (the C++ twin) or "reference".
+    out : [B] float32 or None
+        A preallocated output.
+
+    The exponentially weighted mean pairwise cosine similarity of the P paths' codebook
+    embeddings, float32.  With e = normalize(codebook[paths]) and the positions l = 0, stride,
+    2 stride, ... < L: S_l = mean over ordered pairs i != j of <e_i,l, e_j,l>; result =
+    sum_l alpha^l S_l / sum_l alpha^l.  P = 1 gives 1.0.  Ids outside [0, V) raise in validation
+    mode and count as zero vectors in fast mode.  One program per request; float64 sums.""",
+)
+
+
 register_decl(PATH_SIMILARITY)
 
 

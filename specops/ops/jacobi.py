@@ -6,22 +6,11 @@ from __future__ import annotations
 
 import torch
 
-from specops._nvtx import traced
 from specops.ops import _common as c
 from specops.ops import _verify_checks as vc
-from specops.ops._decl import (
-    OpDecl,
-    Out,
-    RelaxArg,
-    RngArg,
-    Scalar,
-    Ten,
-    TreeArg,
-    register_decl,
-)
+from specops.ops._decl import OpDecl, Out, RelaxArg, RngArg, Scalar, Ten, TreeArg, register_decl
 from specops.reference import verify as rv
-from specops.reference.verify import JacobiResult, Relaxation
-from specops.tree import Tree
+from specops.reference.verify import JacobiResult
 
 __all__ = ["verify_jacobi"]
 
@@ -103,6 +92,20 @@ def _complete(res: tuple, flat, out) -> tuple:
     return _five(flat[0], *res[:3], res[3] if k > 1 else None, res[-1] if tree else None)
 
 
+def _five_outs(out, target_probs, k: bool, tree: bool):
+    """``out`` as the five buffers the op writes: the caller's fields (all five, unused ones
+    None, or only the produced ones in order) and empty ones never written ([B, L, 0], [B, 0])
+    for candidates without proactive candidates and path without a tree."""
+    used = 3 + k + tree
+    if len(out) == 5:
+        fields = [*out[:3], *((out[3],) if k else ()), *((out[4],) if tree else ())]
+    elif len(out) == used:
+        fields = list(out)
+    else:
+        return out  # run's check says what is expected
+    return _five(target_probs, *fields[:3], fields[3] if k else None, fields[-1] if tree else None)
+
+
 JACOBI = OpDecl(
     "verify_jacobi",
     args=(
@@ -130,40 +133,18 @@ JACOBI = OpDecl(
     fast_when="tree is None or not target_probs.is_cuda",
     launch_extra=_counters,
     complete=_complete,  # the fast path returns the binding's outputs as they are
+    env={"_five_outs": _five_outs, "_JacobiResult": JacobiResult},
 )
 
 
-def _five_outs(out, target_probs, k: bool, tree: bool):
-    """``out`` as the five buffers the op writes: the caller's fields (all five, unused ones
-    None, or only the produced ones in order) and empty ones never written ([B, L, 0], [B, 0])
-    for candidates without proactive candidates and path without a tree."""
-    used = 3 + k + tree
-    if len(out) == 5:
-        fields = [*out[:3], *((out[3],) if k else ()), *((out[4],) if tree else ())]
-    elif len(out) == used:
-        fields = list(out)
-    else:
-        return out  # run's check says what is expected
-    return _five(target_probs, *fields[:3], fields[3] if k else None, fields[-1] if tree else None)
-
-
-@traced("verify_jacobi")
-def verify_jacobi(
-    target_probs: torch.Tensor,
-    window_tokens: torch.Tensor,
-    draft_probs: torch.Tensor | None,
-    *,
-    tree: Tree | None = None,
-    continue_after_reject: bool = True,
-    num_candidates: int = 1,
-    seed=0,
-    offset=0,
-    relax: Relaxation | None = None,
-    uniforms: torch.Tensor | None = None,
-    backend: str = "auto",
-    out: JacobiResult | tuple | None = None,
-) -> JacobiResult:
-    """One Speculative Jacobi Decoding step (SJD, or SJD-PAC with continuation / a tree window).
+verify_jacobi = JACOBI.public(
+    rv.verify_jacobi,
+    # out: the caller's fields as the five buffers the op writes; the result: the fields produced
+    prepare="if isinstance(out, (tuple, list)) and isinstance(target_probs, _Tensor): "
+    "out = _five_outs(out, target_probs, num_candidates != 1, tree is not None)",
+    result="_JacobiResult(_r[0], _r[1], _r[2], _r[3] if num_candidates != 1 else None, "
+    "_r[-1] if tree is not None else None)",
+    doc="""One Speculative Jacobi Decoding step (SJD, or SJD-PAC with continuation / a tree window).
 
     Parameters
     ----------
@@ -195,13 +176,7 @@ def verify_jacobi(
 
     Returns ``JacobiResult(num_accepted [B], next_window [B, L], first_reject [B],
     candidates [B, L, num_candidates] or None, path [B, L] in tree mode or None)``, int32.
-    Exact semantics and draw indices: ``specops.reference.verify_jacobi``."""
-    k, tr = num_candidates != 1, tree is not None
-    if isinstance(out, (tuple, list)) and isinstance(target_probs, torch.Tensor):
-        out = _five_outs(out, target_probs, k, tr)
-    r = JACOBI.call(backend, out, target_probs, window_tokens, draft_probs, tree,
-            continue_after_reject, num_candidates, seed, offset, relax, uniforms)  # fmt: skip
-    return JacobiResult(r[0], r[1], r[2], r[3] if k else None, r[-1] if tr else None)
-
+    Exact semantics and draw indices: ``specops.reference.verify_jacobi``.""",
+)
 
 register_decl(JACOBI)

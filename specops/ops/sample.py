@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 from specops import reference
-from specops._nvtx import traced
 from specops.ops import _common as c
 from specops.ops._decl import OpDecl, Out, RngArg, Scalar, Ten, register_decl
 from specops.ops._verify_checks import f32_rows
@@ -85,17 +84,9 @@ SAMPLE = OpDecl(
 )
 
 
-@traced("sample")
-def sample(
-    probs: torch.Tensor,
-    *,
-    seed=0,
-    offset=0,
-    uniforms=None,
-    backend: str = "auto",
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """One token per row of ``probs`` -> [...] int32.
+sample = SAMPLE.public(
+    reference.sample,
+    doc="""One token per row of ``probs`` -> [...] int32.
 
     Parameters
     ----------
@@ -115,9 +106,8 @@ def sample(
 
     Inverse CDF with one uniform per row: token = min{i : cumsum(p)_i > u * sum(p)}; in fast
     mode NaN, negative and +inf entries count as 0 (never drawn), and a row with no positive
-    finite mass gives token 0."""
-    return SAMPLE.call(backend, out, probs, seed, offset, uniforms)[0]
-
+    finite mass gives token 0.""",
+)
 
 register_decl(SAMPLE)
 
@@ -179,18 +169,9 @@ WOR = OpDecl(
 )
 
 
-@traced("sample_without_replacement")
-def sample_without_replacement(
-    probs: torch.Tensor,
-    k: int,
-    *,
-    seed=0,
-    offset=0,
-    uniforms=None,
-    backend: str = "auto",
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """k distinct tokens per row of ``probs``, in the order of sequential sampling without
+sample_without_replacement = WOR.public(
+    reference.sample_without_replacement,
+    doc="""k distinct tokens per row of ``probs``, in the order of sequential sampling without
     replacement -> [..., k] int32.
 
     Parameters
@@ -216,8 +197,7 @@ def sample_without_replacement(
     ones) are never chosen: a row with fewer than k positive finite entries is padded with -1.
     Exact semantics: ``specops.reference.sample_without_replacement``; the keys' float32 logs
     may differ in the last bit between torch.log and the kernels' logf, so ids agree except
-    where two keys tie within a few ulps."""
-    return WOR.call(backend, out, probs, k, seed, offset, uniforms)[0]
-
+    where two keys tie within a few ulps.""",
+)
 
 register_decl(WOR)

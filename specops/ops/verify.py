@@ -15,22 +15,11 @@ from __future__ import annotations
 
 import torch
 
-from specops._nvtx import traced
 from specops.ops import _common as c
 from specops.ops import _verify_checks as vc
-from specops.ops._decl import (
-    OpDecl,
-    Out,
-    RelaxArg,
-    RngArg,
-    Scalar,
-    Ten,
-    TreeArg,
-    register_decl,
-)
+from specops.ops._decl import OpDecl, Out, RelaxArg, RngArg, Scalar, Ten, TreeArg, register_decl
 from specops.reference import verify as rv
 from specops.reference.verify import ChainResult, Relaxation, TreeResult
-from specops.tree import Tree
 
 __all__ = ["Relaxation", "verify_chain", "verify_tree", "path_acceptance"]
 
@@ -94,26 +83,14 @@ CHAIN = OpDecl(
     check=_check_chain,
     reference=_chain_reference,
     triton="verify:verify_chain_triton",
+    env={"_ChainResult": ChainResult},
 )
 
 
-@traced("verify_chain")
-def verify_chain(
-    target_probs: torch.Tensor,
-    draft_tokens: torch.Tensor,
-    draft_probs: torch.Tensor | None = None,
-    *,
-    num_draft: torch.Tensor | None = None,
-    seed=0,
-    offset=0,
-    relax: Relaxation | None = None,
-    greedy: bool = False,
-    uniforms: torch.Tensor | None = None,
-    block: bool = False,
-    backend: str = "auto",
-    out: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> ChainResult:
-    """Chain speculative sampling: verify K drafts per request against the target, lossless.
+verify_chain = CHAIN.public(
+    rv.verify_chain,
+    result="_ChainResult(*_r)",
+    doc="""Chain speculative sampling: verify K drafts per request against the target, lossless.
 
     Parameters
     ----------
@@ -145,10 +122,8 @@ def verify_chain(
 
     Returns ``ChainResult(tokens [B, K+1] int32, num_accepted [B] int32)``: the accepted drafts,
     then one corrected/bonus token, -1 after.  Every backend is token-identical to
-    ``specops.reference.verify_chain`` except on exact rounding ties of the float64 sums."""
-    return ChainResult(*CHAIN.call(backend, out, target_probs, draft_tokens, draft_probs,
-                            num_draft, seed, offset, relax, greedy, uniforms, block))  # fmt: skip
-
+    ``specops.reference.verify_chain`` except on exact rounding ties of the float64 sums.""",
+)
 
 register_decl(CHAIN)
 
@@ -195,26 +170,14 @@ TREE = OpDecl(
     backends=("cuda", "cpu", "reference"),
     check=_check_tree_op,
     reference=_tree_reference,
+    env={"_TreeResult": TreeResult},
 )
 
 
-@traced("verify_tree")
-def verify_tree(
-    target_probs: torch.Tensor,
-    tree: Tree,
-    draft_tokens: torch.Tensor,
-    draft_probs: torch.Tensor | None = None,
-    *,
-    without_replacement: bool = False,
-    seed=0,
-    offset=0,
-    relax: Relaxation | None = None,
-    greedy: bool = False,
-    uniforms: torch.Tensor | None = None,
-    backend: str = "auto",
-    out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-) -> TreeResult:
-    """Tree speculative sampling (recursive rejection sampling, siblings in index order).
+verify_tree = TREE.public(
+    rv.verify_tree,
+    result="_TreeResult(*_r)",
+    doc="""Tree speculative sampling (recursive rejection sampling, siblings in index order).
 
     Parameters
     ----------
@@ -244,10 +207,8 @@ def verify_tree(
         Preallocated contiguous outputs.
 
     Returns ``TreeResult(path, tokens [B, D+1] int32, num_accepted [B] int32)``.  Exact
-    semantics: ``specops.reference.verify_tree``."""
-    return TreeResult(*TREE.call(backend, out, target_probs, tree, draft_tokens, draft_probs,
-                           without_replacement, seed, offset, relax, greedy, uniforms))  # fmt: skip
-
+    semantics: ``specops.reference.verify_tree``.""",
+)
 
 register_decl(TREE)
 
@@ -281,17 +242,9 @@ PATHS = OpDecl(
 )
 
 
-@traced("path_acceptance")
-def path_acceptance(
-    target_probs: torch.Tensor,
-    draft_probs: torch.Tensor | None,
-    tree: Tree,
-    draft_tokens: torch.Tensor,
-    *,
-    backend: str = "auto",
-    out: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """VSD path acceptance: per root-to-leaf path, kappa = prod_i min(1, p_i/q_i) and
+path_acceptance = PATHS.public(
+    rv.path_acceptance,
+    doc="""VSD path acceptance: per root-to-leaf path, kappa = prod_i min(1, p_i/q_i) and
     expected_len = sum_k prod_{i<=k} min(1, p_i/q_i)  (VSD Eqs. 2, 9-11).
 
     Parameters
@@ -310,8 +263,7 @@ def path_acceptance(
         Preallocated contiguous outputs.
 
     Returns (kappa, expected_len) float32 [B, P], paths in ``Tree.paths()`` order, rows with
-    fewer leaves padded with 0."""
-    return PATHS.call(backend, out, target_probs, draft_probs, tree, draft_tokens)
-
+    fewer leaves padded with 0.""",
+)
 
 register_decl(PATHS)

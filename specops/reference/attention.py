@@ -42,7 +42,7 @@ def tree_attention(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     cache_seqlens: torch.Tensor,
-    tree,
+    tree: Tree | torch.Tensor,
     *,
     block_table: torch.Tensor | None = None,
     sm_scale: float | None = None,

@@ -32,7 +32,12 @@ def gather_rows(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return torch.where(ok[:, :, None], rows, torch.zeros((), dtype=src.dtype, device=src.device))
 
 
-def drafter_inputs(embedding, tokens, features, step_embedding=None) -> torch.Tensor:
+def drafter_inputs(
+    embedding: torch.Tensor,
+    tokens: torch.Tensor,
+    features: torch.Tensor,
+    step_embedding: torch.Tensor | None = None,
+) -> torch.Tensor:
     """cat([embedding[tokens], features, step_embedding], -1) -> [B, M, E + H (+ S)].
 
     embedding [V, E], tokens [B, M] (ids outside [0, V), e.g. -1 padding, give zero rows),
@@ -112,7 +117,9 @@ def recent_positions(end, count, width: int, device=None) -> torch.Tensor:
     return torch.where(ok, pos, -1).to(torch.int32)
 
 
-def path_similarity(paths, codebook, *, alpha: float = 0.9, stride: int = 1) -> torch.Tensor:
+def path_similarity(
+    paths: torch.Tensor, codebook: torch.Tensor, *, alpha: float = 0.9, stride: int = 1
+) -> torch.Tensor:
     """VVS Eq. 2: exponentially weighted mean pairwise cosine similarity of P candidate paths.
 
     paths [B, P, L] token ids, codebook [V, C].  With e = codebook[paths] / ||codebook[paths]||

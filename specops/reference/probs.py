@@ -48,7 +48,7 @@ def probs_from_logits(
     top_k=None,
     top_p=None,
     cfg_scale=None,
-    uncond_logits=None,
+    uncond_logits: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Probabilities [..., V] float32 from ``logits`` [..., V] (see the module docstring).
 

@@ -46,7 +46,9 @@ def inverse_cdf(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.where(first_hit < v, first_hit, last_pos).to(torch.int32)
 
 
-def sample(probs: torch.Tensor, *, seed=0, offset=0, uniforms=None) -> torch.Tensor:
+def sample(
+    probs: torch.Tensor, *, seed=0, offset=0, uniforms: torch.Tensor | None = None
+) -> torch.Tensor:
     """One draw per row of ``probs`` [..., V] (rows need not be normalised) -> [...] int32:
     ``inverse_cdf`` of the row, so NaN / negative / +inf entries are never drawn and a row
     without positive finite mass gives token 0.  The row's uniform is draw 0 of stream row r
@@ -81,7 +83,9 @@ def successive_draws(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.stack(out, -1).to(torch.int32)
 
 
-def sample_without_replacement(probs: torch.Tensor, k: int, *, seed=0, offset=0, uniforms=None):
+def sample_without_replacement(
+    probs: torch.Tensor, k: int, *, seed=0, offset=0, uniforms: torch.Tensor | None = None
+) -> torch.Tensor:
     """k distinct draws per row of ``probs`` [..., V] (non-negative, need not sum to 1), in the
     order of sequential sampling without replacement -> [..., k] int32.
 

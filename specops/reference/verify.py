@@ -16,7 +16,7 @@ randomness, LANTERN's relaxed acceptance): docs/reference_semantics.md, "Verific
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
@@ -24,6 +24,9 @@ from specops.reference.block import block_accept
 from specops.reference.philox import row_uniforms
 from specops.reference.results import ChainResult, JacobiResult, Relaxation, TreeResult, pool
 from specops.reference.sampling import inverse_cdf, mass, rows_per_seed, successive_draws
+
+if TYPE_CHECKING:
+    from specops.tree import Tree
 
 __all__ = [
     "Relaxation",
@@ -277,7 +280,7 @@ def _tree_arrays(tree, b: int, dev):
 
 def verify_tree(
     target_probs: torch.Tensor,
-    tree,
+    tree: Tree,
     draft_tokens: torch.Tensor,
     draft_probs: torch.Tensor | None = None,
     *,
@@ -349,7 +352,7 @@ def verify_jacobi(
     window_tokens: torch.Tensor,
     draft_probs: torch.Tensor | None,
     *,
-    tree=None,
+    tree: Tree | None = None,
     continue_after_reject: bool = True,
     num_candidates: int = 1,
     seed=0,
@@ -498,7 +501,7 @@ def verify_jacobi(
 def path_acceptance(
     target_probs: torch.Tensor,
     draft_probs: torch.Tensor | None,
-    tree,
+    tree: Tree,
     draft_tokens: torch.Tensor,
     *,
     num_paths: int | None = None,
