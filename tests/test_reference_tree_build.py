@@ -68,7 +68,7 @@ def random_draft(b, d, w, k, *, gen, quantize=None, vocab=1000):
         f_idx, f_sc = select_frontier(logprobs[:, 0, :1], w)
         for i in range(1, d):
             frontier[:, i - 1] = f_idx
-            f_idx, f_sc = select_frontier(logprobs[:, i], w, f_sc)
+            f_idx, f_sc = select_frontier(logprobs[:, i], w, parent_scores=f_sc)
     return torch.randint(0, vocab, (b,), generator=gen), tokens, logprobs, frontier
 
 
@@ -149,10 +149,10 @@ def test_positive_logprobs_are_clamped_so_the_tree_stays_valid():
 
 def test_select_frontier_order_and_scores():
     lp = torch.tensor([[[-1.0, -2.0], [-0.5, -1.0]]])
-    idx, sc = select_frontier(lp, 3, torch.tensor([[0.0, -1.0]]))
+    idx, sc = select_frontier(lp, 3, parent_scores=torch.tensor([[0.0, -1.0]]))
     # children: (0,0) -1, (0,1) -2, (1,0) -1.5, (1,1) -2 -> -1, -1.5, then the tie at -2: index 1
     assert idx.tolist() == [[0, 2, 1]] and sc.tolist() == [[-1.0, -1.5, -2.0]]
-    idx, sc = select_frontier(lp, 2, None, torch.tensor([[[5, 6], [-1, 7]]]))
+    idx, sc = select_frontier(lp, 2, tokens=torch.tensor([[[5, 6], [-1, 7]]]))
     assert idx.tolist() == [[0, 3]]  # (1,0) is absent (token -1)
     idx, sc = select_frontier(torch.tensor([[[0.5, math.nan]]]), 2)
     assert idx.tolist() == [[0, 1]] and sc.tolist() == [[0.0, -math.inf]]

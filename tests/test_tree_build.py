@@ -144,7 +144,7 @@ def test_opcheck_and_compile():
     )
     torch.library.opcheck(
         torch.ops.specops.select_frontier.default,
-        (logps[:, 1], None, tokens[:, 1], 2, "auto"),
+        (logps[:, 1], 2, None, tokens[:, 1], "auto"),
         test_utils=("test_schema", "test_faketensor"),
     )
     op = torch.ops.specops.build_dynamic_tree

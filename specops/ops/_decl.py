@@ -286,14 +286,16 @@ class OpDecl:
 
     # the public function --------------------------------------------------------------------
     def public(self, reference: Callable, doc: str, result: str | None = None, prepare: str = "",
-               options: tuple[inspect.Parameter, ...] = ()) -> Callable:  # fmt: skip
+               options: tuple[inspect.Parameter, ...] = (), returns: str | None = None,
+               ) -> Callable:  # fmt: skip
         """The public function ``specops.<name>``, generated.  Its parameters: the reference's
         (the declared ones, with the reference's defaults, kinds and annotations; a reference's
         own trailing options are not public), then ``backend="auto"``, ``out=None`` (ops with
         outputs; an ``options`` entry named ``out`` replaces it) and ``options``.  Its body: the
         statement ``prepare``, then the one dispatch (``call``'s, in one frame) returning
         ``result``, an expression of the outputs ``_r`` and the public names (default: the
-        output, or the tuple of outputs).  ``doc``: its docstring."""
+        output, or the tuple of outputs), annotated ``returns`` (default: as the reference).
+        ``doc``: its docstring."""
         ref = inspect.signature(reference).parameters
         missing = [n for n in self.params if n not in ref]
         if missing or tuple(n for n in ref if n in self.params) != self.params:
@@ -306,7 +308,7 @@ class OpDecl:
             params.append(inspect.Parameter("out", _KW, default=None, annotation=f"{kind} | None"))
         params += options
         sig = inspect.Signature(
-            params, return_annotation=inspect.signature(reference).return_annotation
+            params, return_annotation=returns or inspect.signature(reference).return_annotation
         )
         n = len(self.outs)
         ret = result or ("_r[0]" if n == 1 else "None" if not n else "_r")

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from specops.ops import _common as c
+from specops.ops._decl import Ten
 from specops.reference.verify import Relaxation
 from specops.tree import Tree
 
@@ -140,3 +141,14 @@ def tree_array(t: Tensor) -> Tensor:
 
 def counts(t: Tensor) -> Tensor:
     return t.to(torch.int64).contiguous()
+
+
+# the declared arguments every verification op shares (specops/ops/_decl.py)
+def target_probs(shape: str) -> Ten:
+    """``target_probs`` (``shape`` in symbols, e.g. "B N V"), read as float32 rows."""
+    return Ten("target_probs", shape, form=f32_rows, fast_rank=3)
+
+
+def draft_probs(shape: str) -> Ten:
+    """``draft_probs`` or None, read as float32 rows."""
+    return Ten("draft_probs", shape, optional=True, form=f32_rows)

@@ -109,9 +109,9 @@ def _five_outs(out, target_probs, k: bool, tree: bool):
 JACOBI = OpDecl(
     "verify_jacobi",
     args=(
-        Ten("target_probs", "B L V", form=vc.f32_rows, fast_rank=3),
+        vc.target_probs("B L V"),
         Ten("window_tokens", "B L", form=vc.id_rows),
-        Ten("draft_probs", "B L V", optional=True, form=vc.f32_rows),
+        vc.draft_probs("B L V"),
         TreeArg(("first_child", "next_sibling"), optional=True, form=vc.tree_array),
         Scalar("continue_after_reject", "bool"),
         Scalar("num_candidates", "int"),

@@ -12,16 +12,14 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-from torch import Tensor
 
 from specops import reference
-from specops._nvtx import traced
 from specops.ops import _common as c
+from specops.ops._decl import OpDecl, Out, Scalar, Ten, register_decl
 from specops.tree import Tree
 
 __all__ = ["select_frontier", "build_dynamic_tree", "Frontier", "DynamicTree"]
 
-_BACKENDS = c.declare_backends(("reference",), "select_frontier", "build_dynamic_tree")
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
@@ -49,16 +47,55 @@ class DynamicTree(NamedTuple):
         return self.tree.parents
 
 
-@traced("select_frontier")
-def select_frontier(
-    logprobs: torch.Tensor,
-    width: int,
-    *,
-    parent_scores: torch.Tensor | None = None,
-    tokens: torch.Tensor | None = None,
-    backend: str = "auto",
-) -> Frontier:
-    """EAGLE-2's per-depth selection: the ``width`` best of the W * K drafted children.
+# select_frontier ------------------------------------------------------------------------------
+def _check_select(logprobs, width, parent_scores, tokens, backend) -> None:
+    op = "select_frontier"
+    c.check_probs(op, "logprobs", logprobs, ndim=3)
+    b, w, k = logprobs.shape
+    dev = logprobs.device
+    if not isinstance(width, int) or isinstance(width, bool) or not 1 <= width <= w * k:
+        raise ValueError(
+            f"specops.{op}: width must be an int in [1, W * K = {w * k}] for logprobs of shape "
+            f"{list(logprobs.shape)}, got {width!r}"
+        )
+    if parent_scores is not None:
+        c.check_probs(op, "parent_scores", parent_scores, device=dev, shape=(b, w))
+    if tokens is not None:
+        c.check_ids(op, "tokens", tokens, device=dev, shape=(b, w, k))
+
+
+def _frontier(r, logprobs, tokens) -> Frontier:
+    """The op's (index, scores) as a ``Frontier``: with the parent slot index // K and the
+    chosen children's tokens (-1 where absent)."""
+    index, scores = r
+    b, w, k = logprobs.shape
+    toks = None
+    if tokens is not None:
+        toks = tokens.reshape(b, w * k).gather(1, index.long()).to(torch.int32)
+        toks = torch.where(scores > float("-inf"), toks, -1)
+    return Frontier(index, scores, torch.div(index, k, rounding_mode="floor"), toks)
+
+
+SELECT = OpDecl(
+    "select_frontier",
+    args=(
+        Ten("logprobs", "B W K"),
+        Scalar("width", "int"),
+        Ten("parent_scores", "B W", optional=True),
+        Ten("tokens", "B W K", optional=True),
+    ),
+    outs=(Out("index", "B, width"), Out("scores", "B, width", torch.float32)),
+    backends=("reference",),
+    check=_check_select,
+    reference=reference.select_frontier,
+    fast=False,  # no compiled kernel: every call runs the checks
+    env={"_frontier": _frontier},
+)
+select_frontier = SELECT.public(
+    reference.select_frontier,
+    result="_frontier(_r, logprobs, tokens)",
+    returns="Frontier",
+    doc="""EAGLE-2's per-depth selection: the ``width`` best of the W * K drafted children.
 
     Parameters
     ----------
@@ -75,73 +112,18 @@ def select_frontier(
         children.
     backend : str
         "auto" or "reference" (the only implementation).
+    out : (index, scores) or None
+        Preallocated contiguous outputs ([B, W'] int32, float32).
 
     Score of a child = parent score + min(log q, 0); ranking by (score descending, flat index
     ``w * K + k`` ascending), the order ``build_dynamic_tree`` uses.  Returns a ``Frontier``.
-    Layer 0 (the root's K children) is ``logprobs[:, None]`` with ``parent_scores=None``."""
-    op = "select_frontier"
-    c.check_probs(op, "logprobs", logprobs, ndim=3)
-    b, w, k = logprobs.shape
-    dev = logprobs.device
-    if not isinstance(width, int) or isinstance(width, bool) or not 1 <= width <= w * k:
-        raise ValueError(
-            f"specops.{op}: width must be an int in [1, W * K = {w * k}] for logprobs of shape "
-            f"{list(logprobs.shape)}, got {width!r}"
-        )
-    if parent_scores is not None:
-        c.check_probs(op, "parent_scores", parent_scores, device=dev, shape=(b, w))
-    if tokens is not None:
-        c.check_ids(op, "tokens", tokens, device=dev, shape=(b, w, k))
-    index, scores = c.ops.select_frontier(logprobs, parent_scores, tokens, width, backend)
-    toks = None
-    if tokens is not None:
-        toks = tokens.reshape(b, w * k).gather(1, index.long()).to(torch.int32)
-        toks = torch.where(scores > float("-inf"), toks, -1)
-    return Frontier(index, scores, torch.div(index, k, rounding_mode="floor"), toks)
+    Layer 0 (the root's K children) is ``logprobs[:, None]`` with ``parent_scores=None``.""",
+)
+register_decl(SELECT)
 
 
-@traced("build_dynamic_tree")
-def build_dynamic_tree(
-    root_tokens: torch.Tensor,
-    tokens: torch.Tensor,
-    logprobs: torch.Tensor,
-    frontier: torch.Tensor,
-    num_nodes: int,
-    *,
-    backend: str = "auto",
-) -> DynamicTree:
-    """EAGLE-2's rerank: the draft tree of the root and the ``num_nodes - 1`` best candidates.
-
-    Parameters
-    ----------
-    root_tokens : [B] int32/int64
-        The last committed token of each request (node 0's token).
-    tokens : [B, D, W, K] int32/int64
-        Layer d's drafted children, K per frontier slot; layer 0 is the root's K children in
-        slot 0 (``tokens[:, 0, 1:]`` is ignored).
-    logprobs : [B, D, W, K] float32/float16/bfloat16
-        Their edge log-probs, log q of the child given its path, not cumulative; clamped to
-        <= 0; NaN / -inf, or a negative token, mark an absent child.
-    frontier : [B, D - 1, W] int32/int64
-        ``frontier[:, d - 1, w]`` = flat index ``w' * K + k'`` into layer d - 1 of the candidate
-        in frontier slot w of layer d, i.e. the parent of ``tokens[:, d, w, :]``
-        (``Frontier.index``; entries of ``frontier[:, 0]`` are < K).
-    num_nodes : int
-        N, the tree size including the root: 1 <= N <= 1 + K + (D - 1) W K and
-        N <= ``Tree.MAX_NODES`` (16384).
-    backend : str
-        "auto" or "reference" (the only implementation).
-
-    Built on the device; B = 0 gives empty outputs.  The candidates of every drafted layer are
-    ranked by (cumulative log-prob descending, candidate index ascending) and the first N - 1
-    are taken: the set is closed under ancestors (a child never outscores its parent and ties go
-    to the earlier layer), so the tree is valid by construction.  Nodes are ordered by candidate
-    index (layer, slot, child rank): ``parents[n] < n``, depth non-decreasing, siblings best
-    first (the order ``verify_tree`` tries them).  When fewer than N - 1 candidates are present,
-    the tree is padded with absent nodes after the real ones: nodes ``[num_valid, N)`` have
-    token -1 and score -inf (verification rejects them).
-
-    Returns a ``DynamicTree`` (fields documented there and in the reference)."""
+# build_dynamic_tree ---------------------------------------------------------------------------
+def _check_build(root_tokens, tokens, logprobs, frontier, num_nodes, backend) -> None:
     op = "build_dynamic_tree"
     c.check_ids(op, "tokens", tokens, ndim=4)
     b, d, w, k = tokens.shape
@@ -180,56 +162,73 @@ def build_dynamic_tree(
                 f"specops.{op}: frontier[{i[0]}, {i[1]}, {i[2]}] = {int(frontier[tuple(i)])} is "
                 f"outside [0, {k if i[1] == 0 else w * k}) (flat child index into layer {i[1]})"
             )
-    parents, draft, scores, cand, expanded, num_valid = c.ops.build_dynamic_tree(
-        root_tokens, tokens, logprobs, frontier, num_nodes, backend
-    )
-    tree = Tree.from_parents(parents, validate=False)
-    return DynamicTree(tree, draft, scores, cand, expanded, num_valid)
 
 
-def _select_impl(
-    logprobs: Tensor,
-    parent_scores: Tensor | None,
-    tokens: Tensor | None,
-    width: int,
-    backend: str,
-) -> tuple[Tensor, Tensor]:
-    c.pick_backend("select_frontier", backend, logprobs.device, _BACKENDS)
-    return reference.select_frontier(logprobs, width, parent_scores, tokens)
+def _dynamic_tree(r) -> DynamicTree:
+    parents, *rest = r
+    return DynamicTree(Tree.from_parents(parents, validate=False), *rest)
 
 
-def _select_fake(logprobs, parent_scores, tokens, width, backend):
-    b = logprobs.shape[0]
-    return (
-        logprobs.new_empty((b, width), dtype=torch.int32),
-        logprobs.new_empty((b, width), dtype=torch.float32),
-    )
+BUILD = OpDecl(
+    "build_dynamic_tree",
+    args=(
+        Ten("root_tokens", "B"),
+        Ten("tokens", "B D W K"),
+        Ten("logprobs", "B D W K"),
+        Ten("frontier", "B E W"),
+        Scalar("num_nodes", "int"),
+    ),
+    outs=(
+        Out("parents", "B, num_nodes"),
+        Out("draft_tokens", "B, num_nodes"),
+        Out("scores", "B, num_nodes", torch.float32),
+        Out("candidate", "B, num_nodes"),
+        Out("expanded_row", "B, num_nodes"),
+        Out("num_valid", "B"),
+    ),
+    backends=("reference",),
+    check=_check_build,
+    reference=reference.build_dynamic_tree,
+    fast=False,
+    env={"_dynamic_tree": _dynamic_tree},
+)
+build_dynamic_tree = BUILD.public(
+    reference.build_dynamic_tree,
+    result="_dynamic_tree(_r)",
+    returns="DynamicTree",
+    doc="""EAGLE-2's rerank: the draft tree of the root and the ``num_nodes - 1`` best candidates.
 
+    Parameters
+    ----------
+    root_tokens : [B] int32/int64
+        The last committed token of each request (node 0's token).
+    tokens : [B, D, W, K] int32/int64
+        Layer d's drafted children, K per frontier slot; layer 0 is the root's K children in
+        slot 0 (``tokens[:, 0, 1:]`` is ignored).
+    logprobs : [B, D, W, K] float32/float16/bfloat16
+        Their edge log-probs, log q of the child given its path, not cumulative; clamped to
+        <= 0; NaN / -inf, or a negative token, mark an absent child.
+    frontier : [B, D - 1, W] int32/int64
+        ``frontier[:, d - 1, w]`` = flat index ``w' * K + k'`` into layer d - 1 of the candidate
+        in frontier slot w of layer d, i.e. the parent of ``tokens[:, d, w, :]``
+        (``Frontier.index``; entries of ``frontier[:, 0]`` are < K).
+    num_nodes : int
+        N, the tree size including the root: 1 <= N <= 1 + K + (D - 1) W K and
+        N <= ``Tree.MAX_NODES`` (16384).
+    backend : str
+        "auto" or "reference" (the only implementation).
+    out : (parents, draft_tokens, scores, candidate, expanded_row, num_valid) or None
+        Preallocated contiguous outputs (``DynamicTree``'s fields; tree as its parents).
 
-def _build_impl(
-    root_tokens: Tensor,
-    tokens: Tensor,
-    logprobs: Tensor,
-    frontier: Tensor,
-    num_nodes: int,
-    backend: str,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    c.pick_backend("build_dynamic_tree", backend, tokens.device, _BACKENDS)
-    return reference.build_dynamic_tree(root_tokens, tokens, logprobs, frontier, num_nodes)
+    Built on the device; B = 0 gives empty outputs.  The candidates of every drafted layer are
+    ranked by (cumulative log-prob descending, candidate index ascending) and the first N - 1
+    are taken: the set is closed under ancestors (a child never outscores its parent and ties go
+    to the earlier layer), so the tree is valid by construction.  Nodes are ordered by candidate
+    index (layer, slot, child rank): ``parents[n] < n``, depth non-decreasing, siblings best
+    first (the order ``verify_tree`` tries them).  When fewer than N - 1 candidates are present,
+    the tree is padded with absent nodes after the real ones: nodes ``[num_valid, N)`` have
+    token -1 and score -inf (verification rejects them).
 
-
-def _build_fake(root_tokens, tokens, logprobs, frontier, num_nodes, backend):
-    b = tokens.shape[0]
-    i32 = dict(dtype=torch.int32)
-    return (
-        tokens.new_empty((b, num_nodes), **i32),
-        tokens.new_empty((b, num_nodes), **i32),
-        tokens.new_empty((b, num_nodes), dtype=torch.float32),
-        tokens.new_empty((b, num_nodes), **i32),
-        tokens.new_empty((b, num_nodes), **i32),
-        tokens.new_empty((b,), **i32),
-    )
-
-
-c.register("select_frontier", _select_impl, _select_fake)
-c.register("build_dynamic_tree", _build_impl, _build_fake)
+    Returns a ``DynamicTree`` (fields documented there and in the reference).""",
+)
+register_decl(BUILD)

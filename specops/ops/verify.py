@@ -68,9 +68,9 @@ def _chain_reference(target_probs, draft_tokens, draft_probs, num_draft, rng, ne
 CHAIN = OpDecl(
     "verify_chain",
     args=(
-        Ten("target_probs", "B N V", form=vc.f32_rows, fast_rank=3),
+        vc.target_probs("B N V"),
         Ten("draft_tokens", "B K", form=vc.id_rows),
-        Ten("draft_probs", "B K V", optional=True, form=vc.f32_rows),
+        vc.draft_probs("B K V"),
         Ten("num_draft", "B", optional=True, form=vc.counts),
         RngArg(requests="target_probs.shape[0]"),
         RelaxArg(),
@@ -156,10 +156,10 @@ def _tree_reference(target_probs, first_child, next_sibling, width, draft_tokens
 TREE = OpDecl(
     "verify_tree",
     args=(
-        Ten("target_probs", "B N V", form=vc.f32_rows, fast_rank=3),
+        vc.target_probs("B N V"),
         TreeArg(("first_child", "next_sibling"), (("width", "path_width"),), form=vc.tree_array),
         Ten("draft_tokens", "B N", form=vc.id_rows),
-        Ten("draft_probs", "B N V", optional=True, form=vc.f32_rows),
+        vc.draft_probs("B N V"),
         Scalar("without_replacement", "bool"),
         RngArg(requests="target_probs.shape[0]"),
         RelaxArg(),
@@ -227,8 +227,8 @@ def _paths_reference(target_probs, draft_probs, parents, num_paths, draft_tokens
 PATHS = OpDecl(
     "path_acceptance",
     args=(
-        Ten("target_probs", "B N V", form=vc.f32_rows, fast_rank=3),
-        Ten("draft_probs", "B N V", optional=True, form=vc.f32_rows),
+        vc.target_probs("B N V"),
+        vc.draft_probs("B N V"),
         TreeArg(("parents",), (("num_paths", "num_leaves"),), form=vc.tree_array),
         Ten("draft_tokens", "B N", form=vc.id_rows),
     ),

@@ -37,6 +37,7 @@ def _rank(scores: torch.Tensor) -> torch.Tensor:
 def select_frontier(
     logprobs: torch.Tensor,
     width: int,
+    *,
     parent_scores: torch.Tensor | None = None,
     tokens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
