@@ -111,29 +111,22 @@ def _commit_kv_kernel(
         tl.store(slab + dst_off[:, None] + lanes[None, :], v, mask=move)
 
 
-def commit_kv_triton(
-    cache,
-    slab_offsets,
-    layers,
-    strides,
-    cs,
-    slots,
-    block_table,
-    page,
-    num_pages,
-    capacity,
-    row,
-    counters,
-) -> None:
+def commit_kv_triton(cache, slab_offsets, layers, shape, strides, cs, slots, block_table,
+                     counters) -> None:  # fmt: skip
     """cache: the (0, 0) slab's first element, viewed as int16 / int32 (raw bits); slab (l, kv)
     starts at cache + slab_offsets[2 l + kv] (list form) or + l * strides[0] + kv * strides[1];
-    strides (elements): (layer, kv, lead, position).  counters: [>= B] int32 zeros.
-    cs [B] int32, slots [B, M] int32 and block_table [B, pages] int32 contiguous (``launch``
-    checks).  Caches without elements are not launched: specops.ops.kv advances ``cs`` for them
-    (``_advance_only``)."""
+    shape: one slab's, [B, S, Hkv, D] or paged [P, page, Hkv, D]; strides (elements): (layer,
+    kv, lead, position).  counters: [>= B] int32 zeros.  cs [B] int32, slots [B, M] int32 and
+    block_table [B, pages] int32 contiguous (``launch`` checks).  Caches without elements are
+    not launched: specops.ops.kv advances ``cs`` for them (``_advance_only``)."""
     b, m = slots.shape
+    row = shape[2] * shape[3]  # the elements of one position's [Hkv, D] row
     if b == 0 or m == 0 or layers == 0 or row == 0:
         return
+    if block_table is None:
+        page, num_pages, capacity = None, 0, shape[1]
+    else:
+        page, num_pages, capacity = shape[1], shape[0], block_table.shape[1] * shape[1]
     block = min(triton.next_power_of_2(row), 1024)
     chunks = triton.cdiv(row, block)
     paged = block_table is not None

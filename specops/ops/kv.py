@@ -302,24 +302,9 @@ def _launch_triton(t, offsets, layers, shape, strides, cs, slots, block_table):
     """t: the cache tensor whose first element is slab (0, 0)'s; moved as raw int bits."""
     from specops.triton_kernels.kv import commit_kv_triton
 
-    if block_table is None:
-        page, num_pages, capacity = None, 0, shape[1]
-    else:
-        page, num_pages, capacity = shape[1], shape[0], block_table.shape[1] * shape[1]
-    commit_kv_triton(
-        t.view(_RAW[t.element_size()]),
-        offsets,
-        layers,
-        strides,
-        cs,
-        slots,
-        block_table,
-        page,
-        num_pages,
-        capacity,
-        shape[2] * shape[3],
-        _counter_workspace(cs.device, cs.shape[0]),
-    )
+    counters = _counter_workspace(cs.device, cs.shape[0])
+    raw = t.view(_RAW[t.element_size()])
+    commit_kv_triton(raw, offsets, layers, shape, strides, cs, slots, block_table, counters)
 
 
 def _advance_only(shape, cs, slots, block_table) -> None:
