@@ -104,21 +104,6 @@ SPECOPS_HD int64_t jacobi_ws_node_tok(int64_t L) { return 4 + 2 * L; }
 SPECOPS_HD int64_t jacobi_ws_cand(int64_t L) { return 4 + 3 * L; }
 
 // ---- acceptance with any row functor ------------------------------------------------------------
-// pool(x) = sum of p(n_j) over the neighbours of x whose cumulative mass stays <= delta (f64).
-template <class PF>
-SPECOPS_HD float jacobi_pool(const PF& p, int64_t vocab, int64_t x, const RelaxArgs& relax) {
-  if (relax.neighbors == nullptr || x < 0 || x >= vocab) return 0.f;
-  const int32_t* nb = relax.neighbors + x * relax.k;
-  double cum = 0.0, pool = 0.0;
-  for (int64_t j = 0; j < relax.k; ++j) {
-    const int64_t n = nb[j];
-    const double pn = (n >= 0 && n < vocab && n != x) ? static_cast<double>(p(n)) : 0.0;
-    cum += pn;
-    if (cum <= relax.delta) pool += pn;
-  }
-  return static_cast<float>(pool);
-}
-
 // Test of draft x: u * q(x) < p(x) + pool(x); has_q false means q = one-hot(x), q(x) = 1.
 // Ids outside [0, V) have p(x) = q(x) = 0 and are always rejected.
 template <class PF, class QF>
@@ -127,7 +112,7 @@ SPECOPS_HD bool jacobi_accept(float u, const PF& p, const QF& q, bool has_q, int
   const bool in = x >= 0 && x < vocab;
   const float px = in ? p(x) : 0.f;
   const float qx = has_q ? (in ? q(x) : 0.f) : 1.f;
-  return u * qx < px + jacobi_pool(p, vocab, x, relax);
+  return u * qx < px + lantern_pool(p, vocab, x, relax);
 }
 
 // Test of slot i in chain mode; a -1 token ("no draft") never passes.

@@ -10,6 +10,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include "specops/common.h"  // RelaxArgs
 #include "specops/mass.h"
 
 namespace specops {
@@ -74,6 +75,22 @@ struct MassW {
     for (int e = 0; e < 4; ++e) o[e] = mass(o[e]);
   }
 };
+// LANTERN's pool (relaxed acceptance): pool(x) = the sum of w(n_j) over the neighbours n_j of x
+// (ids in [0, V) other than x) while their cumulative mass stays <= delta, in float64; w(v) is
+// the mass of entry v (a functor as MassW).  0 without neighbours or for x outside [0, V).
+template <class W>
+SPECOPS_HD float lantern_pool(const W& w, int64_t vocab, int64_t x, const RelaxArgs& relax) {
+  if (relax.neighbors == nullptr || x < 0 || x >= vocab) return 0.f;
+  const int32_t* nb = relax.neighbors + x * relax.k;
+  double cum = 0.0, pool = 0.0;
+  for (int64_t j = 0; j < relax.k; ++j) {
+    const int64_t n = nb[j];
+    const double pn = (n >= 0 && n < vocab && n != x) ? static_cast<double>(w(n)) : 0.0;
+    cum += pn;
+    if (cum <= relax.delta) pool += pn;
+  }
+  return static_cast<float>(pool);
+}
 struct ResidW {  // r = max(p - q, 0); q == nullptr: q = one-hot(x) (zero row for x outside [0, V))
   const float* p;
   const float* q;

@@ -20,20 +20,13 @@
 
 namespace specops {
 
-// Row: a const float* or any type with float operator[](int64_t) (the tree walk's TreeRow).
+// Row: a const float* or any type with float operator[](int64_t) (the tree walk's TreeRow);
+// RowMass reads its entries through mass(), as lantern_pool's w.
 template <class Row>
-SPECOPS_HD float lantern_pool(const Row& p, int64_t vocab, int64_t x, const RelaxArgs& relax) {
-  if (relax.neighbors == nullptr || x < 0 || x >= vocab) return 0.f;
-  const int32_t* nb = relax.neighbors + x * relax.k;
-  double cum = 0.0, pool = 0.0;
-  for (int64_t j = 0; j < relax.k; ++j) {
-    const int64_t n = nb[j];
-    const double pn = (n >= 0 && n < vocab && n != x) ? static_cast<double>(mass(p[n])) : 0.0;
-    cum += pn;
-    if (cum <= relax.delta) pool += pn;
-  }
-  return static_cast<float>(pool);
-}
+struct RowMass {
+  Row p;
+  SPECOPS_HD float operator()(int64_t v) const { return mass(p[v]); }
+};
 
 // accept x iff u * q(x) < p(x) + pool(x); q == nullptr means q = one-hot(x), q(x) = 1.
 template <class Row>
@@ -41,7 +34,7 @@ SPECOPS_HD bool accept_draft(float u, const Row& p, const float* q, int64_t voca
                              const RelaxArgs& relax) {
   const float px = (x >= 0 && x < vocab) ? mass(p[x]) : 0.f;  // prob_at over any Row
   const float qx = q ? prob_at(q, vocab, x) : 1.f;
-  return u * qx < px + lantern_pool(p, vocab, x, relax);
+  return u * qx < px + lantern_pool(RowMass<Row>{p}, vocab, x, relax);
 }
 
 // ---- chain ----------------------------------------------------------------------------------
