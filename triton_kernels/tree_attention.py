@@ -73,6 +73,18 @@ def _load_kv_tile(
 
 
 @triton.jit
+def _load_kv_tiles(k_base, v_base, bt_row, kpos, col_ok, offs_d, s_kp, s_ks, s_kd, s_vp, s_vs,
+                   s_vd, s_btp, NUM_PAGES, D: tl.constexpr, BLOCK_D: tl.constexpr,
+                   PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr):  # fmt: skip
+    """The K and the V tile of positions ``kpos`` (``_load_kv_tile`` twice)."""
+    k = _load_kv_tile(k_base, bt_row, kpos, col_ok, offs_d, s_kp, s_ks, s_kd, s_btp, NUM_PAGES,
+                      D, BLOCK_D, PAGED, PAGE_SIZE, MASKED)  # fmt: skip
+    v = _load_kv_tile(v_base, bt_row, kpos, col_ok, offs_d, s_vp, s_vs, s_vd, s_btp, NUM_PAGES,
+                      D, BLOCK_D, PAGED, PAGE_SIZE, MASKED)  # fmt: skip
+    return k, v
+
+
+@triton.jit
 def _online_softmax_step(acc, l_i, m_i, q, k, v, qk_scale, vis, USE_VIS: tl.constexpr, PREC):
     # x = c log2(e) <q, k>; masked entries -inf; a fully masked row keeps m = -inf, l = 0.
     x = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
@@ -185,13 +197,9 @@ def _tree_attn_fwd(
         full_end = lo + tl.maximum(hi - lo, 0) // BLOCK_N * BLOCK_N
         for start in range(lo, full_end, BLOCK_N):  # full prefix tiles: no mask
             kpos = start + offs_n
-            k = _load_kv_tile(
-                k_base, bt_row, kpos, kpos < CAP, offs_d, s_kp, s_ks, s_kd, s_btp, NUM_PAGES,
-                D, BLOCK_D, PAGED, PAGE_SIZE, False,
-            )  # fmt: skip
-            v = _load_kv_tile(
-                v_base, bt_row, kpos, kpos < CAP, offs_d, s_vp, s_vs, s_vd, s_btp, NUM_PAGES,
-                D, BLOCK_D, PAGED, PAGE_SIZE, False,
+            k, v = _load_kv_tiles(
+                k_base, v_base, bt_row, kpos, kpos < CAP, offs_d, s_kp, s_ks, s_kd, s_vp, s_vs,
+                s_vd, s_btp, NUM_PAGES, D, BLOCK_D, PAGED, PAGE_SIZE, False,
             )  # fmt: skip
             acc, l_i, m_i = _online_softmax_step(
                 acc, l_i, m_i, q, k, v, qk_scale, no_vis, False, PREC
@@ -199,13 +207,9 @@ def _tree_attn_fwd(
         if full_end < hi:  # the partial last prefix tile: columns s < hi
             kpos = full_end + offs_n
             col_ok = kpos < hi
-            k = _load_kv_tile(
-                k_base, bt_row, kpos, col_ok, offs_d, s_kp, s_ks, s_kd, s_btp, NUM_PAGES,
-                D, BLOCK_D, PAGED, PAGE_SIZE, True,
-            )  # fmt: skip
-            v = _load_kv_tile(
-                v_base, bt_row, kpos, col_ok, offs_d, s_vp, s_vs, s_vd, s_btp, NUM_PAGES,
-                D, BLOCK_D, PAGED, PAGE_SIZE, True,
+            k, v = _load_kv_tiles(
+                k_base, v_base, bt_row, kpos, col_ok, offs_d, s_kp, s_ks, s_kd, s_vp, s_vs, s_vd,
+                s_btp, NUM_PAGES, D, BLOCK_D, PAGED, PAGE_SIZE, True,
             )  # fmt: skip
             vis = tl.broadcast_to(col_ok[None, :], (BLOCK_M, BLOCK_N))
             acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, q, k, v, qk_scale, vis, True, PREC)
@@ -217,13 +221,9 @@ def _tree_attn_fwd(
             j = t0 + offs_n
             kpos = seqlen + j
             col_ok = (j < N) & (kpos >= 0) & (kpos < CAP)
-            k = _load_kv_tile(
-                k_base, bt_row, kpos, col_ok, offs_d, s_kp, s_ks, s_kd, s_btp, NUM_PAGES,
-                D, BLOCK_D, PAGED, PAGE_SIZE, True,
-            )  # fmt: skip
-            v = _load_kv_tile(
-                v_base, bt_row, kpos, col_ok, offs_d, s_vp, s_vs, s_vd, s_btp, NUM_PAGES,
-                D, BLOCK_D, PAGED, PAGE_SIZE, True,
+            k, v = _load_kv_tiles(
+                k_base, v_base, bt_row, kpos, col_ok, offs_d, s_kp, s_ks, s_kd, s_vp, s_vs, s_vd,
+                s_btp, NUM_PAGES, D, BLOCK_D, PAGED, PAGE_SIZE, True,
             )  # fmt: skip
             # bit j of row n: one [BLOCK_M] word vector per 32 columns (t0 is a multiple of 32)
             vis = tl.zeros([BLOCK_M, BLOCK_N], tl.int1)
