@@ -19,7 +19,8 @@ namespace {
 
 struct CommitBinding {
   CommitKVArgs a;
-  int64_t align;  // gcd of the byte geometry and the slab addresses (CUDA vector width)
+  int64_t align;      // gcd of the byte geometry and the slab addresses (CUDA vector width)
+  int32_t* counters;  // CUDA: per-request completion counters, zero before the launch
 };
 
 int64_t element_size(const ArgCheck& c, T t) {
@@ -35,8 +36,8 @@ int64_t element_size(const ArgCheck& c, T t) {
   }
 }
 
-CommitBinding commit_args(bool cuda, T caches, T bases, int64_t bases_align, T seqlens, T slots,
-                          T block_table) {
+CommitBinding commit_args(bool cuda, T caches, T seqlens, T slots, T block_table, T bases,
+                          int64_t bases_align, T counters) {
   const ArgCheck c{"commit_kv", cuda};
   CommitBinding r;
   CommitKVArgs& a = r.a;
@@ -94,6 +95,12 @@ CommitBinding commit_args(bool cuda, T caches, T bases, int64_t bases_align, T s
   for (int64_t x : {a.row_bytes, a.stride_layer, a.stride_kv, a.stride_page, a.stride_pos})
     g = std::gcd(g, x);
   r.align = g;
+  r.counters = nullptr;
+  if (cuda) {  // the CUDA kernel's last-block-done counters (the CPU twin takes none)
+    c.contiguous(c.need(counters, "counters", DType::i32, 1), "counters");
+    if (counters.size[0] < a.batch) c.fail("counters", "must have one entry per request");
+    r.counters = counters.as<int32_t>();
+  }
   return r;
 }
 
@@ -107,40 +114,22 @@ int vec_bytes(int64_t align) {
   return 1;
 }
 
-// The CUDA kernel's arguments: the cache geometry (its vector width) and the completion counters.
-struct CudaCommit {
-  CommitBinding r;
-  int32_t* counters;
-};
-
-CudaCommit cuda_args(bool cuda, T caches, T bases, int64_t bases_align, T seqlens, T slots,
-                     T block_table, T counters) {
-  CommitBinding r = commit_args(cuda, caches, bases, bases_align, seqlens, slots, block_table);
-  const ArgCheck c{"commit_kv", cuda};
-  c.contiguous(c.need(counters, "counters", DType::i32, 1), "counters");
-  if (counters.size[0] < r.a.batch) c.fail("counters", "must have one entry per request");
-  return {r, counters.as<int32_t>()};
-}
-
 template <std::string (*Launch)(const CommitKVArgs&, int, int32_t*, void*)>
-std::string run_cuda(const CudaCommit& k, void* stream) {
-  return Launch(k.r.a, vec_bytes(k.r.align), k.counters, stream);
+std::string run_cuda(const CommitBinding& r, void* stream) {
+  return Launch(r.a, vec_bytes(r.align), r.counters, stream);
 }
 #endif
 
 }  // namespace
 
 void bind_kv(py::module_& m) {
-  host_kernel_names().push_back("commit_kv");
-  m.def("commit_kv_cpu", host(commit_args, run_host));
-#ifdef SPECOPS_WITH_CUDA
-  cuda_kernel_names().push_back("commit_kv");
-  m.def("commit_kv_cuda", cuda(cuda_args, run_cuda<gpu::launch_commit_kv>, "commit_kv"));
-#endif
-#ifdef SPECOPS_WITH_CUDA_SIM
-  cuda_sim_kernel_names().push_back("commit_kv");
-  m.def("commit_kv_cuda_sim", cuda_sim(cuda_args, run_cuda<sim::launch_commit_kv>, "commit_kv"));
-#endif
+  using py::arg;
+  // the declared order (specops/ops/kv.py), then the list form's slab addresses and their
+  // alignment, and the CUDA kernel's completion counters
+  bind_op(m, "commit_kv", commit_args, run_host, SPECOPS_IF_CUDA(run_cuda<gpu::launch_commit_kv>),
+          SPECOPS_IF_CUDA_SIM(run_cuda<sim::launch_commit_kv>), arg("caches"), arg("cache_seqlens"),
+          arg("accepted_slots"), arg("block_table"), arg("bases") = py::none(),
+          arg("bases_align") = 0, arg("counters") = py::none());
 }
 
 }  // namespace specops

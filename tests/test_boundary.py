@@ -160,12 +160,12 @@ def test_commit_kv_binding_checks_the_cache_geometry():
     cs = torch.zeros(3, dtype=torch.int32)
     slots = torch.full((3, 2), -1, dtype=torch.int32)
     with pytest.raises(ValueError, match="contiguous \\[Hkv, D\\] rows"):
-        _build._C.commit_kv_cpu(caches.transpose(-1, -2), None, 0, cs, slots, None)
+        _build._C.commit_kv_cpu(caches.transpose(-1, -2), cs, slots, None)
     with pytest.raises(ValueError, match="cache_seqlens must be contiguous"):
         cs2 = torch.zeros(3, 2, dtype=torch.int32)[:, 0]
-        _build._C.commit_kv_cpu(caches, None, 0, cs2, slots, None)
+        _build._C.commit_kv_cpu(caches, cs2, slots, None)
     with pytest.raises(ValueError, match="batch dim"):
-        _build._C.commit_kv_cpu(caches, None, 0, cs[:2], slots[:2], None)
+        _build._C.commit_kv_cpu(caches, cs[:2], slots[:2], None)
 
 
 def _dispatched(fn) -> bool:

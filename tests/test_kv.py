@@ -240,11 +240,11 @@ def test_opcheck_and_compile():
     g = torch.Generator().manual_seed(6)
     caches, bt, cs, slots = _case(2, 2, 4, g)
     for args in [
-        (caches.clone(), cs.clone(), slots, bt, "cpu"),
-        (caches.clone(), cs.clone(), slots, None, "reference"),
+        ([caches.clone()], cs.clone(), slots, bt, "cpu"),  # the stacked tensor: a list of one
+        ([caches.clone()], cs.clone(), slots, None, "reference"),
     ]:
         if args[3] is None:
-            args = (torch.randn(2, 2, 2, 32, HKV, D, generator=g), *args[1:])
+            args = ([torch.randn(2, 2, 2, 32, HKV, D, generator=g)], *args[1:])
         torch.library.opcheck(
             torch.ops.specops.commit_kv.default,
             args,
@@ -252,7 +252,7 @@ def test_opcheck_and_compile():
         )
     pairs = [caches[i, j].clone() for i in range(2) for j in range(2)]
     torch.library.opcheck(
-        torch.ops.specops.commit_kv_list.default,
+        torch.ops.specops.commit_kv.default,
         (pairs, cs.clone(), slots, bt, "cpu"),
         test_utils=("test_schema", "test_faketensor"),
     )

@@ -404,7 +404,8 @@ class OpDecl:
         outputs, as its schema says)."""
         flat, backend = a[:-1], a[-1]
         have = self.backends if self.backends_for is None else self.backends_for(flat, backend)
-        be = pick_backend(self.name, backend, flat[0].device, have)
+        first = flat[0][0] if type(flat[0]) is list else flat[0]  # (a Tensor[] argument)
+        be = pick_backend(self.name, backend, first.device, have)
         if self.kernel is not None and be != "reference":  # handles triton too
             r = self.kernel(be, flat, out)
         else:

@@ -7,68 +7,19 @@ import math
 from collections import OrderedDict
 
 import torch
-from torch import Tensor
 
 from specops import reference
-from specops._nvtx import traced
 from specops.ops import _common as c
+from specops.ops._decl import OpDecl, Ten, Value, register_decl
 
 __all__ = ["commit_kv"]
 
-_BACKENDS = c.declare_backends(("cuda", "triton", "cpu", "reference"), "commit_kv")
 _CACHE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _MAX_MOVES = 2048  # shared memory of the CUDA kernel: 16 bytes per entry of accepted_slots
 _OP = "commit_kv"
 
 
-@traced("commit_kv")
-def commit_kv(caches, cache_seqlens, accepted_slots, *, block_table=None, backend="auto") -> None:
-    """Commit the accepted path's K/V in every layer and advance ``cache_seqlens``, in one launch.
-
-    Parameters
-    ----------
-    caches : [layers, 2, B, S, Hkv, D] float16/bfloat16/float32 or list of (k_cache, v_cache)
-        One tensor (paged: [layers, 2, P, page, Hkv, D]) or a non-empty list of per-layer
-        pairs of [B, S, Hkv, D] (paged: [P, page, Hkv, D]) sharing one shape, dtype and
-        strides; each position's [Hkv, D] row must be contiguous.
-    cache_seqlens : [B] int32
-        The committed length per request, contiguous; advanced in place.
-    accepted_slots : [B, M] int32/int64
-        Offsets from ``cache_seqlens`` of the accepted nodes, in path order (strictly
-        increasing), -1 padded at the end; M <= 2048.
-    block_table : [B, pages] int32/int64 or None
-        The pages of each request for paged caches; None: contiguous caches.
-    backend : str
-        "auto" (cuda, else triton on a GPU; cpu on CPU), "cuda", "triton", "cpu" (the C++
-        twin) or "reference".
-
-    Moves the accepted entries to ``cache_seqlens + [0, m)`` in every layer, K and V, and
-    advances ``cache_seqlens`` by m, on the device.  For every request b, layer and K/V:
-    cache[cs + i] <- cache[cs + s_i] for the m_b non -1 entries (values read before any write:
-    overlapping moves such as 5 -> 2 with 2 -> 1 are safe, and an in-place prefix s_i = i is a
-    no-op), then cs += m_b.  Slots that are not committed are left behind.
-
-    Validation mode raises on -1 before a valid entry, non-increasing slots, a slot beyond the
-    capacity, a path longer than the free space, or (paged) a page id outside [0, P).  Fast mode
-    never touches memory outside the cache: each request commits only the longest prefix of
-    valid entries (specops.reference.kv).  CUDA: launches on the same cache pointers must not
-    run concurrently on two streams (they share a small per-device counter workspace)."""
-    fast = c.fast_kernel(_OP, caches, backend, _BACKENDS)
-    if (
-        fast is not None
-        and not caches.is_cuda  # the CUDA launcher also takes the counter workspace
-        and caches.dim() == 6
-        and caches.shape[0] > 0  # layers, slots and bytes to move: else the rules of _impl
-        and caches.numel() > 0
-        and type(accepted_slots) is torch.Tensor
-        and accepted_slots.dim() == 2
-        and 0 < accepted_slots.shape[1] <= _MAX_MOVES
-    ):
-        try:
-            fast(caches, None, 0, cache_seqlens, accepted_slots, block_table)
-            return
-        except (TypeError, ValueError):
-            pass  # the checks below name what is wrong, or normalise what the kernel reads
+def _check(caches, cache_seqlens, accepted_slots, block_table, backend) -> None:
     paged = block_table is not None
     if isinstance(caches, torch.Tensor):
         c.check_tensor(_OP, "caches", caches, ndim=6, dtypes=_CACHE_DTYPES)
@@ -81,10 +32,9 @@ def commit_kv(caches, cache_seqlens, accepted_slots, *, block_table=None, backen
         _check_rows(caches, "caches")
         c.check_writable(_OP, "caches", caches)
         slab_shape, dev = caches.shape[2:], caches.device
-        tensors = None
     else:
-        tensors = _flatten_pairs(caches)
-        slab_shape, dev = tensors[0].shape, tensors[0].device
+        first = _check_pairs(caches)
+        slab_shape, dev = first.shape, first.device
     lead = slab_shape[0]
     c.check_tensor(_OP, "cache_seqlens", cache_seqlens, ndim=1, dtypes=(torch.int32,), device=dev)
     if not cache_seqlens.is_contiguous():
@@ -118,11 +68,6 @@ def commit_kv(caches, cache_seqlens, accepted_slots, *, block_table=None, backen
         capacity = slab_shape[1]
     if c.validating():  # on the ids as given (before the int32 conversion)
         _check_values(cache_seqlens, accepted_slots, capacity, block_table, lead)
-    slots, block_table = c.int32_ids(accepted_slots), c.int32_ids(block_table)
-    if tensors is None:
-        c.ops.commit_kv(caches, cache_seqlens, slots, block_table, backend)
-    else:
-        c.ops.commit_kv_list(tensors, cache_seqlens, slots, block_table, backend)
 
 
 # argument checks ------------------------------------------------------------------------
@@ -135,7 +80,15 @@ def _check_rows(t: torch.Tensor, name: str) -> None:
         )
 
 
-def _flatten_pairs(caches) -> list[torch.Tensor]:
+def _slabs(caches) -> list[torch.Tensor]:
+    """``caches`` as the op's schema takes them: [the stacked tensor], or every layer's K and V
+    slab in order (a list of pairs flattened)."""
+    return [caches] if isinstance(caches, torch.Tensor) else [t for pair in caches for t in pair]
+
+
+def _check_pairs(caches) -> torch.Tensor:
+    """A list of (k_cache, v_cache) pairs sharing one shape, dtype, device and layout -> the
+    first slab."""
     if not isinstance(caches, (list, tuple)) or not caches:
         raise TypeError(
             "specops.commit_kv: caches must be a tensor [layers, 2, ...] or a non-empty list of "
@@ -161,7 +114,7 @@ def _flatten_pairs(caches) -> list[torch.Tensor]:
                 f"specops.commit_kv: {name} has strides {t.stride()} but caches[0][0] has "
                 f"{first.stride()}: every layer's K and V must share one layout"
             )
-    return out
+    return first
 
 
 def _check_values(cs, slots, capacity, block_table, num_pages) -> None:
@@ -263,11 +216,10 @@ def _launch(be, t, bases, cs, slots, block_table):
     the first slab of a list of per-layer caches sharing its shape, dtype and strides.  The
     binding derives the byte geometry from ``t``'s sizes and strides (csrc/bind_kv.cpp)."""
     arr, align = (None, 0) if bases is None else bases
-    args = (t, arr, align, cs, slots, block_table)
+    extra = {}
     if be in ("cuda", "cuda_sim"):
-        c.launch(be, "commit_kv", *args, _counter_workspace(cs.device, cs.shape[0]))
-    else:
-        c.launch(be, "commit_kv", *args)
+        extra["counters"] = _counter_workspace(cs.device, cs.shape[0])
+    c.launch(be, "commit_kv", t, cs, slots, block_table, bases=arr, bases_align=align, **extra)
 
 
 _offsets: OrderedDict[tuple, torch.Tensor] = OrderedDict()
@@ -319,63 +271,96 @@ def _advance_only(shape, cs, slots, block_table) -> None:
     cs.add_(m.to(cs.dtype))
 
 
-def _impl(
-    caches: Tensor,
-    cache_seqlens: Tensor,
-    slots: Tensor,
-    block_table: Tensor | None,
-    backend: str,
-) -> None:
-    be = c.pick_backend(_OP, backend, caches.device, _BACKENDS)
-    slots, block_table = c.int32_ids(slots), c.int32_ids(block_table)
-    if be == "reference":
-        reference.commit_kv(caches, cache_seqlens, slots, block_table=block_table)
-        return
-    if caches.shape[0] == 0 or slots.shape[1] == 0:
-        return  # no layer or no slot: nothing moves and nothing advances (the reference's rule)
-    if caches.numel() == 0:
-        _advance_only(caches.shape[2:], cache_seqlens, slots, block_table)
-        return
-    st = caches.stride()
-    strides = (st[0], st[1], st[2], st[3])
-    if be == "triton":
-        _launch_triton(caches, None, caches.shape[0], caches.shape[2:], strides, cache_seqlens,
-                       slots, block_table)  # fmt: skip
-        return
-    _launch(be, caches, None, cache_seqlens, slots, block_table)
+def _reference(caches, cache_seqlens, accepted_slots, block_table) -> None:
+    slots, block_table = c.int32_ids(accepted_slots), c.int32_ids(block_table)
+    if caches[0].dim() != 6:  # per-layer pairs
+        caches = [(caches[i], caches[i + 1]) for i in range(0, len(caches), 2)]
+    else:
+        caches = caches[0]
+    reference.commit_kv(caches, cache_seqlens, slots, block_table=block_table)
 
 
-def _impl_list(
-    caches: list[Tensor],
-    cache_seqlens: Tensor,
-    slots: Tensor,
-    block_table: Tensor | None,
-    backend: str,
-) -> None:
-    be = c.pick_backend(_OP, backend, caches[0].device, _BACKENDS)
+def _kernel(be, flat, out) -> None:
+    """The compiled kernels on the schema's arguments: ``caches`` [the stacked tensor] or the
+    slabs of every layer (moved through their base addresses or, Triton, slab offsets)."""
+    caches, cs, slots, block_table = flat
     slots, block_table = c.int32_ids(slots), c.int32_ids(block_table)
-    if be == "reference":
-        pairs = [(caches[i], caches[i + 1]) for i in range(0, len(caches), 2)]
-        reference.commit_kv(pairs, cache_seqlens, slots, block_table=block_table)
-        return
-    if slots.shape[1] == 0:
-        return  # nothing moves and nothing advances (the reference's rule)
-    if caches[0].numel() == 0:
-        _advance_only(caches[0].shape, cache_seqlens, slots, block_table)
-        return
     t = caches[0]
-    strides = (0, 0, t.stride(0), t.stride(1))
-    if be == "triton":
-        offsets = _slab_offsets(list(caches))
-        _launch_triton(t, offsets, len(caches) // 2, t.shape, strides, cache_seqlens, slots,
-                       block_table)  # fmt: skip
+    stacked = t.dim() == 6
+    if slots.shape[1] == 0 or (stacked and t.shape[0] == 0):
+        return  # no layer or no slot: nothing moves and nothing advances (the reference's rule)
+    slab = t.shape[2:] if stacked else t.shape
+    if t.numel() == 0:
+        _advance_only(slab, cs, slots, block_table)
         return
-    _launch(be, t, _base_array(list(caches)), cache_seqlens, slots, block_table)
+    st = t.stride()
+    strides = (st[0], st[1], st[2], st[3]) if stacked else (0, 0, st[0], st[1])
+    layers = t.shape[0] if stacked else len(caches) // 2
+    if be == "triton":
+        offsets = None if stacked else _slab_offsets(list(caches))
+        _launch_triton(t, offsets, layers, slab, strides, cs, slots, block_table)
+        return
+    _launch(be, t, None if stacked else _base_array(list(caches)), cs, slots, block_table)
 
 
-def _fake(caches, cache_seqlens, slots, block_table, backend):
-    return None
+KV = OpDecl(
+    "commit_kv",
+    args=(
+        Value(
+            "caches",
+            (("caches", "Tensor[]"),),
+            expr="_slabs(caches)",
+            fast_cond="(not caches.is_cuda and caches.dim() == 6 and caches.shape[0] > 0 "
+            "and caches.numel() > 0)",  # (a tensor: fast_kernel returned a binding)
+            fast_expr="caches",
+        ),
+        Ten("cache_seqlens", "B"),
+        Ten("accepted_slots", "B M"),
+        Ten("block_table", "B P", optional=True),
+    ),
+    outs=(),
+    mutates=("caches", "cache_seqlens"),
+    backends=("cuda", "triton", "cpu", "reference"),
+    check=_check,
+    reference=_reference,
+    kernel=_kernel,
+    # the CUDA launcher also takes the counter workspace; the kernels' rules for no slot
+    fast_when=f"type(accepted_slots) is _Tensor and accepted_slots.dim() == 2 "
+    f"and 0 < accepted_slots.shape[1] <= {_MAX_MOVES}",
+    env={"_slabs": _slabs},
+)
+commit_kv = KV.public(
+    reference.commit_kv,
+    doc="""Commit the accepted path's K/V in every layer and advance ``cache_seqlens``, in one
+    launch.
 
+    Parameters
+    ----------
+    caches : [layers, 2, B, S, Hkv, D] float16/bfloat16/float32 or list of (k_cache, v_cache)
+        One tensor (paged: [layers, 2, P, page, Hkv, D]) or a non-empty list of per-layer
+        pairs of [B, S, Hkv, D] (paged: [P, page, Hkv, D]) sharing one shape, dtype and
+        strides; each position's [Hkv, D] row must be contiguous.
+    cache_seqlens : [B] int32
+        The committed length per request, contiguous; advanced in place.
+    accepted_slots : [B, M] int32/int64
+        Offsets from ``cache_seqlens`` of the accepted nodes, in path order (strictly
+        increasing), -1 padded at the end; M <= 2048.
+    block_table : [B, pages] int32/int64 or None
+        The pages of each request for paged caches; None: contiguous caches.
+    backend : str
+        "auto" (cuda, else triton on a GPU; cpu on CPU), "cuda", "triton", "cpu" (the C++
+        twin) or "reference".
 
-c.register("commit_kv", _impl, _fake, mutates=("caches", "cache_seqlens"))
-c.register("commit_kv_list", _impl_list, _fake, mutates=("caches", "cache_seqlens"))
+    Moves the accepted entries to ``cache_seqlens + [0, m)`` in every layer, K and V, and
+    advances ``cache_seqlens`` by m, on the device.  For every request b, layer and K/V:
+    cache[cs + i] <- cache[cs + s_i] for the m_b non -1 entries (values read before any write:
+    overlapping moves such as 5 -> 2 with 2 -> 1 are safe, and an in-place prefix s_i = i is a
+    no-op), then cs += m_b.  Slots that are not committed are left behind.
+
+    Validation mode raises on -1 before a valid entry, non-increasing slots, a slot beyond the
+    capacity, a path longer than the free space, or (paged) a page id outside [0, P).  Fast mode
+    never touches memory outside the cache: each request commits only the longest prefix of
+    valid entries (specops.reference.kv).  CUDA: launches on the same cache pointers must not
+    run concurrently on two streams (they share a small per-device counter workspace).""",
+)
+register_decl(KV)

@@ -81,7 +81,13 @@ def _move(layer_caches, ok, src_pg, src_off, dst_pg, dst_off):
             cache[dpg, doff] = vals
 
 
-def commit_kv(caches, cache_seqlens, accepted_slots, *, block_table=None) -> None:
+def commit_kv(
+    caches: torch.Tensor | list[tuple[torch.Tensor, torch.Tensor]],
+    cache_seqlens: torch.Tensor,
+    accepted_slots: torch.Tensor,
+    *,
+    block_table: torch.Tensor | None = None,
+) -> None:
     """Move the accepted entries to ``cache_seqlens + [0, m)`` in every layer, K and V, then
     advance ``cache_seqlens`` (int32 [B]) by m_b in place (see the module docstring).
 
