@@ -29,8 +29,6 @@ from specops.ops._dispatch import (  # noqa: F401
     int32_ids,
     launch,
     ops,
-    register,
-    schema_of,
     stream_of,
     write_outs,
 )

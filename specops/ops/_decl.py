@@ -7,10 +7,11 @@ the outputs' shapes in symbols, the backends and the reference.  Everything else
   the Triton entry point, which tests/test_declarations.py holds to it;
 - ``OpDecl.call``, the one dispatch (generated source, ``OpDecl.source``): the eager fast path
   straight to the binding, else the op's checks, the lowering, and the backend table;
-- the fake kernel and the ``out=`` checks.
-An op module writes its public function (signature, docstring, ``DECL.call(backend, out,
-...)``), its checks (``check``, taking the declared arguments) and its reference adaptor
-(``reference``, taking the flat arguments by name, the random stream as one ``rng``)."""
+- the fake kernel and the ``out=`` checks;
+- the public function (``OpDecl.public``): the reference's signature, the dispatch as its body.
+An op module writes its declaration, its docstring, its checks (``check``, taking the declared
+arguments) and its reference adaptor (``reference``, taking the flat arguments by name, the
+random stream as one ``rng``)."""
 
 from __future__ import annotations
 

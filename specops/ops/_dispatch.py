@@ -1,10 +1,8 @@
-"""Dispatch: torch.library definition of the ops (``define``; ``register`` for those not
-declared, the schema from the implementation's signature), the cheap eager caller, the eager
-fast path straight to the compiled binding, kernel launch."""
+"""Dispatch: torch.library definition of the ops (``define``, from their declarations'
+schemas, specops/ops/_decl.py), the cheap eager caller, the eager fast path straight to the
+compiled binding, kernel launch."""
 
 from __future__ import annotations
-
-import inspect
 
 import torch
 
@@ -125,50 +123,6 @@ def _eager_caller(name: str, impl):
 # The torch.library schema of an op comes from its implementation's annotated signature (one
 # declaration): these annotation strings (the modules use ``from __future__ import annotations``)
 # map to schema types; Python ints are SymInt so torch.compile can keep them symbolic.
-_SCHEMA_TYPES = {
-    "Tensor": "Tensor",
-    "Tensor | None": "Tensor?",
-    "list[Tensor]": "Tensor[]",
-    "int": "SymInt",
-    "float": "float",
-    "bool": "bool",
-    "str": "str",
-}
-_SCHEMA_RETURNS = {"None": "()", "Tensor": "Tensor"}
-
-
-def schema_of(impl, mutates=()) -> str:
-    """``(Tensor a, Tensor? b, SymInt n, ...) -> (Tensor, Tensor)`` from ``impl``'s annotations;
-    parameters named in ``mutates`` are declared written (``Tensor(a!)``).  A trailing ``out``
-    keyword (the ``_out`` variant's buffers, see ``register``) is not part of the schema."""
-    sig = inspect.signature(impl)
-    params, alias = [], iter("abcdefghijklmnop")
-    for p in sig.parameters.values():
-        if p.name == "out" and p.default is None:
-            continue
-        ann = str(p.annotation).replace("torch.", "").replace("Optional[Tensor]", "Tensor | None")
-        if ann not in _SCHEMA_TYPES:
-            raise TypeError(f"specops: {impl.__name__}({p.name}: {ann}) has no schema type")
-        t = _SCHEMA_TYPES[ann]
-        if p.name in mutates:
-            t = t.replace("Tensor", f"Tensor({next(alias)}!)", 1)
-        params.append(f"{t} {p.name}")
-    ret = str(sig.return_annotation).replace("torch.", "")
-    if ret.startswith("tuple["):
-        ret = "(" + ", ".join(_SCHEMA_RETURNS[r.strip()] for r in ret[6:-1].split(",")) + ")"
-    else:
-        ret = _SCHEMA_RETURNS[ret]
-    return "(" + ", ".join(params) + ") -> " + ret
-
-
-def register(name: str, impl, fake, *, mutates=(), keys=("CPU", "CUDA")) -> None:
-    """Define ``specops::name`` with the schema of ``impl``'s signature (``schema_of``), give it
-    ``impl`` per dispatch key and ``fake``, and make ``ops.<name>`` its caller: the ops not
-    declared (commit_kv, the feature cache's write, the tree builders; the declared ones:
-    ``_decl.register_decl``, which also derives their ``<name>_out``)."""
-    define(name, schema_of(impl, mutates), impl, fake, keys)
-
-
 def define(name: str, schema: str, impl, fake, keys=("CPU", "CUDA")) -> None:
     """``specops::<name><schema>`` with ``impl`` per dispatch key and ``fake``; ``ops.<name>``
     its cheap caller."""

@@ -8,7 +8,6 @@ import math
 import numbers
 
 import torch
-from torch import Tensor
 
 from specops import _build, reference
 from specops._int_arg import check_int
@@ -295,20 +294,60 @@ register_decl(PATH_SIMILARITY)
 
 
 # feature cache --------------------------------------------------------------------------
-def _write_impl(
-    store: Tensor,
-    stamps: Tensor,
-    positions: Tensor,
-    feats: Tensor,
-    step_t: Tensor | None,
-    step_i: int,
-    backend: str,
-) -> None:
-    be = c.pick_backend("feature_cache_write", backend, store.device, _BACKENDS)
-    if be == "reference":
-        step = step_t if step_t is not None else step_i
-        reference.feature_cache_write(store, stamps, positions, feats, step)
+def _check_positions(op, positions, batch, capacity, device) -> None:
+    c.check_ids(op, "positions", positions, ndim=2, device=device)
+    if positions.shape[0] != batch:
+        raise ValueError(
+            f"specops.{op}: positions must have shape [{batch}, M] (the cache's batch), "
+            f"got {tuple(positions.shape)}"
+        )
+    _check_index_values(op, "positions", positions, capacity, "position")
+
+
+def _check_step(op, step, batch, device) -> None:
+    """``step``: an int32-range int, or an integer tensor [] / [1] / [batch]."""
+    if isinstance(step, torch.Tensor):
+        c.check_ids(op, "step", step, ndim=(0, 1), device=device)
+        if step.numel() not in (1, batch):
+            raise ValueError(
+                f"specops.{op}: step must have shape [] or [{batch}], got {tuple(step.shape)}"
+            )
         return
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise TypeError(f"specops.{op}: step must be an int or an integer tensor, got {step!r}")
+    if not -(2**31) <= step < 2**31:
+        raise ValueError(f"specops.{op}: step must fit in int32 (|step| < 2**31), got {step}")
+
+
+def _step_parts(step) -> tuple:
+    """``step`` as the kernels take it: (int64-able tensor [1] / [B], 0) or (None, the int)."""
+    return (step.reshape(-1), 0) if isinstance(step, torch.Tensor) else (None, step)
+
+
+def _check_write(store, stamps, positions, feats, step, backend) -> None:
+    op = "FeatureCache.write"
+    batch, capacity, hidden = store.shape
+    _check_positions(op, positions, batch, capacity, store.device)
+    c.check_probs(op, "feats", feats, ndim=3, device=store.device)
+    if feats.shape != (*positions.shape, hidden):
+        raise ValueError(
+            f"specops.{op}: feats must have shape [{positions.shape[0]}, "
+            f"{positions.shape[1]}, {hidden}], got {tuple(feats.shape)}"
+        )
+    _check_step(op, step, batch, store.device)
+    if c.validating() and positions.shape[1] > 1:
+        srt = positions.sort(1).values
+        if ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any():
+            raise ValueError(f"specops.{op}: positions repeats a position within a row")
+
+
+def _write_reference(store, stamps, positions, feats, step, step_value) -> None:
+    step = step if step is not None else step_value
+    reference.feature_cache_write(store, stamps, positions, feats, step)
+
+
+def _write_kernel(be, flat, out) -> None:
+    store, stamps, positions, feats, step_t, step_i = flat
     if be == "cpu":
         if feats.dtype != store.dtype:
             feats = feats.to(store.dtype)  # the kernel moves rows of the store's dtype
@@ -321,11 +360,26 @@ def _write_impl(
     feature_cache_write_triton(store, stamps, positions, feats, step_t, step_i)
 
 
-def _write_fake(store, stamps, positions, feats, step_t, step_i, backend):
-    return None
-
-
-c.register("feature_cache_write", _write_impl, _write_fake, mutates=("store", "stamps"))
+# FeatureCache.write: store[b, positions[b, j]] = feats[b, j], stamps[b, ...] = step
+WRITE = OpDecl(
+    "feature_cache_write",
+    args=(
+        Ten("store", "B C H"),
+        Ten("stamps", "B C"),
+        Ten("positions", "B M"),
+        Ten("feats", "B M H"),
+        Value("step", (("step", "Tensor?"), ("step_value", "SymInt")), expr="*_step_parts(step)"),
+    ),
+    outs=(),
+    mutates=("store", "stamps"),
+    backends=_BACKENDS,
+    check=_check_write,
+    reference=_write_reference,
+    kernel=_write_kernel,
+    fast=False,  # every write runs the checks (its binding takes no None outputs to make)
+    env={"_step_parts": _step_parts},
+)
+register_decl(WRITE)
 
 
 class FeatureCache:
@@ -404,48 +458,16 @@ class FeatureCache:
         self.stamps.fill_(-1)
 
     def _check_positions(self, op, positions):
-        c.check_ids(op, "positions", positions, ndim=2, device=self.device)
-        if positions.shape[0] != self.batch:
-            raise ValueError(
-                f"specops.{op}: positions must have shape [{self.batch}, M] (the cache's batch), "
-                f"got {tuple(positions.shape)}"
-            )
-        _check_index_values(op, "positions", positions, self.capacity, "position")
+        _check_positions(op, positions, self.batch, self.capacity, self.device)
 
     def _step(self, op, step):
-        if isinstance(step, torch.Tensor):
-            c.check_ids(op, "step", step, ndim=(0, 1), device=self.device)
-            if step.numel() not in (1, self.batch):
-                raise ValueError(
-                    f"specops.{op}: step must have shape [] or [{self.batch}], got "
-                    f"{tuple(step.shape)}"
-                )
-            return step.reshape(-1), 0
-        if isinstance(step, bool) or not isinstance(step, int):
-            raise TypeError(f"specops.{op}: step must be an int or an integer tensor, got {step!r}")
-        if not -(2**31) <= step < 2**31:
-            raise ValueError(f"specops.{op}: step must fit in int32 (|step| < 2**31), got {step}")
-        return None, step
+        _check_step(op, step, self.batch, self.device)
+        return _step_parts(step)
 
     @traced("FeatureCache.write")
     def write(self, positions: torch.Tensor, feats: torch.Tensor, step) -> None:
         """store[b, positions[b, j]] = feats[b, j], stamped ``step``; -1 positions skipped."""
-        op = "FeatureCache.write"
-        self._check_positions(op, positions)
-        c.check_probs(op, "feats", feats, ndim=3, device=self.device)
-        if feats.shape != (*positions.shape, self.hidden):
-            raise ValueError(
-                f"specops.{op}: feats must have shape [{positions.shape[0]}, "
-                f"{positions.shape[1]}, {self.hidden}], got {tuple(feats.shape)}"
-            )
-        step_t, step_i = self._step(op, step)
-        if c.validating() and positions.shape[1] > 1:
-            srt = positions.sort(1).values
-            if ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any():
-                raise ValueError(f"specops.{op}: positions repeats a position within a row")
-        c.ops.feature_cache_write(
-            self.features, self.stamps, positions, feats, step_t, step_i, self.backend
-        )
+        WRITE.call(self.backend, None, self.features, self.stamps, positions, feats, step)
 
     def read(self, positions: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
         """[B, M, H]: the cached features at ``positions``; -1 (and never-written slots, which
