@@ -13,6 +13,7 @@ from fast_path_table import _CASES, _OPS, _kwargs
 import specops
 from specops import Tree, _build
 from specops.ops import _common as c
+from specops.ops import _dispatch
 
 pytestmark = pytest.mark.skipif(not _build.has_cpp(), reason="needs the compiled specops._C")
 
@@ -56,7 +57,8 @@ def _same(a, b):
 @pytest.mark.parametrize(("op", "name", "mutate"), _CASES, ids=[f"{o}-{n}" for o, n, _ in _CASES])
 def test_fast_call_equals_checked_call(op, name, mutate, monkeypatch):
     fast = _outcome(op, mutate)
-    monkeypatch.setattr(c, "fast_kernel", lambda *a: None)  # every call takes the checked path
+    # every call takes the checked path (the generated dispatch reads it through _dispatch)
+    monkeypatch.setattr(_dispatch, "fast_kernel", lambda *a: None)
     checked = _outcome(op, mutate)
     assert _same(fast, checked), f"{op} [{name}]: fast path {fast} != checked path {checked}"
 
@@ -93,3 +95,46 @@ def test_meta_inputs_are_a_clear_error(op, validate):
     kw = {k: _meta(v) for k, v in _base(op).items()}
     with specops.validation(validate), pytest.raises(ValueError, match="meta tensor"):
         getattr(specops, op)(**kw)
+
+
+# FeatureCache.write (op feature_cache_write): its public face is a method, not in the table
+_WRITES = {
+    "valid": lambda kw: kw,
+    "positions int64": lambda kw: {**kw, "positions": kw["positions"].long()},
+    "positions strided": lambda kw: {**kw, "positions": kw["positions"].t().contiguous().t()},
+    "positions -1 and beyond": lambda kw: {**kw, "positions": torch.tensor([[-1, 7], [9, 0]])},
+    "positions float": lambda kw: {**kw, "positions": kw["positions"].float()},
+    "positions batch 1": lambda kw: {**kw, "positions": kw["positions"][:1]},
+    "feats f16": lambda kw: {**kw, "feats": kw["feats"].half()},
+    "feats strided": lambda kw: {
+        **kw,
+        "feats": kw["feats"].transpose(0, 1).contiguous().transpose(0, 1),
+    },  # fmt: skip
+    "feats wrong hidden": lambda kw: {**kw, "feats": kw["feats"][..., :3]},
+    "step tensor [B]": lambda kw: {**kw, "step": torch.tensor([3, 4])},
+    "step int32 tensor": lambda kw: {**kw, "step": torch.tensor([3], dtype=torch.int32)},
+    "step 2**31": lambda kw: {**kw, "step": 2**31},
+    "step -2**31": lambda kw: {**kw, "step": -(2**31)},
+    "step True": lambda kw: {**kw, "step": True},
+}
+
+
+def _write_outcome(mutate):
+    g = torch.Generator().manual_seed(3)
+    fc = specops.FeatureCache(2, 8, 5)
+    kw = mutate(dict(positions=torch.tensor([[0, 3], [5, 1]], dtype=torch.int32),
+                     feats=torch.randn(2, 2, 5, generator=g), step=7))  # fmt: skip
+    try:
+        with specops.validation(False):
+            fc.write(**kw)
+    except Exception as e:  # noqa: BLE001 - the exception itself is what is compared
+        return ("raised", type(e).__name__, str(e))
+    return ("returned", (fc.features.clone(), fc.stamps.clone()))
+
+
+@pytest.mark.parametrize("name", list(_WRITES))
+def test_feature_cache_write_fast_equals_checked(name, monkeypatch):
+    fast = _write_outcome(_WRITES[name])
+    monkeypatch.setattr(_dispatch, "fast_kernel", lambda *a: None)
+    checked = _write_outcome(_WRITES[name])
+    assert _same(fast, checked), f"FeatureCache.write [{name}]: {fast} != {checked}"

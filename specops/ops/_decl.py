@@ -100,10 +100,12 @@ class RngArg:
     )
 
     def fast(self):
-        ints = "type(seed) is int and type(offset) is int"
-        rng = f"_fast_rng(seed, offset, {self.requests})"
-        setup = f"_rng = (None, seed, None, offset) if {ints} else {rng}"
-        return [], [setup], ["_rng is not None"], "*_rng"
+        return (
+            [],
+            [f"_rng = _fast_rng(seed, offset, {self.requests})"],
+            ["_rng is not None"],
+            "*_rng",
+        )
 
     def lower(self):
         return "*_Rng.of(seed, offset)"
@@ -343,20 +345,23 @@ class OpDecl:
         if self.fast_when:
             conds.append(f"({self.fast_when})")
         n = len(self.outs)
-        body = [f"    if fast is not None{''.join(f' and {x}' for x in conds)}:"]
-        body += [f"        {x}" for x in setup]
-        if n:
-            one = "(None,) if out is None else (out,) if type(out) is _Tensor else None"
-            many = f"{(None,) * n!r} if out is None else _fast_outs(out, {n})"
-            body.append(f"        _o = {one if n == 1 else many}")
+        body = []
+        if n == 1:  # the binding takes the tensor or None (it makes the output)
+            conds.append("(out is None or type(out) is _Tensor)")
+            exprs.append("out")
+        elif n:
+            body.append(f"        _o = {(None,) * n!r} if out is None else _fast_outs(out, {n})")
             gates.insert(0, "_o is not None")
+            exprs.append("*_o")
+        head = [f"    if fast is not None{''.join(f' and {x}' for x in conds)}:"]
+        body = head + [f"        {x}" for x in setup] + body
         pad = "        "
         if gates:
             body.append(f"        if {' and '.join(gates)}:")
             pad += "    "
         body += [
             f"{pad}try:",
-            f"{pad}    _r = fast({', '.join(exprs + (['*_o'] if n else []))})",
+            f"{pad}    _r = fast({', '.join(exprs)})",
             f"{pad}except (TypeError, ValueError):",
             f"{pad}    pass  # the checks name what is wrong, or normalise the layout",
             f"{pad}else:",

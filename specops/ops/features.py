@@ -368,7 +368,13 @@ WRITE = OpDecl(
         Ten("stamps", "B C"),
         Ten("positions", "B M"),
         Ten("feats", "B M H"),
-        Value("step", (("step", "Tensor?"), ("step_value", "SymInt")), expr="*_step_parts(step)"),
+        Value(
+            "step",
+            (("step", "Tensor?"), ("step_value", "SymInt")),
+            expr="*_step_parts(step)",
+            fast_cond="type(step) is int and -2147483648 <= step < 2147483648",
+            fast_expr="None, step",
+        ),
     ),
     outs=(),
     mutates=("store", "stamps"),
@@ -376,7 +382,6 @@ WRITE = OpDecl(
     check=_check_write,
     reference=_write_reference,
     kernel=_write_kernel,
-    fast=False,  # every write runs the checks (its binding takes no None outputs to make)
     env={"_step_parts": _step_parts},
 )
 register_decl(WRITE)

@@ -140,7 +140,8 @@ JACOBI = OpDecl(
 verify_jacobi = JACOBI.public(
     rv.verify_jacobi,
     # out: the caller's fields as the five buffers the op writes; the result: the fields produced
-    prepare="if isinstance(out, (tuple, list)) and isinstance(target_probs, _Tensor): "
+    prepare="if out is not None and isinstance(out, (tuple, list)) "
+    "and isinstance(target_probs, _Tensor): "
     "out = _five_outs(out, target_probs, num_candidates != 1, tree is not None)",
     result="_JacobiResult(_r[0], _r[1], _r[2], _r[3] if num_candidates != 1 else None, "
     "_r[-1] if tree is not None else None)",
