@@ -152,9 +152,16 @@ def _check_attention(q, k_cache, v_cache, cache_seqlens, tree, block_table, sm_s
     _check_capacity(op, cache_seqlens, n, cap, block_table, k_cache.shape[0], k_cache.shape[1])
 
 
-def _default_scale(q) -> float:
-    d = q.shape[-1]
-    return 1.0 / math.sqrt(d) if d else 1.0  # D = 0: every score is 0 whatever the scale
+class _Scales(dict):
+    """head dim D -> the default softmax scale 1/sqrt(D), memoised (a dict read costs less
+    than the sqrt in the eager fast path); D = 0: every score is 0 whatever the scale."""
+
+    def __missing__(self, d: int) -> float:
+        scale = self[d] = 1.0 / math.sqrt(d) if d else 1.0
+        return scale
+
+
+_SCALES = _Scales()
 
 
 def _attention_backends(flat, backend: str) -> tuple[str, ...]:
@@ -230,10 +237,9 @@ ATTENTION = OpDecl(
         Value(
             "sm_scale",
             (("sm_scale", "float"),),
-            expr="_default_scale(q) if sm_scale is None else float(sm_scale)",
+            expr="_scales[q.shape[-1]] if sm_scale is None else float(sm_scale)",
             fast_cond="(sm_scale is None or (type(sm_scale) is float and -_inf < sm_scale < _inf))",
-            fast_expr="(1.0 / _sqrt(q.shape[-1]) if q.shape[-1] else 1.0) if sm_scale is None "
-            "else sm_scale",
+            fast_expr="_scales[q.shape[-1]] if sm_scale is None else sm_scale",
         ),
         Value("return_lse"),  # the public function's option: not a kernel argument
     ),
@@ -245,10 +251,9 @@ ATTENTION = OpDecl(
     kernel=_attention_kernel,
     fast_when="q.dtype == _f32",  # the C++ twin writes float32
     env={
-        "_default_scale": _default_scale,
+        "_scales": _SCALES,
         "_inf": math.inf,
         "_f32": torch.float32,
-        "_sqrt": math.sqrt,
         "_both_outs": _both_outs,
     },  # fmt: skip
 )
@@ -260,7 +265,7 @@ tree_attention = ATTENTION.public(
         inspect.Parameter(name, _KW, default=None, annotation="torch.Tensor | None")
         for name in ("out", "lse_out")  # out: the attention output; lse_out: the lse
     ),
-    result="(_r[0], _r[1]) if return_lse else _r[0]",
+    result="_r if return_lse else _r[0]",  # (out, lse): the binding's tuple
     doc="""Attention of N tree tokens over a committed prefix plus their ancestors.
 
     Parameters
