@@ -299,9 +299,9 @@ class OpDecl:
         ``result``, an expression of the outputs ``_r`` and the public names (default: the
         output, or the tuple of outputs), annotated ``returns`` (default: as the reference).
         ``doc``: its docstring."""
-        ref = inspect.signature(reference).parameters
-        missing = [n for n in self.params if n not in ref]
-        if missing or tuple(n for n in ref if n in self.params) != self.params:
+        ref_sig = inspect.signature(reference)
+        ref = ref_sig.parameters
+        if tuple(n for n in ref if n in self.params) != self.params:
             raise TypeError(f"{self.name}: the reference's parameters {tuple(ref)} do not start "
                             f"with the declared {self.params}")  # fmt: skip
         params = [ref[n] for n in self.params]
@@ -310,9 +310,7 @@ class OpDecl:
             kind = "torch.Tensor" if len(self.outs) == 1 else "tuple[torch.Tensor, ...]"
             params.append(inspect.Parameter("out", _KW, default=None, annotation=f"{kind} | None"))
         params += options
-        sig = inspect.Signature(
-            params, return_annotation=returns or inspect.signature(reference).return_annotation
-        )
+        sig = inspect.Signature(params, return_annotation=returns or ref_sig.return_annotation)
         n = len(self.outs)
         ret = result or ("_r[0]" if n == 1 else "None" if not n else "_r")
         src = [
@@ -345,16 +343,15 @@ class OpDecl:
         if self.fast_when:
             conds.append(f"({self.fast_when})")
         n = len(self.outs)
-        body = []
         if n == 1:  # the binding takes the tensor or None (it makes the output)
             conds.append("(out is None or type(out) is _Tensor)")
             exprs.append("out")
         elif n:
-            body.append(f"        _o = {(None,) * n!r} if out is None else _fast_outs(out, {n})")
+            setup.append(f"_o = {(None,) * n!r} if out is None else _fast_outs(out, {n})")
             gates.insert(0, "_o is not None")
             exprs.append("*_o")
-        head = [f"    if fast is not None{''.join(f' and {x}' for x in conds)}:"]
-        body = head + [f"        {x}" for x in setup] + body
+        body = [f"    if fast is not None{''.join(f' and {x}' for x in conds)}:"]
+        body += [f"        {x}" for x in setup]
         pad = "        "
         if gates:
             body.append(f"        if {' and '.join(gates)}:")

@@ -94,14 +94,13 @@ def _check_pairs(caches) -> torch.Tensor:
             "specops.commit_kv: caches must be a tensor [layers, 2, ...] or a non-empty list of "
             f"(k_cache, v_cache) pairs, got {type(caches).__name__}"
         )
-    out = []
     for i, pair in enumerate(caches):
         if not isinstance(pair, (list, tuple)) or len(pair) != 2:
             raise TypeError(
                 f"specops.commit_kv: caches[{i}] must be a (k_cache, v_cache) pair, got "
                 f"{type(pair).__name__}"
             )
-        out.extend(pair)
+    out = _slabs(caches)
     first = out[0]
     c.check_tensor(_OP, "caches[0][0]", first, ndim=4, dtypes=_CACHE_DTYPES)
     _check_rows(first, "caches[0][0]")
@@ -297,10 +296,10 @@ def _kernel(be, flat, out) -> None:
     strides = (st[0], st[1], st[2], st[3]) if stacked else (0, 0, st[0], st[1])
     layers = t.shape[0] if stacked else len(caches) // 2
     if be == "triton":
-        offsets = None if stacked else _slab_offsets(list(caches))
+        offsets = None if stacked else _slab_offsets(caches)
         _launch_triton(t, offsets, layers, slab, strides, cs, slots, block_table)
         return
-    _launch(be, t, None if stacked else _base_array(list(caches)), cs, slots, block_table)
+    _launch(be, t, None if stacked else _base_array(caches), cs, slots, block_table)
 
 
 KV = OpDecl(
@@ -310,8 +309,10 @@ KV = OpDecl(
             "caches",
             (("caches", "Tensor[]"),),
             expr="_slabs(caches)",
+            # a tensor (fast_kernel returned a binding); not CUDA: its launch also takes the
+            # counter workspace; no layer or no element: the kernels' rules (_kernel)
             fast_cond="(not caches.is_cuda and caches.dim() == 6 and caches.shape[0] > 0 "
-            "and caches.numel() > 0)",  # (a tensor: fast_kernel returned a binding)
+            "and caches.numel() > 0)",
             fast_expr="caches",
         ),
         Ten("cache_seqlens", "B"),
@@ -324,7 +325,7 @@ KV = OpDecl(
     check=_check,
     reference=_reference,
     kernel=_kernel,
-    # the CUDA launcher also takes the counter workspace; the kernels' rules for no slot
+    # no slot: the kernels' rule (_kernel)
     fast_when=f"type(accepted_slots) is _Tensor and accepted_slots.dim() == 2 "
     f"and 0 < accepted_slots.shape[1] <= {_MAX_MOVES}",
     env={"_slabs": _slabs},
