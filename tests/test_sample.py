@@ -213,13 +213,13 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from specops.triton_kernels.philox import RNG_SIGNATURE
 from specops.triton_kernels.sample import _sample_kernel as k
 
 # (seed tensor, offset tensor, uniforms given)
 for seed_t, off_t, unif in ((True, True, False), (False, False, False), (False, False, True)):
     sig = {n: "i32" for n in k.arg_names}
-    sig.update(probs="*fp32", seed_ptr="*i64", offset_ptr="*i64", uniforms="*fp32", out="*i32")
-    sig.update(seed_value="i64", offset_value="i64")
+    sig.update(probs="*fp32", rng=RNG_SIGNATURE, uniforms="*fp32", out="*i32")
     consts = dict(HAS_SEED_PTR=seed_t, HAS_OFFSET_PTR=off_t, HAS_UNIFORMS=unif, BLOCK=4096)
     sig.update({n: "constexpr" for n in consts})
     src = ASTSource(k, signature=sig, constexprs=consts)

@@ -68,3 +68,23 @@ def test_launch_refuses_a_non_contiguous_bare_tensor():
     _args.launch(_copy, (1,), _args.Strided(x[::2]), out, N=4)  # the launcher takes the blame
     _args.launch(_copy, (1,), x[::2].contiguous(), out, N=4)
     assert out.tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_launch_reads_tuple_arguments_element_by_element():
+    """A tuple argument (the sampling kernels' ``rng``): Strided elements unwrapped, a bare
+    non-contiguous element refused by its place in the tuple."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _gather(src, out, N: tl.constexpr):
+        ptr, stride = src
+        i = tl.arange(0, N)
+        tl.store(out + i, tl.load(ptr + i * stride))
+
+    x = torch.arange(8, dtype=torch.float32)
+    out = torch.zeros(4)
+    with pytest.raises(ValueError, match=r"'src'\[0\] of _gather is a non-contiguous tensor"):
+        _args.launch(_gather, (1,), (x[::2], 1), out, N=4)
+    _args.launch(_gather, (1,), (_args.Strided(x[1::2]), 2), out, N=4)
+    assert out.tolist() == [1.0, 3.0, 5.0, 7.0]

@@ -345,11 +345,11 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from specops.triton_kernels.philox import RNG_SIGNATURE
 from specops.triton_kernels.verify import _verify_chain_kernel as k
 
 ptrs = dict(target="*fp32", draft="*fp32", tokens="*i64", num_draft="*i64", neighbors="*i32",
-            seed_ptr="*i64", offset_ptr="*i64", uniforms="*fp32", out_tokens="*i32",
-            out_num_accepted="*i32")
+            rng=RNG_SIGNATURE, uniforms="*fp32", out_tokens="*i32", out_num_accepted="*i32")
 # (draft probs, num_draft, relax, greedy, seed tensor, offset tensor, uniforms, dtype, ids)
 cases = [
     (True, True, False, False, True, True, False, "fp32", "i64"),
@@ -360,8 +360,7 @@ cases = [
 for has_q, has_nd, relax, greedy, seed_t, off_t, unif, dt, ids in cases:
     sig = {n: "i32" for n in k.arg_names}
     sig.update(ptrs)
-    sig.update(target="*" + dt, draft="*" + dt, tokens="*" + ids, seed_value="i64",
-               offset_value="i64", delta_bits="i64")
+    sig.update(target="*" + dt, draft="*" + dt, tokens="*" + ids, delta_bits="i64")
     consts = dict(HAS_Q=has_q, HAS_NUM_DRAFT=has_nd, HAS_RELAX=relax, GREEDY=greedy,
                   HAS_SEED_PTR=seed_t, HAS_OFFSET_PTR=off_t, HAS_UNIFORMS=unif,
                   BLOCK_K=16, BLOCK_NB=8, TILE=4096)

@@ -30,6 +30,15 @@ def _extent(t: torch.Tensor):
     return lo, hi + es
 
 
+def _extents(a) -> list[tuple[int, int]]:
+    """The extents of the tensors an argument holds (a tuple argument's, element by element)."""
+    if isinstance(a, tuple):
+        return [e for x in a for e in _extents(x)]
+    t = a if isinstance(a, torch.Tensor) else getattr(a, "base", None)
+    e = _extent(t) if isinstance(t, torch.Tensor) else None
+    return [e] if e is not None else []
+
+
 class Bounds:
     """Active lanes of loads/stores/atomics must fall inside a tensor argument of the running
     launch (or a tensor ``allow``ed by the test: the list form of commit_kv reads every layer's
@@ -72,11 +81,7 @@ def check_bounds(monkeypatch):
 
     def init_args(self, args_dev, kwargs):
         args_hst, kwargs_hst = init(self, args_dev, kwargs)
-        b.launch_ranges = []
-        for a in list(args_hst) + list(kwargs_hst.values()):
-            t = a if isinstance(a, torch.Tensor) else getattr(a, "base", None)
-            if isinstance(t, torch.Tensor) and (e := _extent(t)) is not None:
-                b.launch_ranges.append(e)
+        b.launch_ranges = [e for a in (*args_hst, *kwargs_hst.values()) for e in _extents(a)]
         return args_hst, kwargs_hst
 
     builder = interp.InterpreterBuilder

@@ -265,13 +265,26 @@ def _ptxas_stats(log: str) -> dict:
     }
 
 
+def _leaves(types) -> list[str]:
+    """The argument types with tuple arguments (``rng``) flattened."""
+    out = []
+    for t in types:
+        out.extend(_leaves(t) if isinstance(t, tuple) else [t])
+    return out
+
+
+def _path_name(names: list[str], path: tuple) -> str:
+    """An argument's name from its path: ``rng[2]`` for element 2 of the tuple ``rng``."""
+    return names[path[0]] + "".join(f"[{i}]" for i in path[1:])
+
+
 def _divisible(attrs: dict, names: list[str]) -> str:
     """The arguments specialised as divisible by 16 (pointers aligned, ints multiples)."""
     out = []
     for path, vals in attrs.items():
         for k, v in vals:
             if k == "tt.divisibility" and v == 16:
-                out.append(names[path[0]])
+                out.append(_path_name(names, path))
     return ",".join(out) or "-"
 
 
@@ -279,7 +292,7 @@ def _constexpr_str(constexprs: dict, names: list[str]) -> str:
     out = []
     for path, v in constexprs.items():
         v = getattr(v, "value", v)
-        out.append(f"{names[path[0]]}={v}")
+        out.append(f"{_path_name(names, path)}={v}")
     return " ".join(out)
 
 
@@ -320,7 +333,7 @@ def compile_one(job):
         opts = {k: tuple(v) if isinstance(v, list) else v for k, v in opts.items()}
         names = [p.name for p in jf.params]
         row["spec"] = _constexpr_str(constexprs, names)
-        row["dtypes"] = ",".join(sorted({t for t in signature.values() if t.startswith("*")}))
+        row["dtypes"] = ",".join(sorted({t for t in _leaves(signature.values()) if t[0] == "*"}))
         row["num_warps"] = opts.get("num_warps")
         row["div16"] = _divisible(attrs, names)
         # Triton runs ptxas with -v; its log is printed with dump_ptxas_log (always compile: a

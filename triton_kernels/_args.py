@@ -37,20 +37,23 @@ class Strided:
 
 def launch(kernel, grid, *args, **meta) -> None:
     """``kernel[grid](*args, **meta)`` after the layout check: bare tensors must be contiguous
-    (``Strided`` ones are unwrapped)."""
-    call = []
-    for i, a in enumerate(args):
-        if type(a) is Strided:
-            a = a.t
-        elif isinstance(a, torch.Tensor) and not a.is_contiguous():
-            name = _arg_name(kernel, i)
-            raise ValueError(
-                f"specops.triton_kernels: {name} of {_kernel_name(kernel)} is a non-contiguous "
-                f"tensor (shape {tuple(a.shape)}, strides {a.stride()}) passed without its "
-                "strides: the launcher must normalise it or pass it as Strided"
-            )
-        call.append(a)
-    kernel[grid](*call, **meta)
+    (``Strided`` ones are unwrapped), inside tuple arguments too."""
+    kernel[grid](*(_unwrap(kernel, i, a) for i, a in enumerate(args)), **meta)
+
+
+def _unwrap(kernel, i: int, a, field: str = ""):
+    """Argument ``i`` as the kernel takes it; a tuple argument (``rng``) element by element."""
+    if type(a) is Strided:
+        return a.t
+    if type(a) is tuple:
+        return tuple(_unwrap(kernel, i, e, f"{field}[{j}]") for j, e in enumerate(a))
+    if isinstance(a, torch.Tensor) and not a.is_contiguous():
+        raise ValueError(
+            f"specops.triton_kernels: {_arg_name(kernel, i)}{field} of {_kernel_name(kernel)} "
+            f"is a non-contiguous tensor (shape {tuple(a.shape)}, strides {a.stride()}) passed "
+            "without its strides: the launcher must normalise it or pass it as Strided"
+        )
+    return a
 
 
 def _kernel_name(kernel) -> str:

@@ -1,7 +1,48 @@
-"""Philox-4x32-10 as a Triton device function: the stream of csrc/include/specops/philox.h."""
+"""Philox-4x32-10 as a Triton device function: the stream of csrc/include/specops/philox.h, and
+the key and offset every sampling kernel reads (one tuple argument, ``rng``)."""
 
 import triton
 import triton.language as tl
+from specops.triton_kernels._args import vec
+
+# rng = (seed_ptr, seed_stride, seed_value, rows_per_seed, offset_ptr, offset_value): the types
+# the kernels are compiled with (the ahead-of-time tests' signatures)
+RNG_SIGNATURE = ("*i64", "i32", "i64", "i32", "*i64", "i64")
+
+
+def rng_args(seed, seed_value, offset, offset_value, rows, dummy):
+    """``(rng, flags)`` for a launch over ``rows`` rows: ``rng`` the kernels' tuple argument,
+    ``flags`` their HAS_SEED_PTR / HAS_OFFSET_PTR.  ``seed`` [1] / [n] int64 (row r reads entry
+    r // (rows // n)) or None with the int ``seed_value``; ``offset`` [1] or None with the int
+    ``offset_value``; ``dummy`` stands for an absent tensor (never read)."""
+    seed_ptr, seed_stride = vec(seed, dummy)
+    offset_ptr, _ = vec(offset, dummy)  # one element, read at its address
+    rows_per_seed = max(rows // seed.numel() if seed is not None else rows, 1)
+    rng = (seed_ptr, seed_stride, _i64(seed_value), rows_per_seed, offset_ptr, _i64(offset_value))
+    return rng, {"HAS_SEED_PTR": seed is not None, "HAS_OFFSET_PTR": offset is not None}
+
+
+def _i64(v: int) -> int:
+    """A Python int as the signed 64-bit value with the same low 64 bits (seeds may be given
+    modulo 2^64)."""
+    return (int(v) + 2**63) % 2**64 - 2**63
+
+
+@triton.jit
+def philox_key(rng, row, HAS_SEED_PTR: tl.constexpr, HAS_OFFSET_PTR: tl.constexpr):
+    """(seed, offset) int64 of row ``row`` (an int64 scalar): the seed tensor's entry
+    row // rows_per_seed or the seed value, the offset tensor's one element or the offset
+    value (``rng`` as ``rng_args`` packs it)."""
+    seed_ptr, seed_stride, seed_value, rows_per_seed, offset_ptr, offset_value = rng
+    if HAS_SEED_PTR:
+        seed = tl.load(seed_ptr + (row // rows_per_seed) * seed_stride)
+    else:
+        seed = seed_value + 0 * row
+    if HAS_OFFSET_PTR:
+        offset = tl.load(offset_ptr)
+    else:
+        offset = offset_value + 0 * row
+    return seed.to(tl.int64), offset.to(tl.int64)
 
 
 @triton.jit

@@ -5,7 +5,7 @@ import torch
 import triton
 import triton.language as tl
 from specops.triton_kernels._args import Strided, launch, out_buffer, unit_rows, vec
-from specops.triton_kernels.philox import philox_uniform
+from specops.triton_kernels.philox import philox_key, philox_uniform, rng_args
 from specops.triton_kernels.verify import _inverse_cdf
 
 
@@ -14,12 +14,7 @@ def _sample_kernel(
     probs,
     row_stride,
     vocab,
-    seed_ptr,
-    seed_stride,
-    seed_value,
-    rows_per_seed,
-    offset_ptr,
-    offset_value,
+    rng,
     uniforms,
     u_stride,
     out,
@@ -33,14 +28,7 @@ def _sample_kernel(
     if HAS_UNIFORMS:
         u = tl.load(uniforms + row * u_stride)
     else:
-        if HAS_SEED_PTR:
-            seed = tl.load(seed_ptr + (row // rows_per_seed) * seed_stride)
-        else:
-            seed = seed_value
-        if HAS_OFFSET_PTR:
-            offset = tl.load(offset_ptr)
-        else:
-            offset = offset_value
+        seed, offset = philox_key(rng, row, HAS_SEED_PTR, HAS_OFFSET_PTR)
         u = tl.sum(
             philox_uniform(seed, offset, row + tl.zeros([1], tl.int64), tl.zeros([1], tl.int32)),
             axis=0,
@@ -54,18 +42,17 @@ def _sample_kernel(
     tl.store(out + row, tok.to(tl.int32))
 
 
-def sample_triton(p, seed_t, seed_i, rows_per_seed, off_t, off_i, uniforms, out):
+def sample_triton(p, seed, seed_value, offset, offset_value, uniforms, out):
     """p [rows, V], out int32 with ``rows`` elements (row-major; a non-contiguous out is written
-    through a temporary); seed_t [] / [n] (row r reads entry r // rows_per_seed), off_t [] / [1],
-    uniforms with ``rows`` elements (row-major), any strides."""
+    through a temporary); the stream as ``rng_args`` takes it (seed [1] / [n]: row r reads entry
+    r // (rows // n)); uniforms with ``rows`` elements (row-major), any strides."""
     rows, vocab = p.shape
     if rows == 0:
         return out
     res, back = out_buffer("sample", "out", out)
     p = unit_rows(p)
     block = min(4096, triton.next_power_of_2(vocab))
-    seed, seed_stride = vec(seed_t, p)
-    offset, _ = vec(off_t, p)  # one element, read at its address
+    rng, flags = rng_args(seed, seed_value, offset, offset_value, rows, p)
     u, u_stride = vec(uniforms, p)
     launch(
         _sample_kernel,
@@ -73,17 +60,11 @@ def sample_triton(p, seed_t, seed_i, rows_per_seed, off_t, off_i, uniforms, out)
         Strided(p),
         p.stride(0),
         vocab,
-        seed,
-        seed_stride,
-        seed_i,
-        max(rows_per_seed, 1),
-        offset,
-        off_i,
+        rng,
         u,
         u_stride,
         res,
-        HAS_SEED_PTR=seed_t is not None,
-        HAS_OFFSET_PTR=off_t is not None,
+        **flags,
         HAS_UNIFORMS=uniforms is not None,
         BLOCK=block,
     )

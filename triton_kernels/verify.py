@@ -17,8 +17,8 @@ import struct
 import torch
 import triton
 import triton.language as tl
-from specops.triton_kernels._args import Strided, launch, unit_rows, vec
-from specops.triton_kernels.philox import philox_uniform
+from specops.triton_kernels._args import Strided, launch, unit_rows
+from specops.triton_kernels.philox import philox_key, philox_uniform, rng_args
 
 
 @triton.jit
@@ -260,12 +260,7 @@ def _verify_chain_kernel(
     neighbors,
     neighbors_k,
     delta_bits,
-    seed_ptr,
-    seed_stride,
-    seed_value,
-    rows_per_seed,
-    offset_ptr,
-    offset_value,
+    rng,
     uniforms,
     out_tokens,
     out_num_accepted,
@@ -313,14 +308,7 @@ def _verify_chain_kernel(
         if HAS_UNIFORMS:
             u = tl.load(uniforms + b * (K + 1) + ks, mask=ks < K + 1, other=0.5)
         else:
-            if HAS_SEED_PTR:
-                seed = tl.load(seed_ptr + (b // rows_per_seed) * seed_stride)
-            else:
-                seed = seed_value + 0 * b
-            if HAS_OFFSET_PTR:
-                offset = tl.load(offset_ptr)
-            else:
-                offset = offset_value + 0 * b
+            seed, offset = philox_key(rng, b, HAS_SEED_PTR, HAS_OFFSET_PTR)
             u = philox_uniform(seed, offset, b + 0 * ks, ks)
         u_final = tl.sum(tl.where(ks == K, u, 0.0), axis=0)
 
@@ -378,12 +366,6 @@ def _verify_chain_kernel(
     tl.store(out_num_accepted + b, acc.to(tl.int32))
 
 
-def _i64(v: int) -> int:
-    """A Python int as the signed 64-bit value with the same low 64 bits (seeds may be given
-    modulo 2^64)."""
-    return (int(v) + 2**63) % 2**64 - 2**63
-
-
 def verify_chain_triton(
     target_probs,
     draft_tokens,
@@ -402,7 +384,6 @@ def verify_chain_triton(
     """Launch ``_verify_chain_kernel`` on checked arguments, in the order the op declares them
     (specops/ops/verify.py ``CHAIN``) -> (tokens [B, K+1] int32, num_accepted [B] int32)."""
     target, tokens, draft, nb = target_probs, draft_tokens, draft_probs, neighbors
-    seed_t, seed_i, off_t, off_i, block_verify = seed, seed_value, offset, offset_value, block
     b, k1, v = target.shape
     k = k1 - 1
     dev = target.device
@@ -415,10 +396,8 @@ def verify_chain_triton(
     out_num = torch.empty(b, dtype=torch.int32, device=dev)
     if b == 0:
         return out_tokens, out_num
-    rows_per_seed = b // seed_t.numel() if seed_t is not None else b
     dummy = out_tokens  # never read when the matching HAS_* flag is off
-    seed, seed_stride = vec(seed_t, dummy)
-    offset, _ = vec(off_t, dummy)  # one element, read at its address
+    rng, flags = rng_args(seed, seed_value, offset, offset_value, b, dummy)
     tile = min(4096, triton.next_power_of_2(v))
     nbk = nb.shape[1] if nb is not None else 0
     launch(
@@ -439,12 +418,7 @@ def verify_chain_triton(
         nb if nb is not None else dummy,
         nbk,
         struct.unpack("<q", struct.pack("<d", float(delta)))[0],
-        seed,
-        seed_stride,
-        _i64(seed_i),
-        rows_per_seed,
-        offset,
-        _i64(off_i),
+        rng,
         uniforms if uniforms is not None else dummy,
         out_tokens,
         out_num,
@@ -452,10 +426,9 @@ def verify_chain_triton(
         HAS_NUM_DRAFT=num_draft is not None,
         HAS_RELAX=nb is not None,
         GREEDY=bool(greedy),
-        HAS_SEED_PTR=seed_t is not None,
-        HAS_OFFSET_PTR=off_t is not None,
+        **flags,
         HAS_UNIFORMS=uniforms is not None,
-        BLOCK_VERIFY=bool(block_verify),
+        BLOCK_VERIFY=bool(block),
         BLOCK_K=triton.next_power_of_2(k1),
         BLOCK_NB=triton.next_power_of_2(max(nbk, 1)),
         TILE=tile,

@@ -43,10 +43,6 @@ class Rng(NamedTuple):
             return seed, self.offset.reshape(())
         return seed, torch.tensor(self.offset_value, dtype=i64, device=device)
 
-    def rows_per_seed(self, rows: int) -> int:
-        """Row r of a call with ``rows`` rows reads seed entry r // rows_per_seed."""
-        return rows // self.seed.numel() if self.seed is not None else rows
-
 
 def check_rng(op: str, seed, offset, device: torch.device, num_seeds_max: int) -> None:
     """``seed``: a Python int or an int64 tensor [] / [1] / [num_seeds_max] (one per request);

@@ -53,8 +53,7 @@ def _kernel(be, flat, out):
     if be == "triton":
         from specops.triton_kernels.sample import sample_triton
 
-        sample_triton(p, rng.seed, rng.seed_value, rng.rows_per_seed(rows), rng.offset,
-                      rng.offset_value, uniforms, dst)  # fmt: skip
+        sample_triton(p, *rng, uniforms, dst)
     else:
         u = uniforms.reshape(rows, 1) if uniforms is not None else None
         SAMPLE.launch(be, p, *rng, u, out=(dst.view(-1),))
