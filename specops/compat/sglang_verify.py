@@ -13,6 +13,9 @@ SGLang; ``specops.sglang.install()`` puts these in SGLang's place."""
 
 from __future__ import annotations
 
+import collections
+import inspect
+
 import torch
 
 import specops
@@ -30,9 +33,67 @@ __all__ = [
 _OP = "compat.sglang_verify."  # error messages: "specops.compat.sglang_verify.<function>: ..."
 INF = float("inf")
 
+# SGLang's parameter lists (sgl_kernel's order), each name written once: every function takes the
+# outputs and the tree, the samplers the coins and both distributions, the target-only and chain
+# samplers SGLang's three options too.
+_TREE = (
+    "predicts",
+    "accept_index",
+    "accept_token_num",
+    "candidates",
+    "retrive_index",
+    "retrive_next_token",
+    "retrive_next_sibling",
+)
+_SAMPLER = (
+    *_TREE,
+    "uniform_samples",
+    "uniform_samples_for_final_sampling",
+    "target_probs",
+    "draft_probs",
+)
+_THRESHOLDS = {"threshold_single": 1.0, "threshold_acc": 1.0, "deterministic": True}
 
-def _check_outputs(op, predicts, accept_index, accept_token_num, bs, min_cols, dev):
+
+def _sglang(*tensors: str, **options):
+    """SGLang's entry point from ``impl(a, *, extra...)``: the parameters ``tensors`` then
+    ``options`` (with their defaults), positional or keyword as in SGLang, then ``impl``'s own
+    keyword-only extras; the call packs the SGLang arguments into one record ``a`` (fields by
+    name: ``a.target_probs``).  Generated source (no per-call binding), with the full signature
+    for ``inspect`` and ``help``."""
+    names = (*tensors, *options)
+    call = collections.namedtuple("_Call", names)
+    pos = inspect.Parameter.POSITIONAL_OR_KEYWORD
+
+    def wrap(impl):
+        extra = list(inspect.signature(impl).parameters.values())[1:]  # keyword-only
+        sig = inspect.Signature(
+            [inspect.Parameter(t, pos, annotation=torch.Tensor) for t in tensors]
+            + [inspect.Parameter(k, pos, default=v, annotation=type(v)) for k, v in options.items()]
+            + extra,
+            return_annotation=None,
+        )
+        params = [p.name if p.default is p.empty else f"{p.name}=_d_{p.name}" for p in extra]
+        head = [*tensors, *(f"{k}=_d_{k}" for k in options), *(["*", *params] if extra else [])]
+        kw = "".join(f", {p.name}={p.name}" for p in extra)
+        src = (
+            f"def {impl.__name__}({', '.join(head)}):\n"
+            f"    return _impl(_Call({', '.join(names)}){kw})\n"
+        )
+        env = {"_impl": impl, "_Call": call}
+        env.update({f"_d_{p.name}": p.default for p in sig.parameters.values()})
+        exec(compile(src, f"<specops {_OP}{impl.__name__}>", "exec"), env)
+        fn = env[impl.__name__]
+        fn.__signature__, fn.__doc__ = sig, impl.__doc__
+        fn.__module__, fn.__qualname__ = impl.__module__, impl.__qualname__
+        return fn
+
+    return wrap
+
+
+def _check_outputs(op, a, bs, min_cols, dev):
     """The three outputs every function writes: dtypes, shapes, device, writability."""
+    predicts, accept_index, accept_token_num = a.predicts, a.accept_index, a.accept_token_num
     c.check_ids(op, "predicts", predicts, device=dev)
     if not predicts.is_contiguous():
         raise ValueError(
@@ -105,17 +166,19 @@ def _check_vocab(op, candidates, vocab):
         )
 
 
-def _check_tree(op, predicts, accept_index, accept_token_num, candidates, retrive_index, nxt,
-                sib, extra=(), read_through=None):  # fmt: skip
-    """Shapes, dtypes and devices always; the lists' values in validation mode (host reads).
-    ``extra``: (name, tensor, check) triples whose first two dims are [bs, N];
-    ``read_through``: a tensor also indexed by slot (greedy's ``target_predict``)."""
+def _check_tree(op, a, extra=(), read_through=None):
+    """The outputs and the tree of the call ``a``: shapes, dtypes and devices always; the lists'
+    values in validation mode (host reads).  ``extra``: (name, tensor, check) triples whose
+    first two dims are [bs, N]; ``read_through``: a tensor also indexed by slot (greedy's
+    ``target_predict``)."""
+    predicts, retrive_index, candidates = a.predicts, a.retrive_index, a.candidates
+    nxt, sib = a.retrive_next_token, a.retrive_next_sibling
     bs, n = _check_candidates(op, candidates)
     dev = candidates.device
     for name, t in (("retrive_index", retrive_index), ("retrive_next_token", nxt),
                     ("retrive_next_sibling", sib)):  # fmt: skip
         c.check_ids(op, name, t, device=dev, shape=(bs, n))
-    _check_outputs(op, predicts, accept_index, accept_token_num, bs, 1, dev)
+    _check_outputs(op, a, bs, 1, dev)
     for name, t, check in extra:
         check(op, name, t, device=dev)
         if tuple(t.shape[:2]) != (bs, n) or t.dim() < 2:
@@ -174,34 +237,35 @@ def _put(flat: torch.Tensor, at: torch.Tensor, value: torch.Tensor, keep: torch.
     flat.scatter_reduce_(0, at, torch.where(keep, v, info.min), "amax")
 
 
-def _write_path(predicts, accept_index, accept_token_num, at, tokens, num):
-    """SGLang's outputs from a specops result: ``at`` [bs, W] the slots (``retrive_index``
-    values, as given) of the path's nodes root first, ``tokens`` [bs, W] the token after each
-    path node, ``num`` [bs] accepted drafts.  accept_index[b, j] = at[b, j] and predicts[at[b,
-    j]] = tokens[b, j] for j <= num[b], writes through slots outside ``predicts`` dropped;
-    everything else left as given."""
+def _write_path(a, at, tokens, num):
+    """The call ``a``'s outputs from a specops result: ``at`` [bs, W] the slots
+    (``retrive_index`` values, as given) of the path's nodes root first, ``tokens`` [bs, W] the
+    token after each path node, ``num`` [bs] accepted drafts.  accept_index[b, j] = at[b, j]
+    and predicts[at[b, j]] = tokens[b, j] for j <= num[b], writes through slots outside
+    ``predicts`` dropped; everything else left as given."""
     w = at.shape[1]
-    a = num.long()
-    on_path = torch.arange(w, device=a.device) <= a[:, None]
-    cols = accept_index[:, :w]
+    n = num.long()
+    on_path = torch.arange(w, device=n.device) <= n[:, None]
+    cols = a.accept_index[:, :w]
     cols.copy_(torch.where(on_path, at, cols))
-    _put(predicts.view(-1), at.reshape(-1), tokens.reshape(-1), on_path.reshape(-1))
-    accept_token_num.copy_(a)
+    _put(a.predicts.view(-1), at.reshape(-1), tokens.reshape(-1), on_path.reshape(-1))
+    a.accept_token_num.copy_(n)
 
 
 class _Walk:
     """The state of the per-request walk, as tensors [bs].  The ``predicts`` writes are
     collected and made once at the end (``finish``)."""
 
-    def __init__(self, candidates, retrive_index, nxt, sib, predicts, accept_index):
-        self.bs, self.n = candidates.shape
-        dev = candidates.device
+    def __init__(self, a):
+        """The walk of the call ``a`` (its tree and outputs)."""
+        self.bs, self.n = a.candidates.shape
+        dev = a.candidates.device
         self.rows = torch.arange(self.bs, device=dev)
-        self.cand = candidates.long()
-        self.slot = retrive_index.long()  # as given: accept_index records it, _put bounds it
-        self.nxt, self.sib = nxt.long(), sib.long()
-        self.flat = predicts.view(-1)
-        self.accept_index = accept_index
+        self.cand = a.candidates.long()
+        self.slot = a.retrive_index.long()  # as given: accept_index records it, _put bounds it
+        self.nxt, self.sib = a.retrive_next_token.long(), a.retrive_next_sibling.long()
+        self.flat = a.predicts.view(-1)
+        self.accept_index = accept_index = a.accept_index
         self.last = torch.zeros(self.bs, dtype=torch.long, device=dev)  # tree-local node
         self.alive = torch.ones(self.bs, dtype=torch.bool, device=dev)
         self.num = torch.zeros(self.bs, dtype=torch.long, device=dev)
@@ -232,31 +296,20 @@ class _Walk:
         accept_token_num.copy_(self.num.to(accept_token_num.dtype))
 
 
-def verify_tree_greedy(
-    predicts: torch.Tensor,
-    accept_index: torch.Tensor,
-    accept_token_num: torch.Tensor,
-    candidates: torch.Tensor,
-    retrive_index: torch.Tensor,
-    retrive_next_token: torch.Tensor,
-    retrive_next_sibling: torch.Tensor,
-    target_predict: torch.Tensor,
-) -> None:
+@_sglang(*_TREE, "target_predict")
+def verify_tree_greedy(a) -> None:
     """sgl_kernel's ``verify_tree_greedy`` (module docstring); outputs written in place."""
     op = _OP + "verify_tree_greedy"
-    _check_tree(op, predicts, accept_index, accept_token_num, candidates, retrive_index,
-                retrive_next_token, retrive_next_sibling,
-                (("target_predict", target_predict, _ids_2d),), target_predict)  # fmt: skip
-    w = _Walk(candidates, retrive_index, retrive_next_token, retrive_next_sibling, predicts,
-              accept_index)  # fmt: skip
+    _check_tree(op, a, (("target_predict", a.target_predict, _ids_2d),), a.target_predict)
+    w = _Walk(a)
     if w.bs == 0:
         return
-    tp = target_predict.reshape(-1)
+    tp = a.target_predict.reshape(-1)
     # the target's token after each node, read through its slot (none where the slot is outside
     # target_predict: no child matches there and nothing is written)
     readable = (w.slot >= 0) & (w.slot < tp.numel())
     after = tp[torch.where(readable, w.slot, 0)].long()
-    for step in range(1, accept_index.shape[1]):
+    for step in range(1, a.accept_index.shape[1]):
         want = after[w.rows, w.last]
         live = w.alive & readable[w.rows, w.last]
         cur = w.nxt[w.rows, w.last]
@@ -267,65 +320,48 @@ def verify_tree_greedy(
             hit = torch.where(match, cur, hit)
             cur = torch.where(valid & ~match, w.sib[w.rows, w.node(cur)], -1)
         w.accept(step, hit)
-    w.finish(after[w.rows, w.last], readable[w.rows, w.last], accept_token_num)
+    w.finish(after[w.rows, w.last], readable[w.rows, w.last], a.accept_token_num)
 
 
-def tree_speculative_sampling_target_only(
-    predicts: torch.Tensor,
-    accept_index: torch.Tensor,
-    accept_token_num: torch.Tensor,
-    candidates: torch.Tensor,
-    retrive_index: torch.Tensor,
-    retrive_next_token: torch.Tensor,
-    retrive_next_sibling: torch.Tensor,
-    uniform_samples: torch.Tensor,
-    uniform_samples_for_final_sampling: torch.Tensor,
-    target_probs: torch.Tensor,
-    draft_probs: torch.Tensor,
-    threshold_single: float = 1.0,
-    threshold_acc: float = 1.0,
-    deterministic: bool = True,
-) -> None:
+@_sglang(*_SAMPLER, **_THRESHOLDS)
+def tree_speculative_sampling_target_only(a) -> None:
     """SGLang 0.5.23's ``tree_speculative_sampling_target_only`` (module docstring): ``predicts``,
     ``accept_index``, ``accept_token_num`` and ``draft_probs`` written in place.
     ``deterministic`` is accepted and ignored (this is always deterministic)."""
     op = _OP + "tree_speculative_sampling_target_only"
-    if not (0.0 <= float(threshold_single) <= 1.0 and 0.0 <= float(threshold_acc) <= 1.0):
+    if not (0.0 <= float(a.threshold_single) <= 1.0 and 0.0 <= float(a.threshold_acc) <= 1.0):
         raise ValueError(
             f"specops.{op}: threshold_single and threshold_acc must be in [0, 1], got "
-            f"{threshold_single} and {threshold_acc}"
+            f"{a.threshold_single} and {a.threshold_acc}"
         )
-    _check_tree(op, predicts, accept_index, accept_token_num, candidates, retrive_index,
-                retrive_next_token, retrive_next_sibling,
-                (("uniform_samples", uniform_samples, c.check_probs),
-                 ("target_probs", target_probs, c.check_probs),
-                 ("draft_probs", draft_probs, c.check_probs)))  # fmt: skip
-    bs = candidates.shape[0]
-    _check_final(op, uniform_samples_for_final_sampling, bs, candidates.device)
-    for name, t in (("target_probs", target_probs), ("draft_probs", draft_probs)):
-        if t.dim() != 3 or t.shape != target_probs.shape or t.shape[2] == 0:
+    _check_tree(op, a, (("uniform_samples", a.uniform_samples, c.check_probs),
+                        ("target_probs", a.target_probs, c.check_probs),
+                        ("draft_probs", a.draft_probs, c.check_probs)))  # fmt: skip
+    bs = a.candidates.shape[0]
+    _check_final(op, a.uniform_samples_for_final_sampling, bs, a.candidates.device)
+    for name, t in (("target_probs", a.target_probs), ("draft_probs", a.draft_probs)):
+        if t.dim() != 3 or t.shape != a.target_probs.shape or t.shape[2] == 0:
             raise ValueError(
                 f"specops.{op}: {name} must be [bs, num_draft_tokens, vocab >= 1] like "
-                f"target_probs, got {list(t.shape)} (target_probs {list(target_probs.shape)})"
+                f"target_probs, got {list(t.shape)} (target_probs {list(a.target_probs.shape)})"
             )
-    c.check_writable(op, "draft_probs", draft_probs)
-    vocab = target_probs.shape[2]
-    _check_vocab(op, candidates, vocab)
-    w = _Walk(candidates, retrive_index, retrive_next_token, retrive_next_sibling, predicts,
-              accept_index)  # fmt: skip
+    c.check_writable(op, "draft_probs", a.draft_probs)
+    vocab = a.target_probs.shape[2]
+    _check_vocab(op, a.candidates, vocab)
+    w = _Walk(a)
     if w.bs == 0:
         return
-    dev = target_probs.device
+    dev = a.target_probs.device
     # (torch.full: no host-to-device copy; the kernel clamps threshold_acc to 1e-9 as here)
-    ts = torch.full((), float(threshold_single), dtype=torch.float32, device=dev)
-    ta = torch.full((), max(float(threshold_acc), 1e-9), dtype=torch.float32, device=dev)
-    coins = uniform_samples.float()
+    ts = torch.full((), float(a.threshold_single), dtype=torch.float32, device=dev)
+    ta = torch.full((), max(float(a.threshold_acc), 1e-9), dtype=torch.float32, device=dev)
+    coins = a.uniform_samples.float()
     rows = w.rows
     # an id outside the vocabulary has no target probability (never accepted, never copied into
     # draft_probs); only in-vocabulary ids are used as an index
     in_vocab_all = (w.cand >= 0) & (w.cand < vocab)
     tok_all = torch.where(in_vocab_all, w.cand, 0)
-    for step in range(1, accept_index.shape[1]):
+    for step in range(1, a.accept_index.shape[1]):
         coin = coins[rows, w.last]
         acc = torch.zeros(w.bs, dtype=torch.float32, device=dev)
         cur = w.nxt[rows, w.last]
@@ -334,50 +370,34 @@ def tree_speculative_sampling_target_only(
             valid = w.alive & (hit < 0) & (cur >= 0) & (cur < w.n)
             node = w.node(cur)
             tok, in_vocab = tok_all[rows, node], in_vocab_all[rows, node]
-            p = torch.where(in_vocab, target_probs[rows, w.last, tok].float(), 0.0)
+            p = torch.where(in_vocab, a.target_probs[rows, w.last, tok].float(), 0.0)
             acc = torch.where(valid, acc + p, acc)
             take = valid & (p > 0) & ((coin < acc / ta) | (p >= ts))
             # a rejected sibling's mass leaves the final draw: draft_probs[b, last, tok] = p(tok)
             rejected = valid & ~take
-            old = draft_probs[rows, w.last, tok]
-            draft_probs.index_put_(
+            old = a.draft_probs[rows, w.last, tok]
+            a.draft_probs.index_put_(
                 (rows, w.last, tok), torch.where(rejected & in_vocab, p.to(old.dtype), old)
             )
             hit = torch.where(take, cur, hit)
             cur = torch.where(rejected, w.sib[rows, node], -1)
         w.accept(step, hit)
-    full = w.num == accept_index.shape[1] - 1  # full depth: no draft row for the bonus token
-    p_row = target_probs[rows, w.last].float()
-    q_row = draft_probs[rows, w.last].float()
+    full = w.num == a.accept_index.shape[1] - 1  # full depth: no draft row for the bonus token
+    p_row = a.target_probs[rows, w.last].float()
+    q_row = a.draft_probs[rows, w.last].float()
     r = torch.fmax(p_row - torch.where(full[:, None], 0.0, q_row), p_row.new_zeros(()))
-    u = uniform_samples_for_final_sampling.reshape(-1).float()
+    u = a.uniform_samples_for_final_sampling.reshape(-1).float()
     u = u * r.sum(-1)
     pos = r > 0
     past = pos & (r.cumsum(-1) > u[:, None])  # inverse CDF: the first id whose cumsum passes u
     first, has_first = past.int().argmax(-1), past.any(-1)
     last_pos = vocab - 1 - pos.flip(-1).int().argmax(-1)
     token = torch.where(has_first, first, torch.where(pos.any(-1), last_pos, vocab - 1))
-    w.finish(token, torch.ones_like(w.alive), accept_token_num)
+    w.finish(token, torch.ones_like(w.alive), a.accept_token_num)
 
 
-def chain_speculative_sampling_triton(
-    predicts: torch.Tensor,
-    accept_index: torch.Tensor,
-    accept_token_num: torch.Tensor,
-    candidates: torch.Tensor,
-    retrive_index: torch.Tensor,
-    retrive_next_token: torch.Tensor,
-    retrive_next_sibling: torch.Tensor,
-    uniform_samples: torch.Tensor,
-    uniform_samples_for_final_sampling: torch.Tensor,
-    target_probs: torch.Tensor,
-    draft_probs: torch.Tensor,
-    threshold_single: float = 1.0,
-    threshold_acc: float = 1.0,
-    deterministic: bool = True,
-    *,
-    block_verification: bool = False,
-) -> None:
+@_sglang(*_SAMPLER, **_THRESHOLDS)
+def chain_speculative_sampling_triton(a, *, block_verification: bool = False) -> None:
     """SGLang 0.5.23's chain rejection sampler (``reject_sampling.py``; EAGLE with
     ``--speculative-use-rejection-sampling``, topk 1), on ``specops.verify_chain``.
 
@@ -409,43 +429,43 @@ def chain_speculative_sampling_triton(
     and subtracts draft entries above 1, SGLang's final draw counts draft entries outside
     [0, 1] as 0 (and its block-verification sums read them raw)."""
     op = _OP + "chain_speculative_sampling_triton"
-    bs, k1 = _check_candidates(op, candidates)
+    bs, k1 = _check_candidates(op, a.candidates)
     k = k1 - 1
-    dev = candidates.device
-    c.check_ids(op, "retrive_index", retrive_index, device=dev, shape=(bs, k1))
-    _check_outputs(op, predicts, accept_index, accept_token_num, bs, k1, dev)
-    c.check_probs(op, "target_probs", target_probs, ndim=3, device=dev)
-    v = target_probs.shape[2]
-    if tuple(target_probs.shape[:2]) != (bs, k1) or v == 0:
+    dev = a.candidates.device
+    c.check_ids(op, "retrive_index", a.retrive_index, device=dev, shape=(bs, k1))
+    _check_outputs(op, a, bs, k1, dev)
+    c.check_probs(op, "target_probs", a.target_probs, ndim=3, device=dev)
+    v = a.target_probs.shape[2]
+    if tuple(a.target_probs.shape[:2]) != (bs, k1) or v == 0:
         raise ValueError(
             f"specops.{op}: target_probs must be [{bs}, {k1}, V >= 1] (one row per slot of "
-            f"candidates), got {list(target_probs.shape)}"
+            f"candidates), got {list(a.target_probs.shape)}"
         )
-    c.check_probs(op, "draft_probs", draft_probs, ndim=3, device=dev)
-    if draft_probs.shape[0] != bs or draft_probs.shape[1] < k or draft_probs.shape[2] != v:
+    c.check_probs(op, "draft_probs", a.draft_probs, ndim=3, device=dev)
+    if a.draft_probs.shape[0] != bs or a.draft_probs.shape[1] < k or a.draft_probs.shape[2] != v:
         raise ValueError(
             f"specops.{op}: draft_probs must be [{bs}, >= {k}, {v}] (the vocabulary of "
-            f"target_probs), got {list(draft_probs.shape)}"
+            f"target_probs), got {list(a.draft_probs.shape)}"
         )
-    c.check_probs(op, "uniform_samples", uniform_samples, ndim=2, device=dev)
-    _check_rows(op, "uniform_samples", uniform_samples, bs, k)
-    _check_final(op, uniform_samples_for_final_sampling, bs, dev)
-    _check_vocab(op, candidates, v)
-    _check_slots(op, retrive_index, predicts.numel())
+    c.check_probs(op, "uniform_samples", a.uniform_samples, ndim=2, device=dev)
+    _check_rows(op, "uniform_samples", a.uniform_samples, bs, k)
+    _check_final(op, a.uniform_samples_for_final_sampling, bs, dev)
+    _check_vocab(op, a.candidates, v)
+    _check_slots(op, a.retrive_index, a.predicts.numel())
     if bs == 0:
         return
     # drafts without draft probability (SGLang: q not in (0, 1]) fail, and so does every later
     # one: a coin of +inf from there on (see the docstring); ids outside [0, V) are among them
-    x = candidates[:, 1:].long()
+    x = a.candidates[:, 1:].long()
     xc = x.clamp(0, v - 1)
-    qx = draft_probs[:, :k].gather(2, xc[:, :, None])[:, :, 0]
+    qx = a.draft_probs[:, :k].gather(2, xc[:, :, None])[:, :, 0]
     ok = (xc == x) & (qx > 0) & (qx <= 1)
-    coins = uniform_samples[:, :k].float().masked_fill(ok.logical_not_().cumsum(1) > 0, INF)
-    u = torch.cat([coins, uniform_samples_for_final_sampling.reshape(bs, 1).float()], 1)
-    r = specops.verify_chain(target_probs, xc, draft_probs[:, :k], uniforms=u,
+    coins = a.uniform_samples[:, :k].float().masked_fill(ok.logical_not_().cumsum(1) > 0, INF)
+    u = torch.cat([coins, a.uniform_samples_for_final_sampling.reshape(bs, 1).float()], 1)
+    r = specops.verify_chain(a.target_probs, xc, a.draft_probs[:, :k], uniforms=u,
                              block=bool(block_verification))  # fmt: skip
     # a chain: node j has slot retrive_index[b, j]
-    _write_path(predicts, accept_index, accept_token_num, retrive_index, r.tokens, r.num_accepted)
+    _write_path(a, a.retrive_index, r.tokens, r.num_accepted)
 
 
 def linked_tree_parents(retrive_next_token: torch.Tensor, retrive_next_sibling: torch.Tensor):
@@ -466,21 +486,8 @@ def linked_tree_parents(retrive_next_token: torch.Tensor, retrive_next_sibling: 
     return parents, reached
 
 
-def tree_speculative_sampling(
-    predicts: torch.Tensor,
-    accept_index: torch.Tensor,
-    accept_token_num: torch.Tensor,
-    candidates: torch.Tensor,
-    retrive_index: torch.Tensor,
-    retrive_next_token: torch.Tensor,
-    retrive_next_sibling: torch.Tensor,
-    uniform_samples: torch.Tensor,
-    uniform_samples_for_final_sampling: torch.Tensor,
-    target_probs: torch.Tensor,
-    draft_probs: torch.Tensor,
-    *,
-    without_replacement: bool = False,
-) -> None:
+@_sglang(*_SAMPLER)
+def tree_speculative_sampling(a, *, without_replacement: bool = False) -> None:
     """What SGLang lacks: lossless verification of a tree whose drafts were sampled from a real
     draft distribution, using it (``specops.verify_tree``: recursive rejection sampling, with or
     without replacement), in the target-only function's signature and output layout.
@@ -493,25 +500,25 @@ def tree_speculative_sampling(
     left out.  Outputs as ``tree_speculative_sampling_target_only`` writes them; ``draft_probs``
     is only read."""
     op = _OP + "tree_speculative_sampling"
-    _check_tree(op, predicts, accept_index, accept_token_num, candidates, retrive_index,
-                retrive_next_token, retrive_next_sibling,
-                (("uniform_samples", uniform_samples, c.check_probs),
-                 ("target_probs", target_probs, c.check_probs),
-                 ("draft_probs", draft_probs, c.check_probs)))  # fmt: skip
-    _check_final(op, uniform_samples_for_final_sampling, candidates.shape[0], candidates.device)
-    for name, t in (("target_probs", target_probs), ("draft_probs", draft_probs)):
-        if t.dim() != 3 or t.shape != target_probs.shape or t.shape[2] == 0:
+    _check_tree(op, a, (("uniform_samples", a.uniform_samples, c.check_probs),
+                        ("target_probs", a.target_probs, c.check_probs),
+                        ("draft_probs", a.draft_probs, c.check_probs)))  # fmt: skip
+    _check_final(
+        op, a.uniform_samples_for_final_sampling, a.candidates.shape[0], a.candidates.device
+    )
+    for name, t in (("target_probs", a.target_probs), ("draft_probs", a.draft_probs)):
+        if t.dim() != 3 or t.shape != a.target_probs.shape or t.shape[2] == 0:
             raise ValueError(
                 f"specops.{op}: {name} must be [bs, num_draft_tokens, vocab >= 1] like "
-                f"target_probs, got {list(t.shape)} (target_probs {list(target_probs.shape)})"
+                f"target_probs, got {list(t.shape)} (target_probs {list(a.target_probs.shape)})"
             )
-    vocab = target_probs.shape[2]
-    _check_vocab(op, candidates, vocab)
-    bs, n = candidates.shape
-    steps = accept_index.shape[1]
+    vocab = a.target_probs.shape[2]
+    _check_vocab(op, a.candidates, vocab)
+    bs, n = a.candidates.shape
+    steps = a.accept_index.shape[1]
     if bs == 0 or steps == 0:
         return
-    parents, reached = linked_tree_parents(retrive_next_token, retrive_next_sibling)
+    parents, reached = linked_tree_parents(a.retrive_next_token, a.retrive_next_sibling)
     node = torch.arange(n, device=parents.device)
     # specops trees list parents before children: a node breaking that order is left out too
     keep = reached & ((parents < node) | (node == 0))
@@ -520,12 +527,12 @@ def tree_speculative_sampling(
     keep &= tree.depth <= steps - 1
     # an id outside the vocabulary (fast mode) is a draft of target probability 0: id vocab,
     # which verify_tree rejects (-1 would remove the node)
-    cand = candidates.long()
+    cand = a.candidates.long()
     tokens = torch.where(keep, torch.where((cand >= 0) & (cand < vocab), cand, vocab), -1)
     tree = tree.with_path_width(min(steps, n))  # known statically: no host read
-    u = torch.cat([uniform_samples[:, 1:].float(),
-                   uniform_samples_for_final_sampling.reshape(bs, 1).float()], 1)  # fmt: skip
-    r = specops.verify_tree(target_probs, tree, tokens, draft_probs, uniforms=u,
+    u = torch.cat([a.uniform_samples[:, 1:].float(),
+                   a.uniform_samples_for_final_sampling.reshape(bs, 1).float()], 1)  # fmt: skip
+    r = specops.verify_tree(a.target_probs, tree, tokens, a.draft_probs, uniforms=u,
                             without_replacement=without_replacement)  # fmt: skip
-    at = retrive_index.gather(1, r.path.long().clamp(0, n - 1))  # the path nodes' slots
-    _write_path(predicts, accept_index, accept_token_num, at, r.tokens, r.num_accepted)
+    at = a.retrive_index.gather(1, r.path.long().clamp(0, n - 1))  # the path nodes' slots
+    _write_path(a, at, r.tokens, r.num_accepted)
