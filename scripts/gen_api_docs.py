@@ -209,7 +209,8 @@ def index() -> str:
         "`tree_attention` and `append_kv` run the reference for float64; `tree_attention` also "
         'has `backend="cascade"` (flash-attn for the prefix, asked for by name only).  Every op '
         'with a CUDA kernel also takes `backend="cuda_sim"` (tests: the CUDA device code run on '
-        'CPU tensors by the SIMT emulation of docs/cuda_sim.md; never picked by "auto").',
+        'CPU tensors by the SIMT emulation of docs/cuda_sim.md; never picked by "auto").  '
+        "`feature_cache_write` is `FeatureCache.write` (its reads run `gather_rows`).",
     ]
     return "\n".join(lines) + "\n"
 
