@@ -210,7 +210,7 @@ def index() -> str:
         'has `backend="cascade"` (flash-attn for the prefix, asked for by name only).  Every op '
         'with a CUDA kernel also takes `backend="cuda_sim"` (tests: the CUDA device code run on '
         'CPU tensors by the SIMT emulation of docs/cuda_sim.md; never picked by "auto").  '
-        "`feature_cache_write` is `FeatureCache.write` (its reads run `gather_rows`).",
+        "`feature_cache_write` is the op `FeatureCache.write` runs (its reads run `gather_rows`).",
     ]
     return "\n".join(lines) + "\n"
 

@@ -22,6 +22,7 @@ _BACKENDS = c.declare_backends(
     "gather_rows",
     "drafter_inputs",
     "path_similarity",
+    "FeatureCache",  # the class (resolve_backend("FeatureCache")); its write: feature_cache_write
 )
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _MAX_PATHS = 1024  # one program holds all P paths of a position
@@ -406,7 +407,8 @@ class FeatureCache:
     graphs).  Positions outside [0, capacity) raise in validation mode; in fast mode writes to
     them are dropped and reads give zeros.  A position repeated within one write row stores one
     of its rows (unspecified which; validation mode raises).  ``backend`` runs ``write`` (the op
-    ``feature_cache_write`` in ``specops.backend_table()``) and ``read`` (``gather_rows``)."""
+    ``feature_cache_write``, listed beside ``FeatureCache`` in ``specops.backend_table()``) and
+    ``read`` (``gather_rows``)."""
 
     def __init__(self, batch, capacity, hidden, dtype=torch.float32, device=None, backend="auto"):
         op = "specops.FeatureCache"
