@@ -242,17 +242,24 @@ VERIFY_FULL = [(2, 4, 16384), (2, 4, 32000), (2, 8, 65536), (2, 8, 184622)]
 # (rows, V): sample
 SAMPLE_QUICK = [(4, 1000)]
 SAMPLE_FULL = [(2, 16384), (2, 32000), (2, 65536), (2, 184622)]
-# (label, rows (B, W), V, cfg_scale, top_k, top_p): top_p given -> the row kernel (probs.py),
-# else the split path (probs_split.py: stats, radix levels with top-k, z, write)
-PROBS_QUICK = [("tiny", (2, 2), 1000, 4.0, 50, 0.9), ("tiny", (2, 2), 1000, 4.0, 50, None)]
+# (label, rows (B, W), V, cfg_scale, top_k, top_p): the split path (probs_split.py: stats, radix
+# levels with top-k, z, the top-p program with top-p, write), or with top-p and no top-k (or a
+# top-k past TOPP_CAP) the row kernel (probs.py)
+PROBS_QUICK = [
+    ("tiny", (2, 2), 1000, 4.0, 50, 0.9),
+    ("tiny", (2, 2), 1000, 4.0, 50, None),
+    ("tiny", (2, 2), 1000, 4.0, None, 0.9),
+]
 PROBS_FULL = [
     ("Lumina", (1, 2), 65536, 4.0, 2000, None),
     ("Lumina", (1, 2), 65536, 4.0, 2000, 0.95),
     ("LlamaGen", (2,), 16384, 4.0, 2000, None),
     ("LLaVA", (1,), 32000, None, 50, 0.9),
+    ("LLaVA", (1,), 32000, None, None, 0.9),
     ("Emu3", (1, 2), 184622, 3.0, 2000, None),
     ("Emu3", (1, 2), 184622, 3.0, 2000, 0.9),
 ]
+_TOPP_CAP = 4096  # specops.triton_kernels.probs_split.TOPP_CAP: a larger top-k takes the row kernel
 # (B, N, S, Hq, Hkv, D): tree_attention over a prefix of S - N committed tokens, contiguous and
 # paged (page 16; paged only at S <= 1024: the interpreter takes ~40 s a layout at S = 4096);
 # float16 (tl.dot is exact on it in the interpreter; the tiles and bytes of bfloat16)
@@ -342,7 +349,8 @@ def _probs_cases(specops, cases, gen):
     for label, rows, v, cfg, top_k, top_p in cases:
         logits = torch.randn(*rows, v, generator=gen) * 3
         unc = torch.randn(*rows, v, generator=gen) * 3 if cfg is not None else None
-        path = "row" if top_p is not None else "split"
+        split = top_p is None or (top_k is not None and top_k < min(v, _TOPP_CAP))
+        path = "split" if split else "row"
         shape = f"{label} R={'x'.join(map(str, rows))} V={v} cfg={cfg} k={top_k} p={top_p} {path}"
         f = partial(specops.probs_from_logits, logits, temperature=1.0, top_k=top_k,
                     top_p=top_p, cfg_scale=cfg, uncond_logits=unc, backend="triton")  # fmt: skip
@@ -433,21 +441,38 @@ def _feature_cases(specops, drafter, rows, paths, gen):
         yield "path_similarity", f"B={b} P={p} L={length} C={c} stride={stride}", f
 
 
+def _sample_cases(specops, cases, gen):
+    for b, v in cases:
+        f = partial(specops.sample, _probs((b, v), gen), seed=3, backend="triton")
+        yield "sample", f"B={b} V={v}", f
+
+
 def _cases(quick: bool, gen):
+    """Every case in table order.  Each family draws from ``gen`` reseeded for it (0, 1, ...), so
+    a case added to one family leaves the other families' inputs, and their data-dependent
+    counts (acceptance, masks), as they were."""
     import specops
 
     q = quick
-    yield from _verify_cases(specops, VERIFY_QUICK if q else VERIFY_FULL, gen)
-    for b, v in SAMPLE_QUICK if q else SAMPLE_FULL:
-        f = partial(specops.sample, _probs((b, v), gen), seed=3, backend="triton")
-        yield "sample", f"B={b} V={v}", f
-    yield from _probs_cases(specops, PROBS_QUICK if q else PROBS_FULL, gen)
-    yield from _attn_cases(specops, ATTN_QUICK if q else ATTN_FULL, gen)
-    yield from _kv_cases(specops, APPEND_QUICK if q else APPEND_FULL,
-                         COMMIT_QUICK if q else COMMIT_FULL, gen)  # fmt: skip
-    yield from _feature_cases(specops, DRAFTER_QUICK if q else DRAFTER_FULL,
-                              ROWS_QUICK if q else ROWS_FULL, PATHS_QUICK if q else PATHS_FULL,
-                              gen)  # fmt: skip
+    families = (
+        _verify_cases(specops, VERIFY_QUICK if q else VERIFY_FULL, gen),
+        _sample_cases(specops, SAMPLE_QUICK if q else SAMPLE_FULL, gen),
+        _probs_cases(specops, PROBS_QUICK if q else PROBS_FULL, gen),
+        _attn_cases(specops, ATTN_QUICK if q else ATTN_FULL, gen),
+        _kv_cases(
+            specops, APPEND_QUICK if q else APPEND_FULL, COMMIT_QUICK if q else COMMIT_FULL, gen
+        ),  # fmt: skip
+        _feature_cases(
+            specops,
+            DRAFTER_QUICK if q else DRAFTER_FULL,
+            ROWS_QUICK if q else ROWS_FULL,
+            PATHS_QUICK if q else PATHS_FULL,
+            gen,
+        ),  # fmt: skip
+    )
+    for seed, family in enumerate(families):
+        gen.manual_seed(seed)  # (the generators have not started: nothing is drawn before this)
+        yield from family
 
 
 def count_triton_calls(

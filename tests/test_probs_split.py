@@ -1,4 +1,4 @@
-"""probs_from_logits without top-p: rows split over G programs (triton_kernels/probs_split.py).
+"""probs_from_logits with rows split over G programs (triton_kernels/probs_split.py).
 
 Against the reference on odd shapes, with small blocks and explicit chunk counts so that a row's
 chunks, the radix levels' shared histograms and the partial max / sums all come into play (the
@@ -16,13 +16,14 @@ DEV = triton_device()
 pytestmark = pytest.mark.skipif(DEV is None, reason="no Triton device or interpreter")
 
 
-def _reference(x, u, t, k, s, rows_per_req):
+def _reference(x, u, t, k, s, rows_per_req, top_p=None):
     b = x.shape[0] // rows_per_req
     view = (b, rows_per_req, x.shape[-1])
     return specops.probs_from_logits(
         x.view(view),
         temperature=t,
         top_k=k,
+        top_p=top_p,
         cfg_scale=s,
         uncond_logits=None if u is None else u.view(view),
         backend="reference",
@@ -96,10 +97,45 @@ def test_split_half_precision_and_masked_entries():
               _reference(x, xu, 0.8, k, 3.0, 2))  # fmt: skip
 
 
+@pytest.mark.parametrize("cap", [None, 16])
+def test_split_top_p_matches_reference(cap):
+    """Top-p after top-k: the survivors sorted and cut at p * Z in one program a row.  Flat
+    logits keep many entries; a per-request k of 0 (top-k off), a k above ``cap`` and ties
+    past it take the stored-row search instead; greedy and all -inf rows stay one-hot."""
+    gen = torch.Generator().manual_seed(11 + (cap or 0))
+    v = 700
+    x = (torch.randn(8, v, generator=gen) * 0.7).to(DEV)
+    u = (torch.randn(8, v, generator=gen) * 0.7).to(DEV)
+    x[3] = -math.inf
+    t = torch.tensor([1.0, 0.0, 0.8, 1.2], device=DEV)  # request 1 greedy
+    k = torch.tensor([40, 9, 0, 300], dtype=torch.int32, device=DEV)  # request 2: no top-k
+    p = torch.tensor([0.9, 0.5, 0.7, 0.95], device=DEV)
+    s = torch.tensor([2.0, 1.0, 3.0, 1.5], device=DEV)
+    got = _split(x, u, t, k, s, 2, top_p=p, block=64, chunks=3, cap=cap)
+    _same(got, _reference(x, u, t, k, s, 2, top_p=p))
+    kept = (got > 0).sum(-1).cpu()
+    assert (kept[[0, 1, 4, 5, 6, 7]] > 1).all(), kept  # top-p cut inside the survivors
+    assert got[3].cpu().tolist() == [1.0] + [0.0] * (v - 1)
+    # Python k and p; integer logits tie the k-th value and the top-p boundary many times over
+    ties = torch.randint(-3, 3, (4, 300), generator=gen).float().to(DEV)
+    for kk, pp in ((10, 0.5), (100, 0.3), (150, 0.99), (7, 0.0001)):
+        _same(_split(ties, None, 1.0, kk, None, 1, top_p=pp, block=32, chunks=4, cap=cap),
+              _reference(ties, None, 1.0, kk, None, 1, top_p=pp))  # fmt: skip
+
+
+def test_split_top_p_needs_top_k():
+    x = torch.randn(2, 50).to(DEV)
+    with pytest.raises(ValueError, match="top_p needs top_k"):
+        _split(x, None, 1.0, None, None, 1, top_p=0.9)
+
+
 def test_the_op_takes_the_split_path_without_top_p():
-    """probs_from_logits(backend="triton") without top-p runs probs_split_triton (its result
-    overwrites the out buffer it also uses as scratch), with top-p the one-program-a-row kernel."""
+    """probs_from_logits(backend="triton") runs probs_split_triton (its result overwrites the
+    out buffer it also uses as scratch) without top-p and with top-p after a top-k below
+    TOPP_CAP; top-p alone (or after a top-k past TOPP_CAP) the one-program-a-row kernel."""
     from specops.triton_kernels import probs_split
+
+    from specops.ops import probs as probs_op
 
     calls = []
     real = probs_split.probs_split_triton
@@ -113,11 +149,16 @@ def test_the_op_takes_the_split_path_without_top_p():
     try:
         got = specops.probs_from_logits(x, top_k=20, backend="triton")
         assert calls == [1]
-        specops.probs_from_logits(x, top_k=20, top_p=0.9, backend="triton")
-        assert calls == [1]
+        got_p = specops.probs_from_logits(x, top_k=20, top_p=0.9, backend="triton")
+        assert calls == [1, 1]
+        specops.probs_from_logits(x, top_p=0.9, backend="triton")
+        specops.probs_from_logits(x, top_k=500, top_p=0.9, backend="triton")  # k >= V: no top-k
+        assert calls == [1, 1]
     finally:
         probs_split.probs_split_triton = real
+    assert probs_op._TOPP_CAP == probs_split.TOPP_CAP
     _same(got, specops.probs_from_logits(x, top_k=20, backend="reference"))
+    _same(got_p, specops.probs_from_logits(x, top_k=20, top_p=0.9, backend="reference"))
 
 
 @pytest.mark.gpu

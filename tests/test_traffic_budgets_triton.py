@@ -23,18 +23,22 @@ from pathlib import Path  # noqa: E402
 
 from bench import bench_traffic  # noqa: E402
 
-# probs_from_logits' cases: the split path (no top-p) and the row kernel (top-p)
+# probs_from_logits' cases: the split path (top-k, with and without top-p) and the row kernel
+# (top-p alone)
 _LUMINA = "Lumina R=1x2 V=65536 cfg=4.0 k=2000 p=None split"
-_LUMINA_ROW = "Lumina R=1x2 V=65536 cfg=4.0 k=2000 p=0.95 row"
+_LUMINA_P = "Lumina R=1x2 V=65536 cfg=4.0 k=2000 p=0.95 split"
 _LLAMAGEN = "LlamaGen R=2 V=16384 cfg=4.0 k=2000 p=None split"
+_LLAVA = "LLaVA R=1 V=32000 cfg=None k=50 p=0.9 split"
+_LLAVA_ROW = "LLaVA R=1 V=32000 cfg=None k=None p=0.9 row"
 
 # (op, shape, kernel): (max bytes read + written / min_bytes, max sectors per request).
 # sample / verify_chain: a total pass, then tiles up to the drawn token's (up to 2x the row);
 # block verification also sums every residual r_i in full, where the floor reads only those from
 # the accepted length on.  probs_from_logits' row kernel re-reads the logits every pass; its
-# split path is four kernels.  tree_attention's prefix splits write partial outputs that
-# _merge_splits reads back.  Sectors: a request is 32 lanes of a program's block in order
-# (bench/traffic_triton.py's NOTES): 4 sectors over contiguous 4-byte elements, 2 over 2-byte.
+# split path is four kernels, five with top-p.  tree_attention's prefix splits write partial
+# outputs that _merge_splits reads back.  Sectors: a request is 32 lanes of a program's block in
+# order (bench/traffic_triton.py's NOTES): 4 sectors over contiguous 4-byte elements, 2 over
+# 2-byte.
 BUDGETS = {
     ("verify_chain", "B=2 K=4 V=16384", "_verify_chain_kernel"): (1.38, 4.0),
     ("verify_chain", "B=2 K=4 V=16384 block", "_verify_chain_kernel"): (2.75, 4.0),
@@ -50,12 +54,21 @@ BUDGETS = {
     ("probs_from_logits", _LUMINA, "_split_radix"): (0.837, 3.96),
     ("probs_from_logits", _LUMINA, "_split_z"): (0.398, 3.95),
     ("probs_from_logits", _LUMINA, "_split_write"): (0.735, 3.97),
-    ("probs_from_logits", _LUMINA_ROW, "_probs_kernel"): (5.67, 4.0),
+    ("probs_from_logits", _LUMINA_P, "_split_stats"): (1.01, 3.98),
+    ("probs_from_logits", _LUMINA_P, "_split_radix"): (0.837, 3.97),
+    ("probs_from_logits", _LUMINA_P, "_split_z"): (0.408, 3.95),
+    ("probs_from_logits", _LUMINA_P, "_split_topp"): (0.0145, 3.77),
+    ("probs_from_logits", _LUMINA_P, "_split_write"): (0.669, 3.96),
     ("probs_from_logits", _LLAMAGEN, "_split_stats"): (1.01, 3.98),
     ("probs_from_logits", _LLAMAGEN, "_split_radix"): (0.835, 3.97),
     ("probs_from_logits", _LLAMAGEN, "_split_z"): (0.397, 3.95),
     ("probs_from_logits", _LLAMAGEN, "_split_write"): (0.731, 3.95),
-    ("probs_from_logits", "LLaVA R=1 V=32000 cfg=None k=50 p=0.9 row", "_probs_kernel"): (4.5, 4.0),
+    ("probs_from_logits", _LLAVA, "_split_stats"): (1.01, 3.97),
+    ("probs_from_logits", _LLAVA, "_split_radix"): (0.67, 3.91),
+    ("probs_from_logits", _LLAVA, "_split_z"): (0.57, 3.91),
+    ("probs_from_logits", _LLAVA, "_split_topp"): (0.00945, 3.06),
+    ("probs_from_logits", _LLAVA, "_split_write"): (1.01, 3.96),
+    ("probs_from_logits", _LLAVA_ROW, "_probs_kernel"): (4.01, 4.0),
     ("tree_attention", "B=1 N=16 S=1024 H=32/8 D=128", "_tree_attn_fwd"): (1.3, 2.21),
     ("tree_attention", "B=1 N=16 S=1024 H=32/8 D=128", "_merge_splits"): (0.268, 3.58),
     ("tree_attention", "B=1 N=16 S=1024 H=32/8 D=128 page=16", "_tree_attn_fwd"): (1.32, 2.2),
@@ -75,7 +88,7 @@ BUDGETS = {
     ("gather_rows", "B=4 N=1024 M=64 H=4096", "_gather_kernel"): (1.01, 2.0),
     ("feature_cache_write", "B=4 N=1024 M=64 H=4096", "_write_kernel"): (1.01, 2.0),
     ("path_similarity", "B=2 P=16 L=16 C=8 stride=1", "_path_sim_kernel"): (2.28, 5.31),
-    ("path_similarity", "B=2 P=64 L=32 C=256 stride=2", "_path_sim_kernel"): (2.04, 4.06),
+    ("path_similarity", "B=2 P=64 L=32 C=256 stride=2", "_path_sim_kernel"): (2.05, 4.06),
 }
 
 # bench/traffic_triton.py's full cases not counted here (time; see the docstring)
@@ -83,7 +96,7 @@ LEFT_OUT = {
     ("verify_chain", "B=2 K=8 V=184622"),
     ("verify_chain", "B=2 K=8 V=184622 block"),
     ("probs_from_logits", "Emu3 R=1x2 V=184622 cfg=3.0 k=2000 p=None split"),
-    ("probs_from_logits", "Emu3 R=1x2 V=184622 cfg=3.0 k=2000 p=0.9 row"),
+    ("probs_from_logits", "Emu3 R=1x2 V=184622 cfg=3.0 k=2000 p=0.9 split"),
     ("tree_attention", "B=1 N=16 S=1024 H=32/32 D=128"),
     ("tree_attention", "B=1 N=16 S=1024 H=32/32 D=128 page=16"),
     ("tree_attention", "B=1 N=64 S=1024 H=32/8 D=64 page=16"),

@@ -46,6 +46,14 @@ ALLOWED_SPILLS: list[tuple[str, int, str, str]] = [
         "pivot search is re-tiled and timed on a GPU.",
     ),
     (
+        "_split_topp",
+        80,
+        "CAP=4096",
+        "the top-p program's sort of 4096 survivors at 16 warps: 4 B spilled on sm_80 in three "
+        "of its five chunk-count variants (sm_90: none).  8 warps spill 68 B on sm_90 at 64 "
+        "chunks; not yet timed on a GPU.",
+    ),
+    (
         "_verify_chain_kernel",
         80,
         "BLOCK_VERIFY=False BLOCK_K=8 BLOCK_NB=1 TILE=4096",
@@ -174,7 +182,8 @@ _JIT_KWARGS = ("version", "do_not_specialize", "do_not_specialize_on_alignment",
 
 
 def record_served(path: str) -> None:
-    """Bind (record-only) the Triton launches of the served models' shapes: probs and sample at
+    """Bind (record-only) the Triton launches of the served models' shapes: probs (top-k, top-p
+    with and without it, CFG) and sample at
     the vocabularies of LlamaGen (16384), LLaVA (32000), Chameleon / Lumina-mGPT (65536), Llama 3
     (128256) and Emu3 (184622); verify_chain at K 4 and 8; tree_attention at head_dim 64 and 128
     in fp16 and bf16, GQA 32/8, trees of 16 and 64 nodes; append_kv and commit_kv likewise."""
@@ -205,6 +214,8 @@ def _served_launches(specops, Tree) -> None:
         logits = torch.empty(2, 4, v)
         specops.probs_from_logits(logits, temperature=1.0, top_k=2000, backend="triton")
         specops.probs_from_logits(logits, temperature=0.7, top_p=0.9, backend="triton")
+        for k, top_p in ((2000, 0.95), (50, 0.9)):  # Lumina-mGPT's, LLaVA's: the split top-p
+            specops.probs_from_logits(logits, top_k=k, top_p=top_p, backend="triton")
         specops.probs_from_logits(logits, cfg_scale=3.0, uncond_logits=logits, backend="triton")
         p = torch.full((4, v), 1.0 / v)
         specops.sample(p, seed=0, backend="triton")

@@ -125,6 +125,62 @@ def _pick_digit(hist, r, NB: tl.constexpr):
 
 
 @triton.jit
+def _param(req, ptr, stride, value, IS_PTR: tl.constexpr):
+    """A float32 per-request parameter: entry ``req`` of a tensor, or the value."""
+    if IS_PTR:
+        return tl.load(ptr + req * stride).to(tl.float32)
+    return tl.full([], value, tl.float32)
+
+
+@triton.jit
+def _topp_pivot(c_row, u_row, vocab, s, t_div, tau, m, mn, z, p, CFG: tl.constexpr,
+                PBLOCK: tl.constexpr, NPIV: tl.constexpr):  # fmt: skip
+    """(tau_p, Z_p): the largest key t with M(t) >= p * Z, M(t) = sum of e^(x - m) over the
+    survivors (key >= tau) with key >= t, and M(tau_p), by a pivot search over the row (each
+    round one pass, NPIV pivots in (lo, hi]: M(lo) >= target > M(hi + 1) throughout).  ``mn``
+    the row's least finite x, ``z`` = M(tau); p <= 0 keeps the arg-max ties (any target in
+    (0, 1] does, since w_max = 1)."""
+    target = tl.maximum(p * z, 1e-30)
+    lo = tl.maximum(tau, _key(mn))  # M(lo) = Z >= target
+    hi = _key(m)  # tau_p <= key(m)
+    m_lo = z
+    jv = tl.arange(0, NPIV)
+    frac = (jv + 1).to(tl.float32) / NPIV
+    while lo < hi:
+        # pivots in (lo, hi]: value-spaced, the key midpoint, and hi (the last one)
+        xlo = _unkey(lo)
+        xhi = _unkey(hi)
+        fv = xlo + (xhi - xlo) * frac
+        kv = _key(tl.where(fv == 0.0, 0.0, fv))
+        kv = tl.where(jv == NPIV - 2, lo + (hi - lo + 1) // 2, kv)
+        kv = tl.minimum(tl.maximum(kv, lo + 1), hi)
+        mass = tl.zeros([NPIV], dtype=tl.float32)
+        a = tl.full([NPIV], _U32_MAX, tl.uint32)
+        b = tl.zeros([NPIV], dtype=tl.uint32)
+        for base in range(0, vocab, PBLOCK):
+            idx = base + tl.arange(0, PBLOCK)
+            valid = idx < vocab
+            x = _row_x(c_row, u_row, idx, valid, s, t_div, CFG)
+            key = _key(x)
+            surv = valid & (key >= tau)
+            w = tl.where(surv, tl.exp(x - m), 0.0)
+            ge = key[:, None] >= kv[None, :]
+            mass += tl.sum(tl.where(ge, w[:, None], 0.0), 0)
+            kb = key[:, None]
+            a = tl.minimum(a, tl.min(tl.where(ge & surv[:, None], kb, _U32_MAX), 0))
+            b = tl.maximum(b, tl.max(tl.where(~ge & surv[:, None], kb, 0), 0))
+        ok = mass >= target
+        best = tl.max(tl.where(ok, kv, 0), 0)  # pivots are >= 1, so 0 = none
+        sel = ok & (kv == best)
+        a_best = tl.min(tl.where(sel, a, _U32_MAX), 0)
+        m_best = tl.max(tl.where(sel, mass, 0.0), 0)
+        m_lo = tl.where(best > 0, m_best, m_lo)
+        lo = tl.where(best > 0, tl.maximum(lo, a_best), lo)
+        hi = tl.minimum(hi, tl.min(tl.where(ok, _U32_MAX, b), 0))
+    return lo, m_lo
+
+
+@triton.jit
 def _probs_kernel(
     cond,
     uncond,
@@ -219,51 +275,10 @@ def _probs_kernel(
 
     # top-p: pivot search on the survivors' mass ------------------------------------------------
     if TOPP:
-        if P_PTR:
-            p = tl.load(p_ptr + req * p_stride).to(tl.float32)
-        else:
-            p = tl.full([], p_val, tl.float32)
+        p = _param(req, p_ptr, p_stride, p_val, P_PTR)
         if (p < 1.0) & ~onehot:  # a NaN p is inactive: no top-p
-            # p <= 0 keeps the arg-max ties: any target in (0, 1] does, since w_max = 1
-            target = tl.maximum(p * z, 1e-30)
-            lo = tl.maximum(tau, _key(mn))  # M(lo) = Z >= target
-            hi = _key(m)  # tau_p <= key(m)
-            m_lo = z
-            jv = tl.arange(0, NPIV)
-            frac = (jv + 1).to(tl.float32) / NPIV
-            while lo < hi:
-                # pivots in (lo, hi]: value-spaced, the key midpoint, and hi (the last one)
-                xlo = _unkey(lo)
-                xhi = _unkey(hi)
-                fv = xlo + (xhi - xlo) * frac
-                kv = _key(tl.where(fv == 0.0, 0.0, fv))
-                kv = tl.where(jv == NPIV - 2, lo + (hi - lo + 1) // 2, kv)
-                kv = tl.minimum(tl.maximum(kv, lo + 1), hi)
-                mass = tl.zeros([NPIV], dtype=tl.float32)
-                a = tl.full([NPIV], _U32_MAX, tl.uint32)
-                b = tl.zeros([NPIV], dtype=tl.uint32)
-                for base in range(0, vocab, PBLOCK):
-                    idx = base + tl.arange(0, PBLOCK)
-                    valid = idx < vocab
-                    x = _row_x(c_row, u_row, idx, valid, s, t_div, CFG)
-                    key = _key(x)
-                    surv = valid & (key >= tau)
-                    w = tl.where(surv, tl.exp(x - m_safe), 0.0)
-                    ge = key[:, None] >= kv[None, :]
-                    mass += tl.sum(tl.where(ge, w[:, None], 0.0), 0)
-                    kb = key[:, None]
-                    a = tl.minimum(a, tl.min(tl.where(ge & surv[:, None], kb, _U32_MAX), 0))
-                    b = tl.maximum(b, tl.max(tl.where(~ge & surv[:, None], kb, 0), 0))
-                ok = mass >= target
-                best = tl.max(tl.where(ok, kv, 0), 0)  # pivots are >= 1, so 0 = none
-                sel = ok & (kv == best)
-                a_best = tl.min(tl.where(sel, a, _U32_MAX), 0)
-                m_best = tl.max(tl.where(sel, mass, 0.0), 0)
-                m_lo = tl.where(best > 0, m_best, m_lo)
-                lo = tl.where(best > 0, tl.maximum(lo, a_best), lo)
-                hi = tl.minimum(hi, tl.min(tl.where(ok, _U32_MAX, b), 0))
-            tau = lo
-            z = m_lo
+            tau, z = _topp_pivot(c_row, u_row, vocab, s, t_div, tau, m, mn, z, p, CFG, PBLOCK,
+                                 NPIV)  # fmt: skip
 
     # write ---------------------------------------------------------------------------------
     inv_z = 1.0 / tl.where(onehot, 1.0, z)

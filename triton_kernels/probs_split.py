@@ -1,4 +1,4 @@
-"""Triton probs_from_logits without top-p: every row split over G programs (grid [rows, G]).
+"""Triton probs_from_logits: every row split over G programs (grid [rows, G]).
 
 The one-program-per-row kernel (probs.py) leaves most of a GPU idle when rows are few (a
 Lumina-mGPT window is 64-128 rows, an Emu3 one 32, a LlamaGen step 1) and re-reads both CFG
@@ -6,7 +6,9 @@ rows on each of its passes.  Here each pass is one launch over [rows, G] chunks 
 chunks' partial results meet in small per-row buffers, and the CFG-combined row is computed
 once (the same bits as probs.py's ``_row_x``).  Passes: ``_split_stats``, ``_split_radix``
 (levels 1-3), ``_split_z``, ``_split_write``; partials are combined in chunk order by every
-program alike.  Rows with top-p go to probs.py.
+program alike.  With top-p (and top-k), ``_split_z`` also gathers the survivors and
+``_split_topp`` (a program a row) sorts them and cuts at p; top-p without top-k goes to
+probs.py.
 
 Each pass in full: docs/triton_kernels.md, "Logits to probabilities, split rows".
 """
@@ -18,9 +20,12 @@ from specops.triton_kernels._args import Strided, launch
 from specops.triton_kernels.probs import (
     _block_stats,
     _key,
+    _param,
     _pick_digit,
     _request_params,
     _row_x,
+    _topp_pivot,
+    _unkey,
     launch_rows,
     param_arg,
 )
@@ -137,8 +142,12 @@ def _split_radix(out, o_stride, vocab, rows_per_req, chunk, G, part_m, part_arg,
 
 @triton.jit
 def _split_z(out, o_stride, vocab, rows_per_req, chunk, G, part_m, part_arg, part_z, hist, t_ptr,
-             t_stride, t_val, k_ptr, k_stride, k_val, T_PTR: tl.constexpr, K_PTR: tl.constexpr,
-             GB: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
+             t_stride, t_val, k_ptr, k_stride, k_val, comp, count, T_PTR: tl.constexpr,
+             K_PTR: tl.constexpr, TOPP: tl.constexpr, CAP: tl.constexpr, GB: tl.constexpr,
+             BLOCK: tl.constexpr):  # fmt: skip
+    """Z's partial over chunk g (the top-k survivors' e^(x - m)); with top-p the survivors' x
+    also go to the row's buffer ``comp`` [CAP] (unordered; ``count`` counts them all, those
+    past CAP are not stored)."""
     row, g, greedy, k, topk_on, m, arg = _pass_state(
         part_m, part_arg, vocab, rows_per_req, G, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val,
         True, T_PTR, K_PTR, GB,
@@ -154,31 +163,95 @@ def _split_z(out, o_stride, vocab, rows_per_req, chunk, G, part_m, part_arg, par
             idx = base + cols
             valid = idx < vocab
             x = tl.load(o_row + idx, mask=valid, other=-float("inf"))
-            acc += tl.where(valid & (_key(x) >= tau), tl.exp(x - m), 0.0)
+            surv = valid & (_key(x) >= tau)
+            acc += tl.where(surv, tl.exp(x - m), 0.0)
+            if TOPP:
+                ones = surv.to(tl.int32)
+                at = tl.atomic_add(count + row, tl.sum(ones, 0)) + tl.cumsum(ones, 0) - 1
+                tl.store(comp + row * CAP + at, x, mask=surv & (at < CAP))
         z = tl.sum(acc, 0)
     tl.store(part_z + row * G + g, z)
 
 
 @triton.jit
-def _split_write(out, o_stride, vocab, rows_per_req, chunk, G, part_m, part_arg, part_s, part_z,
-                 hist, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val, TOPK: tl.constexpr,
-                 T_PTR: tl.constexpr, K_PTR: tl.constexpr, GB: tl.constexpr,
-                 BLOCK: tl.constexpr):  # fmt: skip
+def _split_topp(out, o_stride, vocab, rows_per_req, G, part_m, part_arg, part_s, part_z, hist,
+                t_ptr, t_stride, t_val, k_ptr, k_stride, k_val, p_ptr, p_stride, p_val, comp,
+                count, tau_out, z_out, T_PTR: tl.constexpr, K_PTR: tl.constexpr,
+                P_PTR: tl.constexpr, CAP: tl.constexpr, GB: tl.constexpr, PBLOCK: tl.constexpr,
+                NPIV: tl.constexpr):  # fmt: skip
+    """One program a row: the kept-key bound tau and the normaliser Z after top-k and top-p, for
+    _split_write.  tau_p = the largest x with M(x) >= p * Z (M(x): the survivors' mass at
+    values >= x), as the reference finds it: the survivors sorted descending, their masses
+    summed in float64 in that order, tau_p = the value where the sum first reaches p * Z.  A row
+    with more survivors than CAP (ties, or top-k off) searches its stored row instead
+    (probs.py's pivot search)."""
     row, g, greedy, k, topk_on, m, arg = _pass_state(
         part_m, part_arg, vocab, rows_per_req, G, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val,
-        TOPK, T_PTR, K_PTR, GB,
+        True, T_PTR, K_PTR, GB,
     )  # fmt: skip
+    tau, z = _topk_bound(row, G, m, greedy, k, topk_on, part_m, part_s, part_z, hist, True, GB)
+    p = _param(row // rows_per_req, p_ptr, p_stride, p_val, P_PTR)
+    if (p < 1.0) & ~(greedy | (m == -float("inf"))):  # a NaN p is inactive: no top-p
+        n = tl.load(count + row)
+        if topk_on & (n <= CAP):
+            j = tl.arange(0, CAP)
+            x = tl.load(comp + row * CAP + j, mask=j < n, other=-float("inf"))
+            key = tl.sort(tl.where(j < n, _key(x), 0), descending=True)
+            w = tl.where(j < n, tl.exp(_unkey(key) - m), 0.0)  # float32, as the reference
+            cum = tl.cumsum(w.to(tl.float64), 0)
+            total = tl.sum(w.to(tl.float64), 0)
+            first = tl.min(tl.where(cum >= p.to(tl.float64) * total, j, CAP - 1), 0)
+            tau = tl.sum(tl.where(j == first, key, 0), 0).to(tl.uint32)
+            z = tl.sum(tl.where(key >= tau, w.to(tl.float64), 0.0), 0).to(tl.float32)
+        else:
+            o_row = out + row * o_stride
+            mn = tl.full([], float("inf"), tl.float32)
+            for base in range(0, vocab, PBLOCK):
+                idx = base + tl.arange(0, PBLOCK)
+                x = tl.load(o_row + idx, mask=idx < vocab, other=float("inf"))
+                mn = tl.minimum(mn, tl.min(tl.where(x > -float("inf"), x, float("inf")), 0))
+            tau, z = _topp_pivot(o_row, o_row, vocab, 1.0, 1.0, tau, m, mn, z, p, False, PBLOCK,
+                                 NPIV)  # fmt: skip
+    tl.store(tau_out + row, tau.to(tl.int64))
+    tl.store(z_out + row, z)
+
+
+@triton.jit
+def _topk_bound(row, G, m, greedy, k, topk_on, part_m, part_s, part_z, hist, TOPK: tl.constexpr,
+                GB: tl.constexpr):  # fmt: skip
+    """(tau, Z) of the row after top-k: keep key >= tau (0: everything), Z their e^(x - m)
+    summed from the chunks' partials in chunk order."""
     onehot = greedy | (m == -float("inf"))
     m_safe = tl.where(onehot, 0.0, m)
     gs = tl.arange(0, GB)
     pm = tl.load(part_m + row * G + gs, mask=gs < G, other=-float("inf"))
     ps = tl.load(part_s + row * G + gs, mask=gs < G, other=0.0)
     z = tl.sum(tl.where(pm > -float("inf"), ps * tl.exp(pm - m_safe), 0.0), 0)
-    tau = tl.full([], 0, tl.uint32)  # keep key >= tau (0: everything)
+    tau = tl.full([], 0, tl.uint32)
     if TOPK:
         if topk_on & ~onehot:
             prefix, r, done, tau = _replay(hist + row * (4 * 256), k, 4)
             z = tl.sum(tl.load(part_z + row * G + gs, mask=gs < G, other=0.0), 0)
+    return tau, z
+
+
+@triton.jit
+def _split_write(out, o_stride, vocab, rows_per_req, chunk, G, part_m, part_arg, part_s, part_z,
+                 hist, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val, tau_in, z_in,
+                 TOPK: tl.constexpr, TOPP: tl.constexpr, T_PTR: tl.constexpr,
+                 K_PTR: tl.constexpr, GB: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
+    row, g, greedy, k, topk_on, m, arg = _pass_state(
+        part_m, part_arg, vocab, rows_per_req, G, t_ptr, t_stride, t_val, k_ptr, k_stride, k_val,
+        TOPK, T_PTR, K_PTR, GB,
+    )  # fmt: skip
+    onehot = greedy | (m == -float("inf"))
+    m_safe = tl.where(onehot, 0.0, m)
+    if TOPP:  # _split_topp's bound and normaliser
+        tau = tl.load(tau_in + row).to(tl.uint32)
+        z = tl.load(z_in + row)
+    else:
+        tau, z = _topk_bound(row, G, m, greedy, k, topk_on, part_m, part_s, part_z, hist, TOPK,
+                             GB)  # fmt: skip
     inv_z = 1.0 / tl.where(onehot, 1.0, z)
     o_row = out + row * o_stride
     cols = tl.arange(0, BLOCK)
@@ -213,14 +286,20 @@ def split_chunks(rows: int, vocab: int, block: int, device: torch.device) -> int
     return max(1, min(triton.cdiv(want, rows), triton.cdiv(vocab, block)))
 
 
-def probs_split_triton(cond, uncond, t, k, s, rows_per_req, out, *, block=None, chunks=None):
-    """probs_from_logits without top-p over [rows, G] programs.  cond/uncond [R, V] (any row
-    stride), out [R, V] float32 (unit stride in V; also the scratch row x); t, k, s: a [B]
-    tensor (float32 / int32, any stride) or a Python scalar; k None = no top-k, uncond None =
-    no CFG.  ``chunks``: G (default ``split_chunks``)."""
+def probs_split_triton(
+    cond, uncond, t, k, s, rows_per_req, out, *, top_p=None, block=None, chunks=None, cap=None
+):
+    """probs_from_logits over [rows, G] programs.  cond/uncond [R, V] (any row stride), out
+    [R, V] float32 (unit stride in V; also the scratch row x); t, k, s, top_p: a [B] tensor
+    (float32 / int32, any stride) or a Python scalar; k None = no top-k, uncond None = no CFG,
+    top_p None = no top-p (top-p needs top-k: the survivors are what its program sorts).
+    ``chunks``: G (default ``split_chunks``); ``cap``: the survivors a top-p row sorts (a power
+    of two, default ``topp_cap(k, V)``; a row with more searches its stored row)."""
     rows, vocab = cond.shape
     if rows == 0:
         return out
+    if top_p is not None and k is None:
+        raise ValueError("probs_split_triton: top_p needs top_k (the survivors it sorts)")
     cond, uncond, block = launch_rows(cond, uncond, out, block)
     g = chunks if chunks is not None else split_chunks(rows, vocab, block, cond.device)
     chunk = triton.cdiv(triton.cdiv(vocab, g), block) * block
@@ -230,7 +309,7 @@ def probs_split_triton(cond, uncond, t, k, s, rows_per_req, out, *, block=None, 
     part_m = torch.empty(rows, g, dtype=torch.float32, device=dev)
     part_arg = torch.empty(rows, g, dtype=torch.int32, device=dev)
     part_s = torch.empty(rows, g, dtype=torch.float32, device=dev)
-    topk = k is not None
+    topk, topp = k is not None, top_p is not None
     hist = torch.zeros(rows if topk else 1, 4 * _NB, dtype=torch.int32, device=dev)
 
     t_ptr, t_st, t_val, t_is = param_arg(t, 1.0, cond)
@@ -250,16 +329,39 @@ def probs_split_triton(cond, uncond, t, k, s, rows_per_req, out, *, block=None, 
     )  # fmt: skip
     common = (o, o_st, vocab, max(rows_per_req, 1), chunk, g, part_m, part_arg)
     part_z = part_s
+    cap = (cap or topp_cap(k, vocab)) if topp else 1
+    comp = torch.empty(rows if topp else 1, cap, dtype=torch.float32, device=dev)
+    count = torch.zeros(rows if topp else 1, dtype=torch.int32, device=dev)
     if topk:
         for level in range(1, _LEVELS):
             launch(_split_radix, grid, *common, hist, *tk, T_PTR=t_is, K_PTR=k_is, LEVEL=level,
                    GB=gb, BLOCK=min(block, 2048), **meta)  # fmt: skip
         part_z = torch.empty(rows, g, dtype=torch.float32, device=dev)
-        launch(_split_z, grid, *common, part_z, hist, *tk, T_PTR=t_is, K_PTR=k_is, GB=gb,
-               BLOCK=block, **meta)  # fmt: skip
-    launch(_split_write, grid, *common, part_s, part_z, hist, *tk, TOPK=topk, T_PTR=t_is,
-           K_PTR=k_is, GB=gb, BLOCK=block, **meta)  # fmt: skip
+        launch(_split_z, grid, *common, part_z, hist, *tk, comp, count, T_PTR=t_is, K_PTR=k_is,
+               TOPP=topp, CAP=cap, GB=gb, BLOCK=block, **meta)  # fmt: skip
+    tau = torch.empty(rows if topp else 1, dtype=torch.int64, device=dev)
+    z = torch.empty(rows if topp else 1, dtype=torch.float32, device=dev)
+    if topp:
+        p_ptr, p_st, p_val, p_is = param_arg(top_p, 1.0, cond)
+        launch(_split_topp, (rows,), o, o_st, vocab, max(rows_per_req, 1), g, part_m, part_arg,
+               part_s, part_z, hist, *tk, p_ptr, p_st, float(p_val), comp, count, tau, z,
+               T_PTR=t_is, K_PTR=k_is, P_PTR=p_is, CAP=cap, GB=gb,
+               PBLOCK=min(block, 1024), NPIV=8, num_warps=16 if cap >= 2048 else 8,
+               enable_fp_fusion=False)  # fmt: skip
+    launch(_split_write, grid, *common, part_s, part_z, hist, *tk, tau, z, TOPK=topk, TOPP=topp,
+           T_PTR=t_is, K_PTR=k_is, GB=gb, BLOCK=block, **meta)  # fmt: skip
     return out
 
 
-__all__ = ["probs_split_triton", "split_chunks"]
+TOPP_CAP = 4096  # the most survivors a top-p row sorts in one program
+
+
+def topp_cap(k, vocab: int) -> int:
+    """The survivors' buffer of a top-p row: a power of two >= a Python k (ties can add more:
+    twice it, at most TOPP_CAP), TOPP_CAP for per-request k."""
+    if isinstance(k, torch.Tensor):
+        return TOPP_CAP
+    return min(TOPP_CAP, max(16, triton.next_power_of_2(2 * min(int(k), vocab))))
+
+
+__all__ = ["probs_split_triton", "split_chunks", "topp_cap", "TOPP_CAP"]

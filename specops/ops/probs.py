@@ -129,6 +129,18 @@ def _reference(logits, temperature, temperature_value, top_k, top_k_value, top_p
                                         uncond_logits=uncond_logits),)  # fmt: skip
 
 
+_TOPP_CAP = 4096  # triton_kernels.probs_split.TOPP_CAP (not imported: Triton may be absent)
+
+
+def _split(top_k, top_p, vocab: int) -> bool:
+    """Whether Triton splits each row over several programs: without top-p, and with top-p
+    when top-k leaves few survivors to sort (a per-request k, or 1 <= k < min(V, 4096));
+    top-p alone, one program a row searches it (probs.py)."""
+    if top_p is None or isinstance(top_k, torch.Tensor):
+        return True
+    return top_k is not None and 1 <= top_k < min(vocab, _TOPP_CAP)
+
+
 def _kernel(be, flat, out):
     """The kernels read [rows, V] rows with a contiguous last dim (the C++ twin float32) and
     write [rows, V] float32; parameter tensors [B] are indexed by row // (rows / B)."""
@@ -156,10 +168,10 @@ def _kernel(be, flat, out):
                      out=(res.view(-1, v),), rows_per_request=per_req)  # fmt: skip
         return (res,)
     temperature, top_k, top_p, cfg = _values(*flat[1:])
-    if top_p is None:  # rows split over several programs each (probs_split.py)
+    if _split(top_k, top_p, v):  # rows split over several programs each (probs_split.py)
         from specops.triton_kernels.probs_split import probs_split_triton
 
-        probs_split_triton(x, u, temperature, top_k, cfg, per_req, res.view(-1, v))
+        probs_split_triton(x, u, temperature, top_k, cfg, per_req, res.view(-1, v), top_p=top_p)
         return (res,)
     from specops.triton_kernels.probs import probs_triton
 
@@ -272,9 +284,10 @@ probs_from_logits = PROBS.public(
     guidance (the conditional logits as they are).  A row whose logits are all -inf is the
     one-hot of token 0.
 
-    Backends: "triton" (no sort; without top-p each row is split over several programs, a
-    launch a pass; with top-p one fused kernel, a program a row), "cpu" (selection instead of
-    sorts, rows on ``specops.set_num_threads`` threads), "reference".""",
+    Backends: "triton" (each row split over several programs, a launch a pass, without top-p
+    and with top-p after a top-k below 4096, whose survivors one program a row sorts; top-p
+    alone: one fused kernel, a program a row, no sort), "cpu" (selection instead of sorts, rows
+    on ``specops.set_num_threads`` threads), "reference".""",
 )
 
 
