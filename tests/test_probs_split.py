@@ -163,8 +163,10 @@ def test_the_op_takes_the_split_path_without_top_p():
 
 @pytest.mark.gpu
 def test_gpu_split_at_served_vocabularies_bf16():
-    """The split path at the served shapes on a GPU (chunk counts from the SM count)."""
+    """The split path at the served shapes on a GPU (chunk counts from the SM count), without
+    and with top-p (the survivors' sort at CAP 4096 for a per-request k)."""
     for c, u, t, k in served_vocab_logits(12, rows=16):
-        kw = dict(temperature=t, top_k=k, cfg_scale=4.0, uncond_logits=u)
-        got = specops.probs_from_logits(c, backend="triton", **kw)
-        _same(got, specops.probs_from_logits(c, backend="reference", **kw))
+        for top_p in (None, 0.9):
+            kw = dict(temperature=t, top_k=k, top_p=top_p, cfg_scale=4.0, uncond_logits=u)
+            got = specops.probs_from_logits(c, backend="triton", **kw)
+            _same(got, specops.probs_from_logits(c, backend="reference", **kw))
