@@ -127,6 +127,8 @@ def test_split_top_p_needs_top_k():
     x = torch.randn(2, 50).to(DEV)
     with pytest.raises(ValueError, match="top_p needs top_k"):
         _split(x, None, 1.0, None, None, 1, top_p=0.9)
+    with pytest.raises(ValueError, match="cap must be a power of two, got 100"):
+        _split(x, None, 1.0, 5, None, 1, top_p=0.9, cap=100)
 
 
 def test_the_op_takes_the_split_path_without_top_p():

@@ -300,6 +300,8 @@ def probs_split_triton(
         return out
     if top_p is not None and k is None:
         raise ValueError("probs_split_triton: top_p needs top_k (the survivors it sorts)")
+    if cap is not None and (cap < 1 or cap & (cap - 1)):
+        raise ValueError(f"probs_split_triton: cap must be a power of two, got {cap}")
     cond, uncond, block = launch_rows(cond, uncond, out, block)
     g = chunks if chunks is not None else split_chunks(rows, vocab, block, cond.device)
     chunk = triton.cdiv(triton.cdiv(vocab, g), block) * block
