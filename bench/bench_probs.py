@@ -108,10 +108,10 @@ def _bench_case(case, device, backends, copies) -> list[Row]:
                 for c, u in zip(conds, unconds)
             ]
             add(be, time_fn(fns, device))
-        if device == "cuda" and "triton" in backends and top_p is None:
+        if device == "cuda" and "triton" in backends and (top_p is None or top_k is not None):
             add(
                 "triton 1 prog/row",
-                time_fn(_row_kernel_calls(conds, unconds, cfg, top_k, out), device),
+                time_fn(_row_kernel_calls(conds, unconds, cfg, top_k, top_p, out), device),
             )
     fns = [
         lambda c=c, u=u: eager_probs(c, u, cfg, 1.0, top_k, top_p) for c, u in zip(conds, unconds)
@@ -124,9 +124,10 @@ def _bench_case(case, device, backends, copies) -> list[Row]:
     return rows
 
 
-def _row_kernel_calls(conds, unconds, cfg, top_k, out):
+def _row_kernel_calls(conds, unconds, cfg, top_k, top_p, out):
     """The one-program-a-row kernel (probs.py) on the same inputs: what backend "triton" ran
-    without top-p before the rows were split over programs (probs_split.py)."""
+    before the rows were split over programs (probs_split.py): without top-p before ed86619,
+    with top-p after a top-k before 725a5c5."""
     from specops.triton_kernels.probs import probs_triton
 
     v = out.shape[-1]
@@ -137,7 +138,7 @@ def _row_kernel_calls(conds, unconds, cfg, top_k, out):
             None if u is None else u.reshape(-1, v),
             1.0,
             top_k,
-            None,
+            top_p if top_p is not None and top_p < 1.0 else None,
             cfg if u is not None else None,
             rows_per_req,
             out.view(-1, v),
