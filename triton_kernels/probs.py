@@ -1,8 +1,7 @@
 """Triton probs_from_logits: CFG combine, temperature, top-k, top-p and softmax in one kernel.
 
-One program per row; no sort.  Serves top-p without a top-k (or after one of 4096 or more);
-otherwise probs_split.py's passes over [rows, G] chunks take over (this kernel leaves most of
-a GPU idle when rows are few).
+One program per row, no sort, for top-p without a top-k (or after one of 4096 or more);
+otherwise probs_split.py's [rows, G] chunks (this kernel leaves most of a GPU idle).
 Semantics: specops/reference/probs.py.  The row is never stored between passes: every pass
 re-reads the logits and recomputes ``x = (u + s * (c - u)) / T`` (float32, no fused
 multiply-add) and its order-preserving 32-bit key ``key(x)``, so "x >= tau" tests are exact.
