@@ -339,8 +339,10 @@ def probs_split_triton(
             launch(_split_radix, grid, *common, hist, *tk, T_PTR=t_is, K_PTR=k_is, LEVEL=level,
                    GB=gb, BLOCK=min(block, 2048), **meta)  # fmt: skip
         part_z = torch.empty(rows, g, dtype=torch.float32, device=dev)
+        # with top-p (the survivors' gather): BLOCK 1024 (4096 and 2048 spill 4-8 B on sm_80)
         launch(_split_z, grid, *common, part_z, hist, *tk, comp, count, T_PTR=t_is, K_PTR=k_is,
-               TOPP=topp, CAP=cap, GB=gb, BLOCK=block, **meta)  # fmt: skip
+               TOPP=topp, CAP=cap, GB=gb, BLOCK=min(block, 1024) if topp else block,
+               **meta)  # fmt: skip
     tau = torch.empty(rows if topp else 1, dtype=torch.int64, device=dev)
     z = torch.empty(rows if topp else 1, dtype=torch.float32, device=dev)
     if topp:
