@@ -361,11 +361,11 @@ TOPP_CAP = 4096  # the most survivors a top-p row sorts in one program
 
 
 def topp_cap(k, vocab: int) -> int:
-    """The survivors' buffer of a top-p row: a power of two >= a Python k (ties can add more:
-    twice it, at most TOPP_CAP), TOPP_CAP for per-request k."""
-    if isinstance(k, torch.Tensor):
-        return TOPP_CAP
-    return min(TOPP_CAP, max(16, triton.next_power_of_2(2 * min(int(k), vocab))))
+    """The survivors' buffer of a top-p row, a power of two: 2k for a Python k (ties can add
+    more), TOPP_CAP for per-request k; never past the vocabulary's power of two (a row has no
+    more survivors than V; the interpreter's sort costs seconds at 4096)."""
+    want = TOPP_CAP if isinstance(k, torch.Tensor) else 2 * min(int(k), vocab)
+    return min(TOPP_CAP, max(16, triton.next_power_of_2(min(want, vocab))))
 
 
 __all__ = ["probs_split_triton", "split_chunks", "topp_cap", "TOPP_CAP"]
