@@ -10,6 +10,11 @@ One iteration is one target pass and one ``verify_jacobi`` call.  Defaults are t
 Lossless: every draft node's token is a draw from the draft row of its parent, the tree shape
 does not depend on the draws, and verification is exact recursive rejection sampling.
 
+``coupling="gumbel"`` (MC-SJD) draws the fresh slots -- those with nothing to continue -- by
+Gumbel-max with their position's noise, the same in every iteration (specops/decode/_coupling.py);
+the continued slots are already maximally coupled: adaptive continuation's keep-or-resample rule
+is the maximal coupling of their old and new draft rows.
+
 The iteration step by step (adaptive continuation, proactive drafting, branch continuation),
 ``init`` and why D counts the root: docs/decoding.md, "SJD-PAC".
 """
@@ -21,6 +26,7 @@ import torch
 import specops
 from specops._nvtx import nvtx_range
 from specops.decode._checks import check_branch, check_int, check_width, prepare
+from specops.decode._coupling import PAC_COUPLINGS, check_coupling, draw
 from specops.decode._loop import compiled_step, emit_first, init_rows, select_tree, start
 from specops.decode.sampling import Sampling
 from specops.tree import Tree
@@ -64,6 +70,7 @@ def sjd_pac(
     proactive: bool = True,
     branch_continuation: bool = True,
     init="target",
+    coupling: str = "none",
     length: int | None = None,
     compile_step=None,
     **sampling_kwargs,
@@ -72,11 +79,14 @@ def sjd_pac(
     levels (counting its root); ``continuation`` / ``proactive`` / ``branch_continuation`` switch
     AC / PD / the chain continuation after a non-first leaf off for ablations; ``init``: "target"
     (p(s_1)), "uniform" (the authors': uniform over the vocabulary) or a [V] bool mask of the
-    image tokens to draw the first window uniformly from.  ``sampling_kwargs``: the ``Sampling``
-    settings.  ``compile_step``: see ``specops.decode.compiled_step``.  -> (tokens [B, length]
-    int32, Stats with extra["branch_continuations"])."""
+    image tokens to draw the first window uniformly from.  ``coupling``: "none" or "gumbel", how
+    the fresh slots are drawn (the continued ones are maximally coupled by AC already).
+    ``sampling_kwargs``: the ``Sampling`` settings.  ``compile_step``: see
+    ``specops.decode.compiled_step``.  -> (tokens [B, length] int32, Stats with
+    extra["branch_continuations"])."""
     sampling = Sampling.of("sjd_pac", sampling_kwargs)
     seed = sampling.seed
+    coupling = check_coupling("sjd_pac", coupling, sampling.greedy, PAC_COUPLINGS)
     L = check_width("sjd_pac", "window", window)
     K = check_branch("sjd_pac", branch, model)
     depth = check_int("sjd_pac", "depth", depth, 1, L, " (the window)")
@@ -96,6 +106,7 @@ def sjd_pac(
     rows = torch.arange(b, device=dev)
     rows1 = rows[:, None]
     cols = torch.arange(L, device=dev)[None, :]
+    key = torch.tensor(seed, dtype=torch.int64, device=dev)  # the Gumbel noise's Philox key
 
     nk = win.n_kary
     n_branch = torch.zeros((), dtype=torch.long, device=dev)
@@ -106,7 +117,8 @@ def sjd_pac(
         # initial window: a chain drawn from p(s_1) (stale for every later slot) or uniformly
         q = init_rows(init, p0)[:, None].expand(b, L, -1).contiguous()
         with nvtx_range("draft"), rec.timer("specops"):
-            x = specops.sample(q, seed=seed, offset=rng())
+            # node n of the chain at position seqlens + n (the root s_1 at seqlens)
+            x = draw(coupling, q, tgt.seqlens.long()[:, None] + cols, key, seed, rng())
         x[:, 0] = root
 
     def step(root, x, q, pd):
@@ -132,12 +144,13 @@ def sjd_pac(
         rec.emitted(n_emit, active)
         root = torch.where(active, r.next_window[rows, a], root)
         with nvtx_range("draft"):
-            x, q, pd = draft(tree, r, a, p, x, q, pd, root, active)
+            x, q, pd = draft(tree, r, a, p, x, q, pd, root, active, pos[:, 0] + a + 1)
         return root, x, q, pd
 
-    def draft(tree, r, a, p, x, q, pd, root, active):
+    def draft(tree, r, a, p, x, q, pd, root, active, root_pos):
         """The next window from this iteration's (tree, verification r, a accepted, target rows p,
-        window x with draft rows q): AC, PD and the branch continuation.  -> (x, q, pd)."""
+        window x with draft rows q; the new root at position root_pos): AC, PD and the branch
+        continuation.  -> (x, q, pd)."""
         # the old first-child line below the last accepted node m: line[d] = the node whose
         # target row is the stale distribution of position d (d > a); last = its deepest node
         fc = tree.first_child.long()
@@ -191,9 +204,9 @@ def sjd_pac(
             cand = r.candidates[rows1, old, win.kc_sib[None, :].expand(b, L)]
             given = torch.where(kary, torch.where(in_win, cand, -1), given)
         with rec.timer("specops"):
-            fresh = specops.sample(
-                q.gather(1, par[..., None].expand_as(q)), seed=seed, offset=rng()
-            )
+            # node j's token from its parent's draft row; it sits at position root_pos + e_j
+            qp = q.gather(1, par[..., None].expand_as(q))
+            fresh = draw(coupling, qp, root_pos[:, None] + e, key, seed, rng())
         x = torch.where((given >= 0) | kary, given, fresh).int()
         x[:, 0] = root
         return x, q, pd

@@ -2,6 +2,7 @@
 
 specops generate --model ckpts/llamagen-b --class-id 207 --method vvs --out fox.png
 specops generate --model ckpts/janus-pro-1b --prompt "a red fox in snow" --compare-ar
+specops generate --model ckpts/llamagen-b --class-id 207 --method sjd --coupling gumbel
 
 Every check runs before any model is loaded or any file is written (``check``): a bad value is
 one line ``specops generate: error: ...`` and exit status 2.
@@ -60,6 +61,9 @@ def parser() -> ArgumentParser:
     arg("--tokenizer", default=None, help="tokenizer/processor directory, if apart")
     arg("--vqgan", default=None, help="Chameleon / Lumina-mGPT: the vqgan.ckpt")
     arg("--t5", default=None, help="LlamaGen t2i: the FLAN-T5-XL directory")
+    arg("--coupling", choices=("none", "maximal", "gumbel"), default=None,
+        help="sjd / sjd_pac: couple each slot's redraw with its last draft (MC-SJD; "
+        "sjd_pac: none or gumbel)")  # fmt: skip
     arg("--opt", type=_option, action="append", default=[], metavar="KEY=VALUE",
         help="a method option, e.g. window=16 or threshold=0.75")  # fmt: skip
     arg("--compare-ar", action="store_true", help="also run plain AR: speed-up")
@@ -76,6 +80,14 @@ def _outputs(out: str, n: int) -> list[Path]:
 # what each family's loader takes besides the model directory (--image-size aside)
 _FILES = {"drafter": ("llamagen",), "t5": ("llamagen",), "vqgan": ("chameleon",),
           "tokenizer": ("janus", "emu3", "chameleon")}  # fmt: skip
+
+
+def _options(args) -> dict:
+    """The method's options: every --opt, and --coupling when given."""
+    opts = dict(args.opt)
+    if args.coupling is not None:
+        opts["coupling"] = args.coupling
+    return opts
 
 
 def check(args) -> str:
@@ -102,7 +114,14 @@ def check(args) -> str:
     if args.image_size is not None and arch == "janus":
         raise ValueError("--image-size: janus's image size is fixed by the checkpoint")
     drafter = args.drafter is not None or any(Path(args.model).glob("drafter*.pt"))
-    cls.check_method(args.method, dict(args.opt), has_drafter=drafter)
+    cls.check_method(args.method, _options(args), has_drafter=drafter)
+    if args.coupling not in (None, "none") and args.temperature == 0:
+        raise ValueError(f"--coupling {args.coupling} needs sampling, not --temperature 0 (greedy)")
+    if args.coupling == "maximal" and args.method == "sjd_pac":
+        raise ValueError(
+            "--coupling maximal: sjd_pac's adaptive continuation already is the maximal coupling; "
+            "its fresh slots take none or gumbel"
+        )
     for path in _outputs(args.out, len(args.class_id or [0])):
         why = check_out_path("--out", path, suffix=".png")
         if why:
@@ -150,7 +169,7 @@ def _generate(args) -> int:
         seed=args.seed,
         compare_ar=args.compare_ar,
         progress=bar.tokens(args.method),
-        **dict(args.opt),
+        **_options(args),
     )
     bar.close()
     paths = _outputs(args.out, len(result.images))
