@@ -19,36 +19,51 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "api"
 
-# page -> (title, intro, [(module, names or None for its __all__)])
+# page -> (title, intro, [(module, names or None for its __all__)]); the ops' public functions
+# live in the modules scripts/gen_ops.py writes (specops/ops/_generated_<family>.py)
 PAGES = {
     "sampling": (
         "Sampling",
         "Counter-based (Philox) sampling from probability rows, and logits -> probabilities with "
         "CFG, temperature, top-k and top-p.",
-        [("specops.ops.sample", None), ("specops.ops.probs", None)],
+        [("specops.ops._generated_sample", None), ("specops.ops._generated_probs", None)],
     ),
     "verification": (
         "Verification",
         "Lossless speculative verification by rejection sampling: chains, trees, Jacobi windows "
         "(SJD / SJD-PAC), LANTERN's relaxation, and per-path acceptance probabilities.",
-        [("specops.ops.verify", None), ("specops.ops.jacobi", None)],
+        [
+            ("specops.ops.verify", ["Relaxation"]),
+            ("specops.ops._generated_verify", None),
+            ("specops.ops._generated_jacobi", None),
+        ],
     ),
     "trees": (
         "Draft trees",
         "The static tree (`specops.Tree`: parents, depths, compact ancestor bits) and the "
         "on-device EAGLE-2 dynamic tree construction.",
-        [("specops.tree", ["Tree"]), ("specops.ops.tree_build", None)],
+        [
+            ("specops.tree", ["Tree"]),
+            ("specops.ops._generated_tree_build", None),
+            ("specops.ops.tree_build", ["Frontier", "DynamicTree"]),
+        ],
     ),
     "attention": (
         "Tree attention and KV",
         "Attention of tree queries over a cached prefix plus the tree (contiguous or paged KV), "
         "appending new K/V, and committing accepted K/V in every layer in one launch.",
-        [("specops.ops.attention", None), ("specops.ops.kv", None)],
+        [("specops.ops._generated_attention", None), ("specops.ops._generated_kv", None)],
     ),
     "features": (
         "Drafter features",
         "Gathers and inputs for EAGLE/HiViS feature drafters and VVS's feature cache.",
-        [("specops.ops.features", None)],
+        [
+            ("specops.ops.feature_cache", None),
+            (
+                "specops.ops._generated_features",
+                ["gather_rows", "drafter_inputs", "path_similarity"],
+            ),
+        ],
     ),
     "backends": (
         "Backends, validation and argument checks",

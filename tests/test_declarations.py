@@ -106,9 +106,9 @@ def test_an_undeclared_op_is_a_clear_error():
 
 @pytest.mark.skipif(not _build.has_cpp(), reason="needs the compiled specops._C")
 def test_fast_lowering_declines_what_the_binding_cannot_check(monkeypatch):
-    """The generated fast path (``OpDecl.call``) hands the binding only what its checks cover,
-    in the declared order: a relaxation, a non-bool flag or an unusual seed goes to the checked
-    path."""
+    """The generated fast path (specops/ops/_generated_verify.py) hands the binding only what
+    its checks cover, in the declared order: a relaxation, a non-bool flag or an unusual seed
+    goes to the checked path."""
     from specops.ops import _dispatch
 
     d = specops.declaration("verify_chain")
@@ -123,16 +123,15 @@ def test_fast_lowering_declines_what_the_binding_cannot_check(monkeypatch):
     x = x.long()
     relax = specops.Relaxation(torch.zeros(9, 1, dtype=torch.int32), 0.1)
     with specops.validation(False):
-        d.call("auto", None, p, x, None, None, 0, 0, None, False, None, False)
+        specops.verify_chain(p, x)
         assert len(calls) == 1 and len(calls[0]) == len(d.binding_names)
-        d.call("auto", None, p, x, None, None, 0, 0, relax, False, None, False)
+        specops.verify_chain(p, x, relax=relax)
         with pytest.raises(TypeError, match="greedy"):
-            d.call("auto", None, p, x, None, None, 0, 0, None, 1, None, False)
+            specops.verify_chain(p, x, greedy=1)
         with pytest.raises(ValueError, match="seed"):
-            d.call("auto", None, p, x, None, None, torch.zeros(3, dtype=torch.long), 0, None,
-                   False, None, False)  # fmt: skip
+            specops.verify_chain(p, x, seed=torch.zeros(3, dtype=torch.long))
         with pytest.raises(ValueError, match="target_probs"):
-            d.call("auto", None, p[0], x, None, None, 0, 0, None, False, None, False)
+            specops.verify_chain(p[0], x)
     assert len(calls) == 1  # none of the last four reached the binding directly
 
 

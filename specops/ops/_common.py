@@ -4,9 +4,10 @@ gathered from the modules that hold it by what it does:
 - ``_backends``: validation mode, each op's backends, resolving "auto" and named backends;
 - ``checks``: argument checks (public: the engine adapters in specops.compat use them too);
 - ``_rng``: seeds and offsets, normalised for the bindings and the reference;
-- ``_dispatch``: torch.library registration, the eager caller and fast path, launches, outputs.
+- ``_dispatch``: torch.library registration, the eager caller and fast path, outputs.
 
-The shape every op module follows (checks, then ``c.ops.<op>``, whose implementation calls
+The shape every op module follows (a declaration, its checks and hooks; the public function
+written from it by scripts/gen_ops.py runs the checks, then ``OpDecl.run``, which calls
 ``pick_backend`` and then the kernel): docs/conventions.md."""
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from specops.ops._dispatch import (  # noqa: F401
     LIB,
     fast_kernel,
     int32_ids,
-    launch,
     ops,
     stream_of,
     write_outs,

@@ -5,45 +5,37 @@ the outputs' shapes in symbols, the backends and the reference.  Everything else
   neighbours and delta, seed and offset one ``Rng``): the torch.library schema, the order of the
   compiled bindings (``<op>_cpu`` / ``_cuda`` / ``_cuda_sim``, their ``py::arg`` names) and of
   the Triton entry point, which tests/test_declarations.py holds to it;
-- ``OpDecl.call``, the one dispatch (generated source, ``OpDecl.source``): the eager fast path
-  straight to the binding, else the op's checks, the lowering, and the backend table;
-- the fake kernel and the ``out=`` checks;
-- the public function (``OpDecl.public``): the reference's signature, the dispatch as its body.
+- the public function and its eager fast path, written to specops/ops/_generated_<family>.py by
+  scripts/gen_ops.py (``OpDecl.public`` records what it needs); its checked path calls
+  ``check``, ``flat_args`` and ``run`` here;
+- the fake kernel, the ``out=`` checks and the torch.library registration.
 An op module writes its declaration, its docstring, its checks (``check``, taking the declared
 arguments) and its reference adaptor (``reference``, taking the flat arguments by name, the
-random stream as one ``rng``)."""
+random stream as one ``rng``); its hooks take the flat arguments as one record, by name."""
 
 from __future__ import annotations
 
+import functools
 import inspect
-import re
-import sys
+from collections import namedtuple
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from specops._nvtx import traced
-from specops.ops import _dispatch
+from specops import _build
 from specops.ops._backends import declare_backends, pick_backend
-from specops.ops._dispatch import (
-    define,
-    int32_ids,
-    launch,
-    ops,
-    write_outs,
-)
+from specops.ops._dispatch import define, int32_ids, write_outs
 from specops.ops._overlap import check_no_alias
-from specops.ops._rng import Rng, fast_rng
+from specops.ops._rng import Rng
 from specops.ops.checks import check_out
-from specops.tree import Tree
 
 
 # kinds of arguments -------------------------------------------------------------------------
 # Each kind names the public parameters it takes (``params``), the flat (name, schema type)
-# entries it becomes (``flat``), and the Python source of that lowering: ``lower()`` after the
-# op's checks, ``fast()`` -> (conditions under which the binding's own checks imply the Python
-# ones, setup statements, conditions on what the setup made, the flat values).
+# entries it becomes (``flat``) and, given the public arguments by name, their flat values
+# (``flatten``: the checked lowering).  scripts/gen_ops.py writes each kind's fast lowering (the
+# conditions under which the binding's own checks imply the Python ones) from the same fields.
 @dataclass(frozen=True)
 class Ten:
     """A tensor ``name`` with ``shape`` in symbols ("B N V"; "..." = any leading dims);
@@ -59,12 +51,8 @@ class Ten:
     params = property(lambda s: (s.name,))
     flat = property(lambda s: ((s.name, "Tensor?" if s.optional else "Tensor"),))
 
-    def fast(self):
-        g = [] if self.fast_rank is None else [f"{self.name}.dim() == {self.fast_rank}"]
-        return g, [], [], self.name
-
-    def lower(self):
-        return self.name
+    def flatten(self, a: dict) -> tuple:
+        return (a[self.name],)
 
 
 @dataclass(frozen=True)
@@ -77,19 +65,16 @@ class Scalar:
     params = property(lambda s: (s.name,))
     flat = property(lambda s: ((s.name, "SymInt" if s.type == "int" else s.type),))
 
-    def fast(self):
-        return [f"type({self.name}) is {self.type}"], [], [], self.name
-
-    def lower(self):
-        return self.name
+    def flatten(self, a: dict) -> tuple:
+        return (a[self.name],)
 
 
 @dataclass(frozen=True)
 class RngArg:
     """``seed`` and ``offset`` (ints or int64 tensors) -> one ``Rng`` (specops/ops/_rng.py);
-    ``requests``: the expression of the batch a seed tensor [B] indexes."""
+    ``batch``: the tensor whose dim 0 a seed tensor [B] indexes (one seed per request)."""
 
-    requests: str
+    batch: str
 
     params = ("seed", "offset")
     flat = (
@@ -99,16 +84,8 @@ class RngArg:
         ("offset_value", "SymInt"),
     )
 
-    def fast(self):
-        return (
-            [],
-            [f"_rng = _fast_rng(seed, offset, {self.requests})"],
-            ["_rng is not None"],
-            "*_rng",
-        )
-
-    def lower(self):
-        return "*_Rng.of(seed, offset)"
+    def flatten(self, a: dict) -> tuple:
+        return Rng.of(a["seed"], a["offset"])
 
 
 @dataclass(frozen=True)
@@ -119,11 +96,9 @@ class RelaxArg:
     flat = (("neighbors", "Tensor?"), ("delta", "float"))
     form = staticmethod(int32_ids)
 
-    def fast(self):
-        return ["relax is None"], [], [], "None, 0.0"
-
-    def lower(self):
-        return "*((None, 0.0) if relax is None else (relax.neighbors, float(relax.delta)))"
+    def flatten(self, a: dict) -> tuple:
+        relax = a["relax"]
+        return (None, 0.0) if relax is None else (relax.neighbors, float(relax.delta))
 
 
 @dataclass(frozen=True)
@@ -143,49 +118,71 @@ class TreeArg:
         t = "Tensor?" if self.optional else "Tensor"
         return tuple((a, t) for a in self.arrays) + tuple((n, "SymInt") for n, _ in self.sizes)
 
-    def fast(self):
-        if self.optional:
-            return ["(tree is None or type(tree) is _Tree)"], [], [], self.lower()
-        return ["type(tree) is _Tree"], [], [], self.lower()
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The Tree attributes read, in flat order."""
+        return (*self.arrays, *(a for _, a in self.sizes))
 
-    def lower(self):
-        fields = [*self.arrays, *(a for _, a in self.sizes)]
-        if self.optional:
-            return ", ".join(f"tree.{a} if tree is not None else None" for a in fields)
-        return ", ".join(f"tree.{a}" for a in fields)
+    def flatten(self, a: dict) -> tuple:
+        tree = a["tree"]
+        if tree is None and self.optional:
+            return (None,) * len(self.fields)
+        return tuple(getattr(tree, f) for f in self.fields)
 
 
 @dataclass(frozen=True)
 class Value:
-    """A public argument lowered by Python expressions (in the public names): ``flat`` its
-    (name, schema type) entries (none: an option of the public function only), ``expr`` their
-    values, ``fast`` the condition under which the binding's checks cover it."""
+    """A public argument lowered by Python functions of the public arguments (each function's
+    parameters name the public arguments it reads): ``flat`` its (name, schema type) entries
+    (none: an option of the public function only); ``lower`` their values (a tuple when there
+    are several); ``fast_if`` the condition under which the binding's checks cover it, and
+    ``fast`` its values there (default ``lower``).  scripts/gen_ops.py writes a lambda's
+    expression into the fast path and calls a named function."""
 
     name: str
     flat: tuple = ()
-    expr: str = ""
-    fast_cond: str = ""
-    fast_expr: str = ""  # the values where ``fast_cond`` holds (default ``expr``)
+    lower: Callable | None = None
+    fast_if: Callable | None = None
+    fast: Callable | None = None
 
     params = property(lambda s: (s.name,))
 
-    def fast(self):
-        return ([self.fast_cond] if self.fast_cond else []), [], [], self.fast_expr or self.expr
+    def flatten(self, a: dict) -> tuple:
+        if not self.flat:
+            return ()
+        v = self.lower(*(a[p] for p in arg_names(self.lower)))
+        return tuple(v) if len(self.flat) > 1 else (v,)
 
-    def lower(self):
-        return self.expr
+
+@functools.cache
+def arg_names(fn: Callable) -> tuple[str, ...]:
+    """The parameter names of a declaration's function: the arguments it reads, by name."""
+    return tuple(inspect.signature(fn).parameters)
 
 
 @dataclass(frozen=True)
 class Out:
-    """An output: ``shape`` in the symbols of the inputs' shapes and the flat arguments' names
-    (each entry a Python expression; "..." = the leading dims bound by an input); ``dtype`` a
-    torch dtype or the name of the flat argument whose dtype it takes."""
+    """An output: ``shape`` the symbols of its dims, comma-separated ("B, N"; "..." = the
+    leading dims bound by an input): symbols of the inputs' shapes, flat argument names or the
+    op's derived ``sizes``; ``dtype`` a torch dtype or the name of the flat argument whose dtype
+    it takes."""
 
     name: str
     shape: str
     dtype: torch.dtype | str = torch.int32
     contiguous: bool = True  # False: a strided ``out=`` is written in place (through a copy)
+
+
+@dataclass(frozen=True)
+class Public:
+    """What scripts/gen_ops.py writes the public function from (``OpDecl.public``)."""
+
+    reference: Callable
+    doc: str
+    result: Callable | None
+    prepare: Callable | None
+    options: tuple[inspect.Parameter, ...]
+    returns: str | None
 
 
 # the declaration ----------------------------------------------------------------------------
@@ -212,21 +209,22 @@ class OpDecl:
     check: Callable  # (declared arguments..., backend) -> None; raises on bad input
     reference: Callable  # (flat arguments by name, ``rng`` for the random stream) -> outputs
     triton: str | None = None  # "module:function" taking the flat arguments -> outputs
-    kernel: Callable | None = None  # (be, flat, out) -> outputs: replaces the generic launch
-    fast_when: str | None = None  # an extra condition of the fast path, in the public names
-    launch_extra: Callable | None = None  # (be, flat) -> keyword arguments of the binding
-    complete: Callable | None = None  # (binding's outputs, flat, out) -> all declared outputs
+    # the hooks take ``a``, the flat arguments as one record (``a.first_child``):
+    kernel: Callable | None = None  # (be, a, out) -> outputs: replaces the generic launch
+    fast_when: Callable | None = None  # (public arguments by name) -> the fast path may run
+    launch_extra: Callable | None = None  # (be, a) -> keyword arguments of the binding
+    complete: Callable | None = None  # (binding's outputs, a, out) -> all declared outputs
     mutates: tuple[str, ...] = ()  # flat tensors written in place (ops without outputs)
-    backends_for: Callable | None = None  # (flat, backend) -> the backends these inputs allow
-    env: dict = field(default_factory=dict)  # names the generated lowering may use
+    backends_for: Callable | None = None  # (a, backend) -> the backends these inputs allow
+    sizes: dict[str, Callable] = field(default_factory=dict)  # derived sizes of the outputs
     fast: bool = True  # False: the binding takes no None outputs; every call runs the checks
-    source: str = field(init=False, repr=False)
 
     def __post_init__(self):
         self.params = tuple(p for a in self.args for p in a.params)
         self.flat = tuple(f for a in self.args for f in a.flat)
         self.flat_names = tuple(n for n, _ in self.flat)
         self.binding_names = self.flat_names + tuple(f"out_{o.name}" for o in self.outs)
+        self.Flat = namedtuple(f"{self.name}_args", self.flat_names)  # what the hooks read
         kinds = [(a, t) for a in self.args for _, t in a.flat]
         self.forms = tuple(
             (i, a.form)
@@ -236,150 +234,135 @@ class OpDecl:
         self._dtype_from = [
             self.flat_names.index(o.dtype) if isinstance(o.dtype, str) else None for o in self.outs
         ]
-        self._generate()
+        self._out_dims = [[e.strip() for e in o.shape.split(",")] for o in self.outs]
+        self._no_outs = (None,) * len(self.outs)
+        self.api: Public | None = None
         declare_backends(self.backends, self.name)
         _DECLS[self.name] = self
 
-    # generated lowering ---------------------------------------------------------------------
-    def _generate(self):
-        params = ", ".join(self.params)
-        call = [f"def call(backend, out, {params}):", *self._dispatch_lines("_r")]
-        lower = [f"def flat_args({params}):"]
-        lower.append(f"    return ({''.join(a.lower() + ', ' for a in self.args if a.lower())})")
-        shapes = [f"def out_shapes({', '.join(self.flat_names)}):"]
-        used = set(re.findall(r"\w+|\.\.\.", ",".join(o.shape for o in self.outs)))
-        unused = {
-            sym
-            for a in self.args
-            if isinstance(a, Ten)
-            for sym in a.shape.split()
-            if sym not in used
-        }
-        bound = set(self.flat_names) | unused  # (a symbol no output needs is not read)
-        for a in self.args:
-            if not isinstance(a, Ten) or a.optional or not a.shape:
-                continue
-            syms = a.shape.split()
-            for j, sym in enumerate(syms):
-                if sym in bound:
-                    continue
-                bound.add(sym)
-                if sym == "...":
-                    shapes.append(
-                        f"    _lead = tuple({a.name}.shape[:{a.name}.dim() - {len(syms) - 1}])"
-                    )
-                elif "..." in syms:
-                    shapes.append(f"    {sym} = {a.name}.shape[{j - len(syms)}]")
-                else:
-                    shapes.append(f"    {sym} = {a.name}.shape[{j}]")
-        outs = []
-        for o in self.outs:
-            dims = [e.strip() for e in o.shape.split(",")]
-            outs.append("(" + "".join("*_lead, " if e == "..." else f"{e}, " for e in dims) + ")")
-        shapes.append(f"    return ({''.join(o + ', ' for o in outs)})")
-        self.source = "\n".join(call + [""] + lower + [""] + shapes) + "\n"
-        env = {"_fast_rng": fast_rng, "_Rng": Rng, "_Tree": Tree, "_dispatch": _dispatch,
-               "_fast_outs": _fast_outs, "_checked": _checked, "_decl": self, "_name": self.name,
-               "_backends": self.backends, "_Tensor": torch.Tensor,
-               **self.env}  # fmt: skip
-        exec(compile(self.source, f"<specops {self.name} declaration>", "exec"), env)
-        self.flat_args, self.call = env["flat_args"], env["call"]
-        self._out_shapes = env["out_shapes"]
-        self._env = env
+    def public(self, reference: Callable, doc: str, result: Callable | None = None,
+               prepare: Callable | None = None, options: tuple[inspect.Parameter, ...] = (),
+               returns: str | None = None) -> None:  # fmt: skip
+        """Declares the public function ``specops.<name>``, which scripts/gen_ops.py writes.
+        Its parameters: the reference's (the declared ones, with the reference's defaults,
+        kinds and annotations; a reference's own trailing options are not public), then
+        ``backend="auto"``, ``out=None`` (ops with outputs; an ``options`` entry named ``out``
+        replaces it) and ``options``.  Its body: ``out = prepare(...)`` (the ``out`` the op
+        takes, from the public arguments prepare names), then the one dispatch returning
+        ``result(outputs, ...)`` (default: the output, or the tuple of outputs), annotated
+        ``returns`` (default: as the reference).  ``doc``: its docstring."""
+        declared = tuple(n for n in inspect.signature(reference).parameters if n in self.params)
+        if declared != self.params:
+            raise TypeError(f"{self.name}: the reference's parameters {declared} do not follow "
+                            f"the declared {self.params}")  # fmt: skip
+        self.api = Public(reference, doc, result, prepare, tuple(options), returns)
 
-    # the public function --------------------------------------------------------------------
-    def public(self, reference: Callable, doc: str, result: str | None = None, prepare: str = "",
-               options: tuple[inspect.Parameter, ...] = (), returns: str | None = None,
-               ) -> Callable:  # fmt: skip
-        """The public function ``specops.<name>``, generated.  Its parameters: the reference's
-        (the declared ones, with the reference's defaults, kinds and annotations; a reference's
-        own trailing options are not public), then ``backend="auto"``, ``out=None`` (ops with
-        outputs; an ``options`` entry named ``out`` replaces it) and ``options``.  Its body: the
-        statement ``prepare``, then the one dispatch (``call``'s, in one frame) returning
-        ``result``, an expression of the outputs ``_r`` and the public names (default: the
-        output, or the tuple of outputs), annotated ``returns`` (default: as the reference).
-        ``doc``: its docstring."""
-        ref_sig = inspect.signature(reference)
-        ref = ref_sig.parameters
-        if tuple(n for n in ref if n in self.params) != self.params:
-            raise TypeError(f"{self.name}: the reference's parameters {tuple(ref)} do not start "
-                            f"with the declared {self.params}")  # fmt: skip
-        params = [ref[n] for n in self.params]
-        params.append(inspect.Parameter("backend", _KW, default="auto", annotation="str"))
-        if self.outs and not any(p.name == "out" for p in options):
-            kind = "torch.Tensor" if len(self.outs) == 1 else "tuple[torch.Tensor, ...]"
-            params.append(inspect.Parameter("out", _KW, default=None, annotation=f"{kind} | None"))
-        params += options
-        sig = inspect.Signature(params, return_annotation=returns or ref_sig.return_annotation)
-        n = len(self.outs)
-        ret = result or ("_r[0]" if n == 1 else "None" if not n else "_r")
-        src = [
-            f"def {self.name}{_plain(sig)}:",
-            *([f"    {prepare}"] if prepare else []),
-            *self._dispatch_lines(ret),
-        ]
-        env = {**self._env, **{f"_d_{p.name}": p.default for p in params}}
-        source = "\n".join(src) + "\n"
-        exec(compile(source, f"<specops {self.name} public>", "exec"), env)
-        fn = env[self.name]
-        fn.__doc__, fn.__signature__ = doc, sig
-        fn.__module__ = sys._getframe(1).f_globals["__name__"]  # the op module that declares it
-        fn.__annotations__ = {p.name: p.annotation for p in params if p.annotation is not _EMPTY}
-        self.public_source = source
-        return traced(self.name)(fn)
+    # the checked path -----------------------------------------------------------------------
+    def flat_args(self, *values) -> tuple:
+        """The declared arguments (public order) -> the flat arguments."""
+        a = dict(zip(self.params, values))
+        return tuple(v for kind in self.args for v in kind.flatten(a))
 
-    def _dispatch_lines(self, ret: str) -> list[str]:
-        """The body of the one dispatch, returning ``ret`` (an expression of the outputs ``_r``
-        and the public names): the eager fast path straight to the binding when the cheap
-        conditions hold and it accepts the arguments, else ``_checked``."""
-        conds, setup, gates, exprs = [], [], [], []
-        for a in self.args:
-            c_, s_, p_, e_ = a.fast()
-            conds += c_
-            setup += s_
-            gates += p_
-            if e_:
-                exprs.append(e_)
-        if self.fast_when:
-            conds.append(f"({self.fast_when})")
+    def out_buffers(self, out, flat) -> tuple | None:
+        """A public ``out`` (a tensor, or a tuple of the outputs) checked against the outputs'
+        shapes, dtypes, devices and layouts and against the inputs (no overlap) -> the buffers
+        the op writes, or None."""
+        if out is None:
+            return None
+        single = isinstance(out, torch.Tensor)
+        if len(self.outs) == 1 and not single:
+            raise TypeError(
+                f"specops.{self.name}: out must be a torch.Tensor, got {type(out).__name__}"
+            )
+        first = flat[0][0] if type(flat[0]) is list else flat[0]
+        shapes, dtypes = self.out_shapes(flat), self.out_dtypes(flat)
+        specs = [(o.name, s, t, first.device) for o, s, t in zip(self.outs, shapes, dtypes)]
+        outs = check_out(self.name, (out,) if single else out, specs,
+                         [o.contiguous for o in self.outs])  # fmt: skip
+        check_no_alias(
+            self.name, [(f"out.{s[0]}", t) for s, t in zip(specs, outs)], zip(self.flat_names, flat)
+        )
+        return tuple(outs)
+
+    def dispatch(self, flat, backend: str, out) -> tuple:
+        """Through torch.library (``torch.ops.specops.<name>``, or ``<name>_out`` with the
+        buffers ``out``): what tracing and modes see -> the outputs, a tuple."""
+        if out is None:
+            r = getattr(torch.ops.specops, self.name)(*flat, backend)
+            return (r,) if len(self.outs) == 1 else r if self.outs else ()
+        getattr(torch.ops.specops, self.name + "_out")(*flat, backend, *out)
+        return out
+
+    def run(self, *a, out=None) -> tuple:
+        """The implementation (eager, and behind torch.library): the flat arguments and the
+        backend -> the outputs, a tuple (``out``'s buffers when given)."""
+        flat, backend = a[:-1], a[-1]
+        named = self.Flat._make(flat)
+        have = self.backends if self.backends_for is None else self.backends_for(named, backend)
+        first = flat[0][0] if type(flat[0]) is list else flat[0]  # (a Tensor[] argument)
+        be = pick_backend(self.name, backend, first.device, have)
+        if be == "reference":
+            kw = named._asdict()
+            if "seed" in kw:
+                kw["rng"] = Rng(kw.pop("seed"), kw.pop("seed_value"), kw.pop("offset"),
+                                kw.pop("offset_value"))  # fmt: skip
+            r = write_outs(out, tuple(self.reference(**kw) or ()))
+        elif self.kernel is not None:  # handles triton too
+            r = self.kernel(be, named, out)
+        elif be == "triton":
+            module, fn = self.triton.split(":")
+            entry = getattr(__import__(f"specops.triton_kernels.{module}", fromlist=[fn]), fn)
+            r = write_outs(out, tuple(entry(*flat) or ()))
+        else:
+            r = self.launch(be, *flat, out=out)
+        if out is not None:
+            return tuple(out)
+        return tuple(r) if r is not None else ()
+
+    def impl(self, *a, out=None):
+        """``run`` with the schema's result: the tensor itself for a one-output op, None for an
+        op without outputs."""
+        r = self.run(*a, out=out)
         n = len(self.outs)
-        if n == 1:  # the binding takes the tensor or None (it makes the output)
-            conds.append("(out is None or type(out) is _Tensor)")
-            exprs.append("out")
-        elif n:
-            setup.append(f"_o = {(None,) * n!r} if out is None else _fast_outs(out, {n})")
-            gates.insert(0, "_o is not None")
-            exprs.append("*_o")
-        body = [f"    if fast is not None{''.join(f' and {x}' for x in conds)}:"]
-        body += [f"        {x}" for x in setup]
-        pad = "        "
-        if gates:
-            body.append(f"        if {' and '.join(gates)}:")
-            pad += "    "
-        body += [
-            f"{pad}try:",
-            f"{pad}    _r = fast({', '.join(exprs)})",
-            f"{pad}except (TypeError, ValueError):",
-            f"{pad}    pass  # the checks name what is wrong, or normalise the layout",
-            f"{pad}else:",
-            f"{pad}    return {ret}",
-        ]
-        out = "out" if n else "None"  # an op without outputs has no out=
-        checked = [
-            f"    _r = _checked(_decl, backend, {out}, ({', '.join(self.params)},))",
-            f"    return {ret}",
-        ]
-        if not self.fast:
-            return checked
-        # read through the module: a test switches the fast path off by patching it
-        first = self.params[0]
-        return [f"    fast = _dispatch.fast_kernel(_name, {first}, backend, _backends)", *body,
-                *checked]  # fmt: skip
+        return r[0] if n == 1 else r if n else None
+
+    def launch(self, be: str, *flat, out=None, **extra) -> tuple:
+        """The compiled kernel for ``be`` ("cpu", "cuda", "cuda_sim") on the flat arguments, each
+        tensor first put in the form it reads (``Ten.form``); ``extra``: keyword arguments of the
+        binding after the outputs (workspaces, ``launch_extra``'s)."""
+        if self.forms:
+            flat = list(flat)
+            for i, form in self.forms:
+                if flat[i] is not None:
+                    flat[i] = form(flat[i])
+        if self.launch_extra is not None:
+            extra = {**self.launch_extra(be, self.Flat._make(flat)), **extra}
+        binding = getattr(_build._C, f"{self.name}_{be}")
+        res = binding(*flat, *(out or self._no_outs), **extra)
+        return res if self.complete is None else self.complete(res, self.Flat._make(flat), out)
 
     # shapes ---------------------------------------------------------------------------------
     def out_shapes(self, flat) -> tuple[tuple[int, ...], ...]:
-        """The outputs' shapes for the flat arguments ``flat``."""
-        return self._out_shapes(*flat)
+        """The outputs' shapes for the flat arguments ``flat``: each symbol read from the first
+        (non-optional) input whose shape names it, a flat argument or a derived size."""
+        sym = dict(zip(self.flat_names, flat))
+        for a in self.args:
+            if not isinstance(a, Ten) or a.optional or not a.shape:
+                continue
+            syms, t = a.shape.split(), sym[a.name]
+            for j, s in enumerate(syms):
+                if s in sym:
+                    continue
+                if s == "...":
+                    sym[s] = tuple(t.shape[: t.dim() - (len(syms) - 1)])
+                else:
+                    sym[s] = t.shape[j - len(syms)] if "..." in syms else t.shape[j]
+        for s, fn in self.sizes.items():
+            sym[s] = fn(*(sym[p] for p in arg_names(fn)))
+        return tuple(
+            tuple(d for e in dims for d in (sym[e] if e == "..." else (sym[e],)))
+            for dims in self._out_dims
+        )
 
     def out_dtype(self, flat, i: int = 0) -> torch.dtype:
         j = self._dtype_from[i]
@@ -401,48 +384,6 @@ class OpDecl:
         )
         return outs[0] if len(outs) == 1 else outs
 
-    # the implementation torch.library runs --------------------------------------------------
-    def impl(self, *a, out=None):
-        """-> the outputs (a tuple; the tensor itself for a one-output op, None for an op without
-        outputs, as its schema says)."""
-        flat, backend = a[:-1], a[-1]
-        have = self.backends if self.backends_for is None else self.backends_for(flat, backend)
-        first = flat[0][0] if type(flat[0]) is list else flat[0]  # (a Tensor[] argument)
-        be = pick_backend(self.name, backend, first.device, have)
-        if self.kernel is not None and be != "reference":  # handles triton too
-            r = self.kernel(be, flat, out)
-        else:
-            r = self._run(be, flat, out)
-        n = len(self.outs)
-        return r[0] if n == 1 else r if n else None
-
-    def _run(self, be, flat, out):
-        if be == "reference":
-            kw = dict(zip(self.flat_names, flat))
-            if "seed" in kw:
-                kw["rng"] = Rng(kw.pop("seed"), kw.pop("seed_value"), kw.pop("offset"),
-                                kw.pop("offset_value"))  # fmt: skip
-            return write_outs(out, tuple(self.reference(**kw) or ()))
-        if be == "triton":
-            module, fn = self.triton.split(":")
-            entry = getattr(__import__(f"specops.triton_kernels.{module}", fromlist=[fn]), fn)
-            return write_outs(out, tuple(entry(*flat) or ()))
-        return self.launch(be, *flat, out=out)
-
-    def launch(self, be: str, *flat, out=None, **extra) -> tuple:
-        """The compiled kernel for ``be`` ("cpu", "cuda", "cuda_sim") on the flat arguments, each
-        tensor first put in the form it reads (``Ten.form``); ``extra``: keyword arguments of the
-        binding after the outputs (workspaces, ``launch_extra``'s)."""
-        if self.forms:
-            flat = list(flat)
-            for i, form in self.forms:
-                if flat[i] is not None:
-                    flat[i] = form(flat[i])
-        if self.launch_extra is not None:
-            extra = {**self.launch_extra(be, flat), **extra}
-        res = launch(be, self.name, *flat, *(out or (None,) * len(self.outs)), **extra)
-        return res if self.complete is None else self.complete(res, flat, out)
-
     def schema(self) -> str:
         alias = iter("abcdefghijklmnop")
         args = ", ".join(
@@ -458,33 +399,7 @@ class OpDecl:
         return f"({args}) -> ({', '.join('Tensor' for _ in self.outs)})"
 
 
-_KW, _EMPTY = inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.empty
-
-
-def _plain(sig: inspect.Signature) -> str:
-    """``sig`` as source, without annotations, each default read from ``_d_<name>``."""
-    return str(
-        sig.replace(
-            parameters=[
-                p.replace(
-                    annotation=_EMPTY, default=_EMPTY if p.default is _EMPTY else _Default(p.name)
-                )
-                for p in sig.parameters.values()
-            ],
-            return_annotation=_EMPTY,
-        )
-    )
-
-
-class _Default:
-    def __init__(self, name):
-        self.name = name
-
-    def __repr__(self):
-        return f"_d_{self.name}"
-
-
-# registration and the one dispatch ----------------------------------------------------------
+# registration -------------------------------------------------------------------------------
 def register_decl(d: OpDecl, keys=("CPU", "CUDA")) -> None:
     """Define ``specops::<name>`` (schema ``d.schema()``) and, for an op with outputs,
     ``specops::<name>_out`` (the same arguments followed by the preallocated outputs it writes),
@@ -499,14 +414,14 @@ def register_decl(d: OpDecl, keys=("CPU", "CUDA")) -> None:
         args = schema[: schema.rindex(")", 0, schema.index("->"))]
 
         def impl_out(*a):
-            d.impl(*a[:-n], out=a[-n:])
+            d.run(*a[:-n], out=a[-n:])
 
         define(d.name + "_out", f"{args}, {outs}) -> ()", impl_out, lambda *a: None, keys)
 
 
-def _fast_outs(out, n: int):
+def fast_outs(out, n: int):
     """``out`` as the binding takes it (None for each output to make), or None when the checked
-    path must see it."""
+    path must see it (the generated fast paths of ops with several outputs)."""
     if out is None:
         return (None,) * n
     if type(out) is torch.Tensor and n == 1:
@@ -518,26 +433,3 @@ def _fast_outs(out, n: int):
     ):
         return tuple(out)
     return None
-
-
-def _checked(d: OpDecl, backend: str, out, args: tuple) -> tuple:
-    """The checked path of a declared op (``OpDecl.call`` after its fast path declined):
-    ``d.check`` names what is wrong, ``d.flat_args`` lowers, and ``ops.<name>`` (or
-    ``<name>_out`` with ``out``) runs the backend table -> the outputs."""
-    d.check(*args, backend)
-    flat = d.flat_args(*args)
-    if out is None:
-        r = getattr(ops, d.name)(*flat, backend)
-        return (r,) if len(d.outs) == 1 else r if d.outs else ()
-    single = isinstance(out, torch.Tensor)
-    if len(d.outs) == 1 and not single:
-        raise TypeError(f"specops.{d.name}: out must be a torch.Tensor, got {type(out).__name__}")
-    dev = args[0].device
-    shapes, dtypes = d.out_shapes(flat), d.out_dtypes(flat)
-    specs = [(o.name, s, t, dev) for o, s, t in zip(d.outs, shapes, dtypes)]
-    outs = check_out(d.name, (out,) if single else out, specs, [o.contiguous for o in d.outs])
-    check_no_alias(
-        d.name, [(f"out.{s[0]}", t) for s, t in zip(specs, outs)], zip(d.flat_names, flat)
-    )
-    getattr(ops, d.name + "_out")(*flat, backend, *outs)
-    return outs

@@ -1,6 +1,6 @@
 """Dispatch: torch.library definition of the ops (``define``, from their declarations'
 schemas, specops/ops/_decl.py), the cheap eager caller, the eager fast path straight to the
-compiled binding, kernel launch."""
+compiled binding (the launch itself: ``OpDecl.launch``)."""
 
 from __future__ import annotations
 
@@ -34,16 +34,6 @@ def stream_of(device: torch.device) -> int:
         index = device.index if device.index is not None else torch.cuda.current_device()
         return _raw_stream(index)
     return torch.cuda.current_stream(device).cuda_stream
-
-
-def launch(be: str, name: str, *args, **kwargs) -> tuple:
-    """Run the compiled kernel ``name``: its C++ twin ``<name>_cpu``, its CUDA launcher
-    ``<name>_cuda`` (on torch's current stream of the tensors' device), or that launcher's
-    emulated build ``<name>_cuda_sim``.  Tensors go in as they are: the bindings read their
-    pointer, dtype, sizes and strides (csrc/tensor_arg.h) and raise a ValueError naming the
-    argument for any layout the kernel cannot read.  An output passed as None is allocated by the
-    binding; -> the tuple of the op's outputs."""
-    return getattr(_build._C, f"{name}_{be}")(*args, **kwargs)
 
 
 # eager fast path --------------------------------------------------------------------------
@@ -108,11 +98,17 @@ _function_modes = torch._C._is_torch_function_mode_enabled
 _transforms = torch._C._functorch.peek_interpreter_stack
 
 
+def eager() -> bool:
+    """Whether a call runs eagerly on plain tensors: not while torch.compile / export traces, and
+    with no dispatch or torch-function mode (e.g. FakeTensorMode) and no functorch transform."""
+    return not (_compiling() or _dispatch_modes() or _function_modes() or _transforms() is not None)
+
+
 def _eager_caller(name: str, impl):
     packet = getattr(torch.ops.specops, name)
 
     def call(*args):
-        if _compiling() or _dispatch_modes() or _function_modes() or _transforms() is not None:
+        if not eager():
             return packet(*args)
         return impl(*args)
 

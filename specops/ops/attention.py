@@ -23,7 +23,9 @@ from specops.ops import _common as c
 from specops.ops._decl import OpDecl, Out, Ten, Value, register_decl
 from specops.tree import Tree
 
-__all__ = ["tree_attention", "append_kv"]
+# the public functions tree_attention and append_kv: written from these declarations to
+# specops/ops/_generated_attention.py by scripts/gen_ops.py
+__all__: list[str] = []
 
 _KW = inspect.Parameter.KEYWORD_ONLY
 
@@ -162,12 +164,13 @@ class _Scales(dict):
 
 
 _SCALES = _Scales()
+_F32, _INF = torch.float32, math.inf
 
 
-def _attention_backends(flat, backend: str) -> tuple[str, ...]:
+def _attention_backends(a, backend: str) -> tuple[str, ...]:
     """float64 runs on the reference, head dims past the Triton kernel's on the C++ twin; the
     cascade (by name only) where flash-attn takes the inputs."""
-    q, k_cache, v_cache, _, _, block_table, _ = flat
+    q, k_cache, v_cache, block_table = a.q, a.k_cache, a.v_cache, a.block_table
     if q.dtype == torch.float64:
         have = ("reference",)
     elif q.shape[-1] > _TRITON_MAX_HEAD_DIM:
@@ -189,22 +192,22 @@ def _attention_reference(q, k_cache, v_cache, cache_seqlens, mask_bits, block_ta
     return o.contiguous(), lse.float().contiguous()
 
 
-def _attention_kernel(be, flat, out):
+def _attention_kernel(be, a, out):
     """cascade, the C++ twin (it writes float32: other dtypes through one rounding copy) and
-    Triton."""
-    q = flat[0]
+    Triton (both entries take the flat arguments in the declared order)."""
+    q = a.q
     if be == "cascade":
-        return c.write_outs(out, cascade.tree_attention_cascade(*flat))
+        return c.write_outs(out, cascade.tree_attention_cascade(*a))
     b, n, hq, d = q.shape
     if out is None:
         out = (q.new_empty((b, n, hq, d)), q.new_empty((b, n, hq), dtype=torch.float32))
     if be == "triton":
         from specops.triton_kernels.tree_attention import tree_attention_triton
 
-        tree_attention_triton(*flat, *out)
+        tree_attention_triton(*a, *out)
         return tuple(out)
     o32 = out[0] if q.dtype == torch.float32 else q.new_empty((b, n, hq, d), dtype=torch.float32)
-    ATTENTION.launch(be, *flat, out=(o32, out[1]))
+    ATTENTION.launch(be, *a, out=(o32, out[1]))
     if o32 is not out[0]:
         out[0].copy_(o32)
     return tuple(out)
@@ -229,17 +232,19 @@ ATTENTION = OpDecl(
         Value(
             "tree",
             (("mask_bits", "Tensor"),),
-            expr="tree.mask_bits if type(tree) is _Tree else tree",
-            fast_cond="type(tree) is _Tree",
-            fast_expr="tree.mask_bits",
+            lower=lambda tree: tree.mask_bits if type(tree) is Tree else tree,
+            fast_if=lambda tree: type(tree) is Tree,
+            fast=lambda tree: tree.mask_bits,
         ),
         Ten("block_table", "B M", optional=True),
         Value(
             "sm_scale",
             (("sm_scale", "float"),),
-            expr="_scales[q.shape[-1]] if sm_scale is None else float(sm_scale)",
-            fast_cond="(sm_scale is None or (type(sm_scale) is float and -_inf < sm_scale < _inf))",
-            fast_expr="_scales[q.shape[-1]] if sm_scale is None else sm_scale",
+            lower=lambda sm_scale, q: _SCALES[q.shape[-1]] if sm_scale is None else float(sm_scale),
+            fast_if=lambda sm_scale: (
+                sm_scale is None or (type(sm_scale) is float and -_INF < sm_scale < _INF)
+            ),
+            fast=lambda sm_scale, q: _SCALES[q.shape[-1]] if sm_scale is None else sm_scale,
         ),
         Value("return_lse"),  # the public function's option: not a kernel argument
     ),
@@ -249,23 +254,19 @@ ATTENTION = OpDecl(
     check=_check_attention,
     reference=_attention_reference,
     kernel=_attention_kernel,
-    fast_when="q.dtype == _f32",  # the C++ twin writes float32
-    env={
-        "_scales": _SCALES,
-        "_inf": math.inf,
-        "_f32": torch.float32,
-        "_both_outs": _both_outs,
-    },  # fmt: skip
+    fast_when=lambda q: q.dtype == _F32,  # the C++ twin writes float32
 )
 
-tree_attention = ATTENTION.public(
+ATTENTION.public(
     reference.tree_attention,
-    prepare="out = out if out is None and lse_out is None else _both_outs(out, lse_out, q)",
+    prepare=lambda out, lse_out, q: (
+        out if out is None and lse_out is None else _both_outs(out, lse_out, q)
+    ),
     options=tuple(
         inspect.Parameter(name, _KW, default=None, annotation="torch.Tensor | None")
         for name in ("out", "lse_out")  # out: the attention output; lse_out: the lse
     ),
-    result="_r if return_lse else _r[0]",  # (out, lse): the binding's tuple
+    result=lambda r, return_lse: r if return_lse else r[0],  # (out, lse): the binding's tuple
     doc="""Attention of N tree tokens over a committed prefix plus their ancestors.
 
     Parameters
@@ -352,14 +353,12 @@ APPEND = OpDecl(
     mutates=("k_cache", "v_cache"),
     backends=("triton", "cpu", "reference"),
     # float64 runs on the reference; the C++ twin and Triton read every tensor with its strides
-    backends_for=lambda flat, be: (
-        APPEND.backends if flat[2].dtype != torch.float64 else ("reference",)
-    ),
+    backends_for=lambda a, be: APPEND.backends if a.k.dtype != torch.float64 else ("reference",),
     check=_check_append,
     reference=_append_reference,
     triton="append_kv:append_kv_triton",
 )
-append_kv = APPEND.public(
+APPEND.public(
     reference.append_kv,
     doc="""Write the new tokens' k, v into the caches at positions cache_seqlens[b] + n, in place.
 

@@ -10,12 +10,13 @@ import numbers
 import torch
 
 from specops import _build, reference
-from specops._int_arg import check_int
-from specops._nvtx import traced
 from specops.ops import _common as c
 from specops.ops._decl import OpDecl, Out, Ten, Value, register_decl
 
-__all__ = ["FeatureCache", "gather_rows", "drafter_inputs", "path_similarity"]
+# the public functions gather_rows, drafter_inputs and path_similarity (and feature_cache_write,
+# which FeatureCache.write runs, specops/ops/feature_cache.py): written from these declarations
+# to specops/ops/_generated_features.py by scripts/gen_ops.py
+__all__: list[str] = []
 
 _BACKENDS = c.declare_backends(
     ("triton", "cpu", "reference"),
@@ -47,24 +48,23 @@ def _check_gather(src, index, backend) -> None:
     _check_index_values("gather_rows", "index", index, src.shape[1])
 
 
-def _write_into(d: OpDecl, be: str, flat, out) -> tuple:
-    """The C++ twin (its binding makes the output when not given) or Triton's ``<op>_triton``
-    (triton_kernels/features.py), which writes a given output."""
-    if be != "triton":
-        return d.launch(be, *flat, out=out)
+def _triton_into(d: OpDecl, a, out) -> tuple:
+    """Triton's ``<op>_triton`` (triton_kernels/features.py), which takes the flat arguments
+    ``a`` in the declared order and writes a given output.  (The C++ twins' bindings make the
+    output when not given: ``d.launch``.)"""
     if out is not None:
         (res,) = out
     else:
-        (shape,) = d.out_shapes(flat)
-        res = flat[0].new_empty(shape, dtype=d.out_dtype(flat))
+        (shape,) = d.out_shapes(a)
+        res = a[0].new_empty(shape, dtype=d.out_dtype(a))
     from specops.triton_kernels import features as triton_features
 
-    getattr(triton_features, f"{d.name}_triton")(*flat, res)
+    getattr(triton_features, f"{d.name}_triton")(*a, res)
     return (res,)
 
 
-def _gather_kernel(be, flat, out):
-    return _write_into(GATHER, be, flat, out)
+def _gather_kernel(be, a, out):
+    return GATHER.launch(be, *a, out=out) if be != "triton" else _triton_into(GATHER, a, out)
 
 
 GATHER = OpDecl(
@@ -76,7 +76,7 @@ GATHER = OpDecl(
     reference=lambda src, index: (reference.gather_rows(src, index),),
     kernel=_gather_kernel,
 )
-gather_rows = GATHER.public(
+GATHER.public(
     reference.gather_rows,
     doc="""Rows gathered per request: out[b, j] = src[b, index[b, j]] -> [B, M, H].
 
@@ -122,8 +122,8 @@ def _check_drafter(embedding, tokens, features, step_embedding, backend) -> None
     _check_index_values(op, "tokens", tokens, embedding.shape[0], "token id")
 
 
-def _drafter_kernel(be, flat, out):
-    return _write_into(DRAFTER, be, flat, out)
+def _drafter_kernel(be, a, out):
+    return DRAFTER.launch(be, *a, out=out) if be != "triton" else _triton_into(DRAFTER, a, out)
 
 
 DRAFTER = OpDecl(
@@ -134,13 +134,13 @@ DRAFTER = OpDecl(
         Ten("features", "B M H"),
         Ten("step_embedding", "... S", optional=True),
     ),
-    outs=(
-        Out(
-            "out",
-            "B, M, E + H + (0 if step_embedding is None else step_embedding.shape[-1])",
-            dtype="embedding",
-        ),
-    ),  # fmt: skip
+    outs=(Out("out", "B, M, O", dtype="embedding"),),
+    # O: the embedding, the features and the step embedding side by side
+    sizes={
+        "O": lambda E, H, step_embedding: (
+            E + H + (0 if step_embedding is None else step_embedding.shape[-1])
+        )
+    },
     backends=_BACKENDS,
     check=_check_drafter,
     reference=lambda embedding, tokens, features, step_embedding: (
@@ -148,7 +148,7 @@ DRAFTER = OpDecl(
     ),
     kernel=_drafter_kernel,
 )
-drafter_inputs = DRAFTER.public(
+DRAFTER.public(
     reference.drafter_inputs,
     doc="""The EAGLE/HiViS drafter input in one kernel -> [B, M, E + H (+ S)].
 
@@ -222,12 +222,13 @@ def _check_path_similarity(paths, codebook, alpha, stride, backend) -> None:
         )
 
 
-def _path_similarity_kernel(be, flat, out):
-    paths, codebook, alpha, stride = flat
-    if paths.shape[1] < 2:  # P = 1 is the constant 1.0 on every backend (no kernel to run)
-        res = reference.path_similarity(paths, codebook, alpha=alpha, stride=stride)
+def _path_similarity_kernel(be, a, out):
+    if a.paths.shape[1] < 2:  # P = 1 is the constant 1.0 on every backend (no kernel to run)
+        res = reference.path_similarity(a.paths, a.codebook, alpha=a.alpha, stride=a.stride)
         return c.write_outs(out, (res,))
-    return _write_into(PATH_SIMILARITY, be, flat, out)
+    if be != "triton":
+        return PATH_SIMILARITY.launch(be, *a, out=out)
+    return _triton_into(PATH_SIMILARITY, a, out)
 
 
 PATH_SIMILARITY = OpDecl(
@@ -239,17 +240,17 @@ PATH_SIMILARITY = OpDecl(
         Value(
             "alpha",
             (("alpha", "float"),),
-            expr="float(alpha)",
-            fast_cond="type(alpha) is float and 0.0 <= alpha <= 1.0",
-            fast_expr="alpha",
+            lower=lambda alpha: float(alpha),
+            fast_if=lambda alpha: type(alpha) is float and 0.0 <= alpha <= 1.0,
+            fast=lambda alpha: alpha,
         ),
         # every stride >= L reads position 0 alone: the same result, and no int64 overflow
         Value(
             "stride",
             (("stride", "SymInt"),),
-            expr="min(int(stride), paths.shape[2])",
-            fast_cond="type(stride) is int and stride >= 1",
-            fast_expr="min(stride, paths.shape[2])",
+            lower=lambda stride, paths: min(int(stride), paths.shape[2]),
+            fast_if=lambda stride: type(stride) is int and stride >= 1,
+            fast=lambda stride, paths: min(stride, paths.shape[2]),
         ),
     ),
     outs=(Out("out", "B", torch.float32),),
@@ -259,9 +260,9 @@ PATH_SIMILARITY = OpDecl(
         reference.path_similarity(paths, codebook, alpha=alpha, stride=stride),
     ),
     kernel=_path_similarity_kernel,
-    fast_when=f"2 <= paths.shape[1] <= {_MAX_PATHS} and paths.shape[2] >= 1",
+    fast_when=lambda paths: 2 <= paths.shape[1] <= _MAX_PATHS and paths.shape[2] >= 1,
 )
-path_similarity = PATH_SIMILARITY.public(
+PATH_SIMILARITY.public(
     reference.path_similarity,
     doc="""VVS's skip decision (Eq. 2): the weighted mean pairwise cosine similarity of paths
     -> [B].
@@ -346,8 +347,9 @@ def _write_reference(store, stamps, positions, feats, step, step_value) -> None:
     reference.feature_cache_write(store, stamps, positions, feats, step)
 
 
-def _write_kernel(be, flat, out) -> None:
-    store, stamps, positions, feats, step_t, step_i = flat
+def _write_kernel(be, a, out) -> None:
+    store, stamps, positions, feats = a.store, a.stamps, a.positions, a.feats
+    step_t, step_i = a.step, a.step_value
     if be == "cpu":
         if feats.dtype != store.dtype:
             feats = feats.to(store.dtype)  # the kernel moves rows of the store's dtype
@@ -371,9 +373,9 @@ WRITE = OpDecl(
         Value(
             "step",
             (("step", "Tensor?"), ("step_value", "SymInt")),
-            expr="*_step_parts(step)",
-            fast_cond="type(step) is int and -2147483648 <= step < 2147483648",
-            fast_expr="None, step",
+            lower=_step_parts,
+            fast_if=lambda step: type(step) is int and -2147483648 <= step < 2147483648,
+            fast=lambda step: (None, step),
         ),
     ),
     outs=(),
@@ -382,139 +384,25 @@ WRITE = OpDecl(
     check=_check_write,
     reference=_write_reference,
     kernel=_write_kernel,
-    env={"_step_parts": _step_parts},
+)
+WRITE.public(
+    reference.feature_cache_write,
+    doc="""The write ``FeatureCache.write`` runs: store[b, positions[b, j]] = feats[b, j] and
+    stamps[b, positions[b, j]] = step; -1 positions skipped.
+
+    Parameters
+    ----------
+    store : [B, C, H] float32/float16/bfloat16
+        The cache's features, written in place.
+    stamps : [B, C] int32
+        The step each slot was last written (-1: never), written in place.
+    positions : [B, M] int32/int64
+        The slots to write; -1 skips.
+    feats : [B, M, H] float
+        The rows to store.
+    step : int or [] / [1] / [B] integer tensor
+        The stamp.
+    backend : str
+        "auto", "triton", "cpu" (the C++ twin) or "reference".""",
 )
 register_decl(WRITE)
-
-
-class FeatureCache:
-    """VVS's token-level feature cache: a preallocated [B, capacity, H] store of the target's
-    hidden states by token position, and a per-slot int32 step stamp (-1: never written).
-
-    Verified step t (post verification included: the tokens accepted without verification
-    earlier are re-run by this target pass)::
-
-        cache.write(positions, hidden, step=t)        # [B, N], [B, N, H]; -1 positions skipped
-
-    Skipped step (tokens accepted without verification have no features yet): read the most
-    recent cached ones, of mixed staleness, without a host sync::
-
-        pos = cache.recent_positions(verified_len, num_unverified, width)
-        feats = cache.read(pos)                       # [B, width, H], -1 -> zeros
-        staleness = cache.age(pos, step=t)            # [B, width] int32, -1 for -1 / unwritten
-
-    ``step`` is an int or an integer tensor [] / [B] (device-side step counters for CUDA
-    graphs).  Positions outside [0, capacity) raise in validation mode; in fast mode writes to
-    them are dropped and reads give zeros.  A position repeated within one write row stores one
-    of its rows (unspecified which; validation mode raises).  ``backend`` runs ``write`` (the op
-    ``feature_cache_write``, listed beside ``FeatureCache`` in ``specops.backend_table()``) and
-    ``read`` (``gather_rows``)."""
-
-    def __init__(self, batch, capacity, hidden, dtype=torch.float32, device=None, backend="auto"):
-        op = "specops.FeatureCache"
-        if not isinstance(dtype, torch.dtype) or dtype not in _FLOATS:
-            raise TypeError(f"{op}: dtype must be one of {_FLOATS}, got {dtype!r}")
-        for name, v in (("batch", batch), ("capacity", capacity), ("hidden", hidden)):
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-                raise TypeError(f"{op}: {name} must be an int >= 0, got {type(v).__name__} {v!r}")
-            if v < 0:
-                raise ValueError(f"{op}: {name} must be an int >= 0, got {v}")
-        batch, capacity, hidden = int(batch), int(capacity), int(hidden)
-        size = batch * capacity * hidden * torch.empty((), dtype=dtype).element_size()
-        if size > 2**63 - 1:
-            raise ValueError(
-                f"{op}: batch * capacity * hidden must fit in one tensor (2**63 - 1 bytes), got "
-                f"{batch} * {capacity} * {hidden} ({size} bytes)"
-            )
-        if not isinstance(backend, str) or backend not in c.BACKENDS:
-            raise ValueError(f"{op}: backend must be one of {c.BACKENDS}, got {backend!r}")
-        try:
-            dev = torch.device(device) if device is not None else torch.device("cpu")
-            torch.empty(0, device=dev)  # an unavailable device (no CUDA, index out of range)
-        except (RuntimeError, TypeError, ValueError, AssertionError) as e:
-            raise ValueError(
-                f"{op}: device must be None or an available torch device, got {device!r} ({e})"
-            ) from None
-        self.features = torch.zeros(batch, capacity, hidden, dtype=dtype, device=dev)
-        self.stamps = torch.full((batch, capacity), -1, dtype=torch.int32, device=dev)
-        self.backend = backend
-
-    @property
-    def batch(self) -> int:
-        return self.features.shape[0]
-
-    @property
-    def capacity(self) -> int:
-        return self.features.shape[1]
-
-    @property
-    def hidden(self) -> int:
-        return self.features.shape[2]
-
-    @property
-    def device(self) -> torch.device:
-        return self.features.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.features.dtype
-
-    def reset(self) -> None:
-        """Forget everything (stamps -1, features 0)."""
-        self.features.zero_()
-        self.stamps.fill_(-1)
-
-    def _check_positions(self, op, positions):
-        _check_positions(op, positions, self.batch, self.capacity, self.device)
-
-    def _step(self, op, step):
-        _check_step(op, step, self.batch, self.device)
-        return _step_parts(step)
-
-    @traced("FeatureCache.write")
-    def write(self, positions: torch.Tensor, feats: torch.Tensor, step) -> None:
-        """store[b, positions[b, j]] = feats[b, j], stamped ``step``; -1 positions skipped."""
-        WRITE.call(self.backend, None, self.features, self.stamps, positions, feats, step)
-
-    def read(self, positions: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
-        """[B, M, H]: the cached features at ``positions``; -1 (and never-written slots, which
-        hold zeros) read as zeros.  ``out``: a preallocated [B, M, H] buffer."""
-        self._check_positions("FeatureCache.read", positions)
-        return GATHER.call(self.backend, out, self.features, positions)[0]
-
-    def age(self, positions: torch.Tensor, step) -> torch.Tensor:
-        """[B, M] int32: step - the step each slot was last written; -1 for -1 positions and
-        never-written slots."""
-        op = "FeatureCache.age"
-        self._check_positions(op, positions)
-        step_t, step_i = self._step(op, step)
-        return reference.feature_cache_age(
-            self.stamps, positions, step_t if step_t is not None else step_i
-        )
-
-    def recent_positions(self, end, count, width: int) -> torch.Tensor:
-        """[B, width] int32 on the cache's device: end - count, ..., end - 1 per request, then
-        -1 (the ``count`` most recent positions before ``end``; ints or [] / [B] integer tensors
-        ([1] broadcast) on the cache's device; ``width`` an int >= 0)."""
-        op = "FeatureCache.recent_positions"
-        width = check_int(f"specops.{op}", "width", width, 0)
-        for name, v in (("end", end), ("count", count)):
-            if isinstance(v, torch.Tensor):
-                c.check_ids(op, name, v, ndim=(0, 1), device=self.device)
-                if v.numel() not in (1, self.batch):
-                    raise ValueError(
-                        f"specops.{op}: {name} must have shape [], [1] or [{self.batch}] (the "
-                        f"cache's batch), got {tuple(v.shape)}"
-                    )
-            elif isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(
-                    f"specops.{op}: {name} must be an int or an integer tensor, got {v!r}"
-                )
-        pos = reference.recent_positions(end, count, width, device=self.device)
-        return pos.expand(self.batch, width).contiguous()
-
-    def __repr__(self) -> str:
-        return (
-            f"FeatureCache(batch={self.batch}, capacity={self.capacity}, hidden={self.hidden}, "
-            f"dtype={self.dtype}, device={self.device})"
-        )

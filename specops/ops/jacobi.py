@@ -12,7 +12,9 @@ from specops.ops._decl import OpDecl, Out, RelaxArg, RngArg, Scalar, Ten, TreeAr
 from specops.reference import verify as rv
 from specops.reference.verify import JacobiResult
 
-__all__ = ["verify_jacobi"]
+# the public function verify_jacobi: written from this declaration to
+# specops/ops/_generated_jacobi.py by scripts/gen_ops.py
+__all__: list[str] = []
 
 
 def _check(target_probs, window_tokens, draft_probs, tree, continue_after_reject, num_candidates,
@@ -68,10 +70,10 @@ def _five(target_probs, num, next_window, first_reject, candidates, path) -> tup
 _COUNTERS: dict[tuple[str, int, int], torch.Tensor] = {}
 
 
-def _counters(be: str, flat) -> dict:
-    if be not in ("cuda", "cuda_sim") or flat[3] is None:  # flat[3]: first_child (tree mode)
+def _counters(be: str, a) -> dict:
+    if be not in ("cuda", "cuda_sim") or a.first_child is None:  # tree mode only
         return {}
-    dev, b = flat[0].device, flat[0].shape[0]
+    dev, b = a.target_probs.device, a.target_probs.shape[0]
     index = -1  # CPU tensors (backend "cuda_sim")
     if dev.type == "cuda":
         index = dev.index if dev.index is not None else torch.cuda.current_device()
@@ -83,19 +85,22 @@ def _counters(be: str, flat) -> dict:
     return {"counters": buf}
 
 
-def _complete(res: tuple, flat, out) -> tuple:
+def _complete(res: tuple, a, out) -> tuple:
     """The binding's outputs (num, next_window, first_reject[, candidates][, path]) as the op's
     five, the unused ones empty ([B, L, 0] and [B, 0]) or the caller's."""
     if out is not None:
         return tuple(out)
-    k, tree = flat[6], flat[3] is not None  # num_candidates, first_child
-    return _five(flat[0], *res[:3], res[3] if k > 1 else None, res[-1] if tree else None)
+    k, tree = a.num_candidates, a.first_child is not None
+    return _five(a.target_probs, *res[:3], res[3] if k > 1 else None, res[-1] if tree else None)
 
 
-def _five_outs(out, target_probs, k: bool, tree: bool):
-    """``out`` as the five buffers the op writes: the caller's fields (all five, unused ones
-    None, or only the produced ones in order) and empty ones never written ([B, L, 0], [B, 0])
-    for candidates without proactive candidates and path without a tree."""
+def _five_outs(out, target_probs, num_candidates, tree):
+    """A public ``out`` (a tuple or list) as the five buffers the op writes: the caller's fields
+    (all five, unused ones None, or only the produced ones in order) and empty ones never written
+    ([B, L, 0], [B, 0]) for candidates without proactive candidates and path without a tree."""
+    if not isinstance(out, (tuple, list)) or not isinstance(target_probs, torch.Tensor):
+        return out  # the checks say what is wrong
+    k, tree = num_candidates != 1, tree is not None
     used = 3 + k + tree
     if len(out) == 5:
         fields = [*out[:3], *((out[3],) if k else ()), *((out[4],) if tree else ())]
@@ -115,7 +120,7 @@ JACOBI = OpDecl(
         TreeArg(("first_child", "next_sibling"), optional=True, form=vc.tree_array),
         Scalar("continue_after_reject", "bool"),
         Scalar("num_candidates", "int"),
-        RngArg(requests="target_probs.shape[0]"),
+        RngArg(batch="target_probs"),
         RelaxArg(),
         Ten("uniforms", "B D", optional=True),
     ),
@@ -123,28 +128,32 @@ JACOBI = OpDecl(
         Out("num_accepted", "B"),
         Out("next_window", "B, L"),
         Out("first_reject", "B"),
-        Out("candidates", "B, L, num_candidates if num_candidates > 1 else 0"),
-        Out("path", "B, L if first_child is not None else 0"),
+        Out("candidates", "B, L, C"),
+        Out("path", "B, W"),
     ),
+    sizes={
+        "C": lambda num_candidates: num_candidates if num_candidates > 1 else 0,
+        "W": lambda L, first_child: L if first_child is not None else 0,  # (tree mode only)
+    },
     backends=("cuda", "cpu", "reference"),
     check=_check,
     reference=_reference,
     # CUDA tree mode needs the completion counters (launch_extra), which the checked path adds
-    fast_when="tree is None or not target_probs.is_cuda",
+    fast_when=lambda tree, target_probs: tree is None or not target_probs.is_cuda,
     launch_extra=_counters,
     complete=_complete,  # the fast path returns the binding's outputs as they are
-    env={"_five_outs": _five_outs, "_JacobiResult": JacobiResult},
 )
 
 
-verify_jacobi = JACOBI.public(
+JACOBI.public(
     rv.verify_jacobi,
     # out: the caller's fields as the five buffers the op writes; the result: the fields produced
-    prepare="if out is not None and isinstance(out, (tuple, list)) "
-    "and isinstance(target_probs, _Tensor): "
-    "out = _five_outs(out, target_probs, num_candidates != 1, tree is not None)",
-    result="_JacobiResult(_r[0], _r[1], _r[2], _r[3] if num_candidates != 1 else None, "
-    "_r[-1] if tree is not None else None)",
+    prepare=lambda out, target_probs, num_candidates, tree: (
+        out if out is None else _five_outs(out, target_probs, num_candidates, tree)
+    ),
+    result=lambda r, num_candidates, tree: JacobiResult(
+        r[0], r[1], r[2], r[3] if num_candidates != 1 else None, r[-1] if tree is not None else None
+    ),
     doc="""One Speculative Jacobi Decoding step (SJD, or SJD-PAC with continuation / a tree window).
 
     Parameters

@@ -12,7 +12,9 @@ from specops import reference
 from specops.ops import _common as c
 from specops.ops._decl import OpDecl, Ten, Value, register_decl
 
-__all__ = ["commit_kv"]
+# the public function commit_kv: written from this declaration to
+# specops/ops/_generated_kv.py by scripts/gen_ops.py
+__all__: list[str] = []
 
 _CACHE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _MAX_MOVES = 2048  # shared memory of the CUDA kernel: 16 bytes per entry of accepted_slots
@@ -210,17 +212,6 @@ def _vec_bytes(values) -> int:
     return 1
 
 
-def _launch(be, t, bases, cs, slots, block_table):
-    """``t``: the stacked cache [layers, 2, ...], or (``bases`` = (address array, alignment))
-    the first slab of a list of per-layer caches sharing its shape, dtype and strides.  The
-    binding derives the byte geometry from ``t``'s sizes and strides (csrc/bind_kv.cpp)."""
-    arr, align = (None, 0) if bases is None else bases
-    extra = {}
-    if be in ("cuda", "cuda_sim"):
-        extra["counters"] = _counter_workspace(cs.device, cs.shape[0])
-    c.launch(be, "commit_kv", t, cs, slots, block_table, bases=arr, bases_align=align, **extra)
-
-
 _offsets: OrderedDict[tuple, torch.Tensor] = OrderedDict()
 _RAW = {2: torch.int16, 4: torch.int32}
 
@@ -279,11 +270,15 @@ def _reference(caches, cache_seqlens, accepted_slots, block_table) -> None:
     reference.commit_kv(caches, cache_seqlens, slots, block_table=block_table)
 
 
-def _kernel(be, flat, out) -> None:
+def _kernel(be, a, out) -> None:
     """The compiled kernels on the schema's arguments: ``caches`` [the stacked tensor] or the
-    slabs of every layer (moved through their base addresses or, Triton, slab offsets)."""
-    caches, cs, slots, block_table = flat
-    slots, block_table = c.int32_ids(slots), c.int32_ids(block_table)
+    slabs of every layer (moved through their base addresses or, Triton, slab offsets).  The
+    binding takes ``t``, the stacked cache [layers, 2, ...] or (with ``bases``: the address
+    array and its alignment) the first slab of a list of per-layer caches sharing its shape,
+    dtype and strides, and derives the byte geometry from its sizes and strides
+    (csrc/bind_kv.cpp)."""
+    caches, cs = a.caches, a.cache_seqlens
+    slots, block_table = c.int32_ids(a.accepted_slots), c.int32_ids(a.block_table)
     t = caches[0]
     stacked = t.dim() == 6
     if slots.shape[1] == 0 or (stacked and t.shape[0] == 0):
@@ -299,7 +294,12 @@ def _kernel(be, flat, out) -> None:
         offsets = None if stacked else _slab_offsets(caches)
         _launch_triton(t, offsets, layers, slab, strides, cs, slots, block_table)
         return
-    _launch(be, t, None if stacked else _base_array(caches), cs, slots, block_table)
+    arr, align = (None, 0) if stacked else _base_array(caches)
+    extra = {}
+    if be in ("cuda", "cuda_sim"):
+        extra["counters"] = _counter_workspace(cs.device, cs.shape[0])
+    flat = a._replace(caches=t, accepted_slots=slots, block_table=block_table)
+    KV.launch(be, *flat, bases=arr, bases_align=align, **extra)
 
 
 KV = OpDecl(
@@ -308,12 +308,16 @@ KV = OpDecl(
         Value(
             "caches",
             (("caches", "Tensor[]"),),
-            expr="_slabs(caches)",
+            lower=_slabs,
             # a tensor (fast_kernel returned a binding); not CUDA: its launch also takes the
             # counter workspace; no layer or no element: the kernels' rules (_kernel)
-            fast_cond="(not caches.is_cuda and caches.dim() == 6 and caches.shape[0] > 0 "
-            "and caches.numel() > 0)",
-            fast_expr="caches",
+            fast_if=lambda caches: (
+                not caches.is_cuda
+                and caches.dim() == 6
+                and caches.shape[0] > 0
+                and caches.numel() > 0
+            ),
+            fast=lambda caches: caches,
         ),
         Ten("cache_seqlens", "B"),
         Ten("accepted_slots", "B M"),
@@ -326,11 +330,13 @@ KV = OpDecl(
     reference=_reference,
     kernel=_kernel,
     # no slot: the kernels' rule (_kernel)
-    fast_when=f"type(accepted_slots) is _Tensor and accepted_slots.dim() == 2 "
-    f"and 0 < accepted_slots.shape[1] <= {_MAX_MOVES}",
-    env={"_slabs": _slabs},
+    fast_when=lambda accepted_slots: (
+        type(accepted_slots) is torch.Tensor
+        and accepted_slots.dim() == 2
+        and 0 < accepted_slots.shape[1] <= _MAX_MOVES
+    ),
 )
-commit_kv = KV.public(
+KV.public(
     reference.commit_kv,
     doc="""Commit the accepted path's K/V in every layer and advance ``cache_seqlens``, in one
     launch.

@@ -10,7 +10,9 @@ from specops import reference
 from specops.ops import _common as c
 from specops.ops._decl import OpDecl, Out, Ten, Value, register_decl
 
-__all__ = ["probs_from_logits"]
+# the public function probs_from_logits: written from this declaration to
+# specops/ops/_generated_probs.py by scripts/gen_ops.py
+__all__: list[str] = []
 
 _OP = "probs_from_logits"
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -141,10 +143,10 @@ def _split(top_k, top_p, vocab: int) -> bool:
     return top_k is not None and 1 <= top_k < min(vocab, _TOPP_CAP)
 
 
-def _kernel(be, flat, out):
+def _kernel(be, a, out):
     """The kernels read [rows, V] rows with a contiguous last dim (the C++ twin float32) and
     write [rows, V] float32; parameter tensors [B] are indexed by row // (rows / B)."""
-    logits, t_t, t_v, k_t, k_v, p_t, p_v, s_t, s_v, uncond = flat
+    logits, uncond = a.logits, a.uncond_logits
     res = out[0] if out is not None else torch.empty(logits.shape, dtype=torch.float32,
                                                       device=logits.device)  # fmt: skip
     v = logits.shape[-1]
@@ -163,11 +165,17 @@ def _kernel(be, flat, out):
         x = x if x.dtype == f32 else x.to(f32)
         u = u if u is None or u.dtype == f32 else u.to(f32)
         guided = u is not None
-        PROBS.launch(be, x, t_t, float(t_v), k_t, min(int(k_v), 2**62), p_t, float(p_v),
-                     s_t if guided else None, float(s_v) if guided else 1.0, u,
-                     out=(res.view(-1, v),), rows_per_request=per_req)  # fmt: skip
+        flat = a._replace(logits=x, temperature_value=float(a.temperature_value),
+                          top_k_value=min(int(a.top_k_value), 2**62),
+                          top_p_value=float(a.top_p_value),
+                          cfg_scale=a.cfg_scale if guided else None,
+                          cfg_scale_value=float(a.cfg_scale_value) if guided else 1.0,
+                          uncond_logits=u)  # fmt: skip
+        PROBS.launch(be, *flat, out=(res.view(-1, v),), rows_per_request=per_req)
         return (res,)
-    temperature, top_k, top_p, cfg = _values(*flat[1:])
+    temperature, top_k, top_p, cfg = _values(a.temperature, a.temperature_value, a.top_k,
+                                              a.top_k_value, a.top_p, a.top_p_value, a.cfg_scale,
+                                              a.cfg_scale_value, uncond)  # fmt: skip
     if _split(top_k, top_p, v):  # rows split over several programs each (probs_split.py)
         from specops.triton_kernels.probs_split import probs_split_triton
 
@@ -179,69 +187,67 @@ def _kernel(be, flat, out):
     return (res,)
 
 
-def _param_kind(name, schema, neutral, want, fast_cond, fast_value):
-    return Value(
-        name,
-        ((name, "Tensor?"), (f"{name}_value", schema)),
-        expr=f"*_per_request({name}, logits, {want}, {neutral})",
-        fast_cond=fast_cond,
-        fast_expr=f"None, {fast_value}",
-    )
+def _per_request_flat(name: str, schema: str) -> tuple:
+    """A parameter's flat entries: the tensor [B] (or None) and the Python value."""
+    return ((name, "Tensor?"), (f"{name}_value", schema))
 
 
-_NUMBER = "(type({0}) is float or type({0}) is int)"
+_F32, _I32, _INF = torch.float32, torch.int32, math.inf
+# Each parameter, a number or a tensor, becomes (tensor [B] read with its stride, or None; the
+# Python value): ``lower`` on the checked path; on the fast path (a number in its range, which
+# the binding takes as it is) ``fast``.
 PROBS = OpDecl(
     _OP,
     args=(
         Ten("logits", "... V", fast_rank=2),
-        _param_kind(
+        Value(
             "temperature",
-            "float",
-            1.0,
-            "_f32",
-            f"{_NUMBER.format('temperature')} and 0 <= temperature < _inf",
-            "float(temperature)",
+            _per_request_flat("temperature", "float"),
+            lower=lambda temperature, logits: _per_request(temperature, logits, _F32, 1.0),
+            fast_if=lambda temperature: (
+                (type(temperature) is float or type(temperature) is int) and 0 <= temperature < _INF
+            ),
+            fast=lambda temperature: (None, float(temperature)),
         ),
-        _param_kind(
+        Value(
             "top_k",
-            "SymInt",
-            0,
-            "_i32",
-            "(top_k is None or (type(top_k) is int and top_k >= 0))",
-            "0 if top_k is None else min(top_k, 2**62)",
+            _per_request_flat("top_k", "SymInt"),
+            lower=lambda top_k, logits: _per_request(top_k, logits, _I32, 0),
+            fast_if=lambda top_k: top_k is None or (type(top_k) is int and top_k >= 0),
+            fast=lambda top_k: (None, 0 if top_k is None else min(top_k, 2**62)),
         ),
-        _param_kind(
+        Value(
             "top_p",
-            "float",
-            1.0,
-            "_f32",
-            f"(top_p is None or ({_NUMBER.format('top_p')} and 0 < top_p <= 1))",
-            "1.0 if top_p is None else float(top_p)",
+            _per_request_flat("top_p", "float"),
+            lower=lambda top_p, logits: _per_request(top_p, logits, _F32, 1.0),
+            fast_if=lambda top_p: (
+                top_p is None or ((type(top_p) is float or type(top_p) is int) and 0 < top_p <= 1)
+            ),
+            fast=lambda top_p: (None, 1.0 if top_p is None else float(top_p)),
         ),
-        _param_kind(
+        Value(
             "cfg_scale",
-            "float",
-            1.0,
-            "_f32",
-            f"(cfg_scale is None or ({_NUMBER.format('cfg_scale')} and -_inf < cfg_scale < _inf))",
-            "1.0 if cfg_scale is None else float(cfg_scale)",
+            _per_request_flat("cfg_scale", "float"),
+            lower=lambda cfg_scale, logits: _per_request(cfg_scale, logits, _F32, 1.0),
+            fast_if=lambda cfg_scale: (
+                cfg_scale is None
+                or (
+                    (type(cfg_scale) is float or type(cfg_scale) is int)
+                    and -_INF < cfg_scale < _INF
+                )
+            ),
+            fast=lambda cfg_scale: (None, 1.0 if cfg_scale is None else float(cfg_scale)),
         ),
         Ten("uncond_logits", "... V", optional=True),
-    ),  # fmt: skip
+    ),
     outs=(Out("probs", "..., V", torch.float32),),
     backends=("triton", "cpu", "reference"),
     check=_check,
     reference=_reference,
     kernel=_kernel,
-    fast_when="(uncond_logits is None) == (cfg_scale is None)",
-    env={
-        "_per_request": _per_request,
-        "_inf": math.inf,
-        "_f32": torch.float32,
-        "_i32": torch.int32,
-    },  # fmt: skip
+    fast_when=lambda uncond_logits, cfg_scale: (uncond_logits is None) == (cfg_scale is None),
 )
-probs_from_logits = PROBS.public(
+PROBS.public(
     reference.probs_from_logits,
     doc="""Sampling distributions [..., V] float32 from ``logits``: CFG, temperature, top-k, top-p.
 

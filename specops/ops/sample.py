@@ -9,7 +9,9 @@ from specops.ops import _common as c
 from specops.ops._decl import OpDecl, Out, RngArg, Scalar, Ten, register_decl
 from specops.ops._verify_checks import f32_rows
 
-__all__ = ["sample", "sample_without_replacement"]
+# the public functions sample and sample_without_replacement: written from these declarations
+# to specops/ops/_generated_sample.py by scripts/gen_ops.py
+__all__: list[str] = []
 
 
 # Fastest first as measured: on the H200 the Triton kernel took 24.7 / 24.7 / 112.8 / 623.1 us
@@ -38,11 +40,11 @@ def _reference(probs, rng, uniforms):
     return (reference.sample(probs, seed=seed, offset=offset, uniforms=uniforms),)
 
 
-def _kernel(be, flat, out):
+def _kernel(be, a, out):
     """Triton and the compiled kernels read [rows, V] float32 rows and write [rows] int32 (a
     strided ``out`` through a contiguous temporary)."""
-    probs, *rng, uniforms = flat
-    rng = c.Rng(*rng)
+    probs, uniforms = a.probs, a.uniforms
+    rng = c.Rng(a.seed, a.seed_value, a.offset, a.offset_value)
     lead, v = tuple(probs.shape[:-1]), probs.shape[-1]
     res = out[0] if out is not None else torch.empty(lead, dtype=torch.int32, device=probs.device)
     p = f32_rows(probs.reshape(-1, v))
@@ -56,7 +58,7 @@ def _kernel(be, flat, out):
         sample_triton(p, *rng, uniforms, dst)
     else:
         u = uniforms.reshape(rows, 1) if uniforms is not None else None
-        SAMPLE.launch(be, p, *rng, u, out=(dst.view(-1),))
+        SAMPLE.launch(be, *a._replace(probs=p, uniforms=u), out=(dst.view(-1),))
     if dst is not res:
         res.copy_(dst)
     return (res,)
@@ -71,7 +73,7 @@ SAMPLE = OpDecl(
     "sample",
     args=(
         Ten("probs", "... V", fast_rank=2),
-        RngArg(requests="probs.shape[0]"),
+        RngArg(batch="probs"),
         Ten("uniforms", "...", optional=True),
     ),
     outs=(Out("tokens", "...", contiguous=False),),
@@ -79,11 +81,11 @@ SAMPLE = OpDecl(
     check=_check,
     reference=_reference,
     kernel=_kernel,
-    fast_when="uniforms is None",  # the binding takes them [rows, 1]
+    fast_when=lambda uniforms: uniforms is None,  # the binding takes them [rows, 1]
 )
 
 
-sample = SAMPLE.public(
+SAMPLE.public(
     reference.sample,
     doc="""One token per row of ``probs`` -> [...] int32.
 
@@ -137,9 +139,9 @@ def _wor_reference(probs, k, rng, uniforms):
                                                  uniforms=uniforms),)  # fmt: skip
 
 
-def _wor_kernel(be, flat, out):
+def _wor_kernel(be, a, out):
     """The compiled kernels read [rows, V] float32 rows and write [rows, k]."""
-    probs, k, *rng, uniforms = flat
+    probs, k, uniforms = a.probs, a.k, a.uniforms
     v = probs.shape[-1]
     lead = tuple(probs.shape[:-1])
     p = f32_rows(probs.reshape(-1, v))
@@ -147,7 +149,9 @@ def _wor_kernel(be, flat, out):
     given = out[0] if out is not None else None  # [..., k] contiguous (checked by run)
     u = uniforms.reshape(rows, v) if uniforms is not None else None
     (res,) = WOR.launch(
-        be, p, k, *rng, u, out=(given.view(rows, k) if given is not None else None,)
+        be,
+        *a._replace(probs=p, uniforms=u),
+        out=(given.view(rows, k) if given is not None else None,),
     )
     return (given if given is not None else res.view(*lead, k),)
 
@@ -157,7 +161,7 @@ WOR = OpDecl(
     args=(
         Ten("probs", "... V", fast_rank=2),
         Scalar("k", "int"),
-        RngArg(requests="probs.shape[0]"),
+        RngArg(batch="probs"),
         Ten("uniforms", "... V", optional=True),
     ),
     outs=(Out("tokens", "..., k"),),
@@ -168,7 +172,7 @@ WOR = OpDecl(
 )
 
 
-sample_without_replacement = WOR.public(
+WOR.public(
     reference.sample_without_replacement,
     doc="""k distinct tokens per row of ``probs``, in the order of sequential sampling without
     replacement -> [..., k] int32.

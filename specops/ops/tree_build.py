@@ -18,7 +18,9 @@ from specops.ops import _common as c
 from specops.ops._decl import OpDecl, Out, Scalar, Ten, register_decl
 from specops.tree import Tree
 
-__all__ = ["select_frontier", "build_dynamic_tree", "Frontier", "DynamicTree"]
+# the public functions select_frontier and build_dynamic_tree: written from these declarations
+# to specops/ops/_generated_tree_build.py by scripts/gen_ops.py
+__all__ = ["Frontier", "DynamicTree"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -89,11 +91,10 @@ SELECT = OpDecl(
     check=_check_select,
     reference=reference.select_frontier,
     fast=False,  # no compiled kernel: every call runs the checks
-    env={"_frontier": _frontier},
 )
-select_frontier = SELECT.public(
+SELECT.public(
     reference.select_frontier,
-    result="_frontier(_r, logprobs, tokens)",
+    result=_frontier,
     returns="Frontier",
     doc="""EAGLE-2's per-depth selection: the ``width`` best of the W * K drafted children.
 
@@ -190,11 +191,10 @@ BUILD = OpDecl(
     check=_check_build,
     reference=reference.build_dynamic_tree,
     fast=False,
-    env={"_dynamic_tree": _dynamic_tree},
 )
-build_dynamic_tree = BUILD.public(
+BUILD.public(
     reference.build_dynamic_tree,
-    result="_dynamic_tree(_r)",
+    result=_dynamic_tree,
     returns="DynamicTree",
     doc="""EAGLE-2's rerank: the draft tree of the root and the ``num_nodes - 1`` best candidates.
 

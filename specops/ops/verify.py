@@ -1,11 +1,11 @@
 """Public verification ops: verify_chain, verify_tree, path_acceptance (verify_jacobi: jacobi.py).
 
-Each function checks shapes/dtypes/devices (always) and values (validation mode only), then calls
-its ``torch.ops.specops.*`` op through ``c.ops`` (torch.library define/impl, with a fake kernel
-for torch.compile; eager calls skip the dispatcher, and with backend "auto" go to the binding
-directly, see ``_common.fast_kernel``).  The semantics, including which Philox (row, draw) every
-random decision uses, are documented in ``specops/reference/verify.py``; every backend follows
-them token for token.
+Each op is declared here; its public function (specops/ops/_generated_verify.py, written by
+scripts/gen_ops.py) checks shapes/dtypes/devices (always) and values (validation mode only), then
+runs the declaration (torch.library define/impl, with a fake kernel for torch.compile; eager
+calls skip the dispatcher, and with backend "auto" go to the binding directly).  The semantics,
+including which Philox (row, draw) every random decision uses, are documented in
+``specops/reference/verify.py``; every backend follows them token for token.
 Backends: verify_chain, verify_tree and path_acceptance have "cuda" (CUDA
 kernels), "cpu" (their C++ twins) and "reference"; verify_chain also has "triton"
 (``triton_kernels/verify.py``: GPUs without the CUDA build, e.g. ROCm; "auto" takes it on a GPU
@@ -21,7 +21,9 @@ from specops.ops._decl import OpDecl, Out, RelaxArg, RngArg, Scalar, Ten, TreeAr
 from specops.reference import verify as rv
 from specops.reference.verify import ChainResult, Relaxation, TreeResult
 
-__all__ = ["Relaxation", "verify_chain", "verify_tree", "path_acceptance"]
+# the public functions verify_chain, verify_tree and path_acceptance: written from these
+# declarations to specops/ops/_generated_verify.py by scripts/gen_ops.py
+__all__ = ["Relaxation"]
 
 
 # checks ---------------------------------------------------------------------------------------
@@ -72,7 +74,7 @@ CHAIN = OpDecl(
         Ten("draft_tokens", "B K", form=vc.id_rows),
         vc.draft_probs("B K V"),
         Ten("num_draft", "B", optional=True, form=vc.counts),
-        RngArg(requests="target_probs.shape[0]"),
+        RngArg(batch="target_probs"),
         RelaxArg(),
         Scalar("greedy", "bool"),
         Ten("uniforms", "B N", optional=True),
@@ -83,13 +85,12 @@ CHAIN = OpDecl(
     check=_check_chain,
     reference=_chain_reference,
     triton="verify:verify_chain_triton",
-    env={"_ChainResult": ChainResult},
 )
 
 
-verify_chain = CHAIN.public(
+CHAIN.public(
     rv.verify_chain,
-    result="_ChainResult(*_r)",
+    result=lambda r: ChainResult(*r),
     doc="""Chain speculative sampling: verify K drafts per request against the target, lossless.
 
     Parameters
@@ -161,7 +162,7 @@ TREE = OpDecl(
         Ten("draft_tokens", "B N", form=vc.id_rows),
         vc.draft_probs("B N V"),
         Scalar("without_replacement", "bool"),
-        RngArg(requests="target_probs.shape[0]"),
+        RngArg(batch="target_probs"),
         RelaxArg(),
         Scalar("greedy", "bool"),
         Ten("uniforms", "B N", optional=True),
@@ -170,13 +171,12 @@ TREE = OpDecl(
     backends=("cuda", "cpu", "reference"),
     check=_check_tree_op,
     reference=_tree_reference,
-    env={"_TreeResult": TreeResult},
 )
 
 
-verify_tree = TREE.public(
+TREE.public(
     rv.verify_tree,
-    result="_TreeResult(*_r)",
+    result=lambda r: TreeResult(*r),
     doc="""Tree speculative sampling (recursive rejection sampling, siblings in index order).
 
     Parameters
@@ -242,7 +242,7 @@ PATHS = OpDecl(
 )
 
 
-path_acceptance = PATHS.public(
+PATHS.public(
     rv.path_acceptance,
     doc="""VSD path acceptance: per root-to-leaf path, kappa = prod_i min(1, p_i/q_i) and
     expected_len = sum_k prod_{i<=k} min(1, p_i/q_i)  (VSD Eqs. 2, 9-11).
