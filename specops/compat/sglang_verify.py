@@ -11,10 +11,7 @@ its tensor and every walk is bounded, whatever the values.  The exact rules (wha
 the final draw, the checks, the fast-mode policy): docs/sglang.md.  Nothing here imports
 SGLang; ``specops.sglang.install()`` puts these in SGLang's place."""
 
-from __future__ import annotations
-
-import collections
-import inspect
+from typing import NamedTuple
 
 import torch
 
@@ -33,62 +30,18 @@ __all__ = [
 _OP = "compat.sglang_verify."  # error messages: "specops.compat.sglang_verify.<function>: ..."
 INF = float("inf")
 
-# SGLang's parameter lists (sgl_kernel's order), each name written once: every function takes the
-# outputs and the tree, the samplers the coins and both distributions, the target-only and chain
-# samplers SGLang's three options too.
-_TREE = (
-    "predicts",
-    "accept_index",
-    "accept_token_num",
-    "candidates",
-    "retrive_index",
-    "retrive_next_token",
-    "retrive_next_sibling",
-)
-_SAMPLER = (
-    *_TREE,
-    "uniform_samples",
-    "uniform_samples_for_final_sampling",
-    "target_probs",
-    "draft_probs",
-)
-_THRESHOLDS = {"threshold_single": 1.0, "threshold_acc": 1.0, "deterministic": True}
 
+class _Tree(NamedTuple):
+    """The outputs and the tree of one call, the first seven parameters of every entry point
+    (sgl_kernel's order): what the checks, the walk and the writes read, by name."""
 
-def _sglang(*tensors: str, **options):
-    """SGLang's entry point from ``impl(a, *, extra...)``: the parameters ``tensors`` then
-    ``options`` (with their defaults), positional or keyword as in SGLang, then ``impl``'s own
-    keyword-only extras; the call packs the SGLang arguments into one record ``a`` (fields by
-    name: ``a.target_probs``).  Generated source (no per-call binding), with the full signature
-    for ``inspect`` and ``help``."""
-    names = (*tensors, *options)
-    call = collections.namedtuple("_Call", names)
-    pos = inspect.Parameter.POSITIONAL_OR_KEYWORD
-
-    def wrap(impl):
-        extra = list(inspect.signature(impl).parameters.values())[1:]  # keyword-only
-        sig = inspect.Signature(
-            [inspect.Parameter(t, pos, annotation=torch.Tensor) for t in tensors]
-            + [inspect.Parameter(k, pos, default=v, annotation=type(v)) for k, v in options.items()]
-            + extra,
-            return_annotation=None,
-        )
-        params = [p.name if p.default is p.empty else f"{p.name}=_d_{p.name}" for p in extra]
-        head = [*tensors, *(f"{k}=_d_{k}" for k in options), *(["*", *params] if extra else [])]
-        kw = "".join(f", {p.name}={p.name}" for p in extra)
-        src = (
-            f"def {impl.__name__}({', '.join(head)}):\n"
-            f"    return _impl(_Call({', '.join(names)}){kw})\n"
-        )
-        env = {"_impl": impl, "_Call": call}
-        env.update({f"_d_{p.name}": p.default for p in sig.parameters.values()})
-        exec(compile(src, f"<specops {_OP}{impl.__name__}>", "exec"), env)
-        fn = env[impl.__name__]
-        fn.__signature__, fn.__doc__ = sig, impl.__doc__
-        fn.__module__, fn.__qualname__ = impl.__module__, impl.__qualname__
-        return fn
-
-    return wrap
+    predicts: torch.Tensor
+    accept_index: torch.Tensor
+    accept_token_num: torch.Tensor
+    candidates: torch.Tensor
+    retrive_index: torch.Tensor
+    retrive_next_token: torch.Tensor
+    retrive_next_sibling: torch.Tensor
 
 
 def _check_outputs(op, a, bs, min_cols, dev):
@@ -296,15 +249,25 @@ class _Walk:
         accept_token_num.copy_(self.num.to(accept_token_num.dtype))
 
 
-@_sglang(*_TREE, "target_predict")
-def verify_tree_greedy(a) -> None:
+def verify_tree_greedy(
+    predicts: torch.Tensor,
+    accept_index: torch.Tensor,
+    accept_token_num: torch.Tensor,
+    candidates: torch.Tensor,
+    retrive_index: torch.Tensor,
+    retrive_next_token: torch.Tensor,
+    retrive_next_sibling: torch.Tensor,
+    target_predict: torch.Tensor,
+) -> None:
     """sgl_kernel's ``verify_tree_greedy`` (module docstring); outputs written in place."""
+    a = _Tree(predicts, accept_index, accept_token_num, candidates, retrive_index,
+              retrive_next_token, retrive_next_sibling)  # fmt: skip
     op = _OP + "verify_tree_greedy"
-    _check_tree(op, a, (("target_predict", a.target_predict, _ids_2d),), a.target_predict)
+    _check_tree(op, a, (("target_predict", target_predict, _ids_2d),), target_predict)
     w = _Walk(a)
     if w.bs == 0:
         return
-    tp = a.target_predict.reshape(-1)
+    tp = target_predict.reshape(-1)
     # the target's token after each node, read through its slot (none where the slot is outside
     # target_predict: no child matches there and nothing is written)
     readable = (w.slot >= 0) & (w.slot < tp.numel())
@@ -323,39 +286,55 @@ def verify_tree_greedy(a) -> None:
     w.finish(after[w.rows, w.last], readable[w.rows, w.last], a.accept_token_num)
 
 
-@_sglang(*_SAMPLER, **_THRESHOLDS)
-def tree_speculative_sampling_target_only(a) -> None:
+def tree_speculative_sampling_target_only(
+    predicts: torch.Tensor,
+    accept_index: torch.Tensor,
+    accept_token_num: torch.Tensor,
+    candidates: torch.Tensor,
+    retrive_index: torch.Tensor,
+    retrive_next_token: torch.Tensor,
+    retrive_next_sibling: torch.Tensor,
+    uniform_samples: torch.Tensor,
+    uniform_samples_for_final_sampling: torch.Tensor,
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    threshold_single: float = 1.0,
+    threshold_acc: float = 1.0,
+    deterministic: bool = True,
+) -> None:
     """SGLang 0.5.23's ``tree_speculative_sampling_target_only`` (module docstring): ``predicts``,
     ``accept_index``, ``accept_token_num`` and ``draft_probs`` written in place.
     ``deterministic`` is accepted and ignored (this is always deterministic)."""
+    a = _Tree(predicts, accept_index, accept_token_num, candidates, retrive_index,
+              retrive_next_token, retrive_next_sibling)  # fmt: skip
     op = _OP + "tree_speculative_sampling_target_only"
-    if not (0.0 <= float(a.threshold_single) <= 1.0 and 0.0 <= float(a.threshold_acc) <= 1.0):
+    if not (0.0 <= float(threshold_single) <= 1.0 and 0.0 <= float(threshold_acc) <= 1.0):
         raise ValueError(
             f"specops.{op}: threshold_single and threshold_acc must be in [0, 1], got "
-            f"{a.threshold_single} and {a.threshold_acc}"
+            f"{threshold_single} and {threshold_acc}"
         )
-    _check_tree(op, a, (("uniform_samples", a.uniform_samples, c.check_probs),
-                        ("target_probs", a.target_probs, c.check_probs),
-                        ("draft_probs", a.draft_probs, c.check_probs)))  # fmt: skip
+    _check_tree(op, a, (("uniform_samples", uniform_samples, c.check_probs),
+                        ("target_probs", target_probs, c.check_probs),
+                        ("draft_probs", draft_probs, c.check_probs)))  # fmt: skip
     bs = a.candidates.shape[0]
-    _check_final(op, a.uniform_samples_for_final_sampling, bs, a.candidates.device)
-    for name, t in (("target_probs", a.target_probs), ("draft_probs", a.draft_probs)):
-        if t.dim() != 3 or t.shape != a.target_probs.shape or t.shape[2] == 0:
+    _check_final(op, uniform_samples_for_final_sampling, bs, a.candidates.device)
+    for name, t in (("target_probs", target_probs), ("draft_probs", draft_probs)):
+        if t.dim() != 3 or t.shape != target_probs.shape or t.shape[2] == 0:
             raise ValueError(
                 f"specops.{op}: {name} must be [bs, num_draft_tokens, vocab >= 1] like "
-                f"target_probs, got {list(t.shape)} (target_probs {list(a.target_probs.shape)})"
+                f"target_probs, got {list(t.shape)} (target_probs {list(target_probs.shape)})"
             )
-    c.check_writable(op, "draft_probs", a.draft_probs)
-    vocab = a.target_probs.shape[2]
+    c.check_writable(op, "draft_probs", draft_probs)
+    vocab = target_probs.shape[2]
     _check_vocab(op, a.candidates, vocab)
     w = _Walk(a)
     if w.bs == 0:
         return
-    dev = a.target_probs.device
+    dev = target_probs.device
     # (torch.full: no host-to-device copy; the kernel clamps threshold_acc to 1e-9 as here)
-    ts = torch.full((), float(a.threshold_single), dtype=torch.float32, device=dev)
-    ta = torch.full((), max(float(a.threshold_acc), 1e-9), dtype=torch.float32, device=dev)
-    coins = a.uniform_samples.float()
+    ts = torch.full((), float(threshold_single), dtype=torch.float32, device=dev)
+    ta = torch.full((), max(float(threshold_acc), 1e-9), dtype=torch.float32, device=dev)
+    coins = uniform_samples.float()
     rows = w.rows
     # an id outside the vocabulary has no target probability (never accepted, never copied into
     # draft_probs); only in-vocabulary ids are used as an index
@@ -370,23 +349,23 @@ def tree_speculative_sampling_target_only(a) -> None:
             valid = w.alive & (hit < 0) & (cur >= 0) & (cur < w.n)
             node = w.node(cur)
             tok, in_vocab = tok_all[rows, node], in_vocab_all[rows, node]
-            p = torch.where(in_vocab, a.target_probs[rows, w.last, tok].float(), 0.0)
+            p = torch.where(in_vocab, target_probs[rows, w.last, tok].float(), 0.0)
             acc = torch.where(valid, acc + p, acc)
             take = valid & (p > 0) & ((coin < acc / ta) | (p >= ts))
             # a rejected sibling's mass leaves the final draw: draft_probs[b, last, tok] = p(tok)
             rejected = valid & ~take
-            old = a.draft_probs[rows, w.last, tok]
-            a.draft_probs.index_put_(
+            old = draft_probs[rows, w.last, tok]
+            draft_probs.index_put_(
                 (rows, w.last, tok), torch.where(rejected & in_vocab, p.to(old.dtype), old)
             )
             hit = torch.where(take, cur, hit)
             cur = torch.where(rejected, w.sib[rows, node], -1)
         w.accept(step, hit)
     full = w.num == a.accept_index.shape[1] - 1  # full depth: no draft row for the bonus token
-    p_row = a.target_probs[rows, w.last].float()
-    q_row = a.draft_probs[rows, w.last].float()
+    p_row = target_probs[rows, w.last].float()
+    q_row = draft_probs[rows, w.last].float()
     r = torch.fmax(p_row - torch.where(full[:, None], 0.0, q_row), p_row.new_zeros(()))
-    u = a.uniform_samples_for_final_sampling.reshape(-1).float()
+    u = uniform_samples_for_final_sampling.reshape(-1).float()
     u = u * r.sum(-1)
     pos = r > 0
     past = pos & (r.cumsum(-1) > u[:, None])  # inverse CDF: the first id whose cumsum passes u
@@ -396,8 +375,24 @@ def tree_speculative_sampling_target_only(a) -> None:
     w.finish(token, torch.ones_like(w.alive), a.accept_token_num)
 
 
-@_sglang(*_SAMPLER, **_THRESHOLDS)
-def chain_speculative_sampling_triton(a, *, block_verification: bool = False) -> None:
+def chain_speculative_sampling_triton(
+    predicts: torch.Tensor,
+    accept_index: torch.Tensor,
+    accept_token_num: torch.Tensor,
+    candidates: torch.Tensor,
+    retrive_index: torch.Tensor,
+    retrive_next_token: torch.Tensor,
+    retrive_next_sibling: torch.Tensor,
+    uniform_samples: torch.Tensor,
+    uniform_samples_for_final_sampling: torch.Tensor,
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    threshold_single: float = 1.0,
+    threshold_acc: float = 1.0,
+    deterministic: bool = True,
+    *,
+    block_verification: bool = False,
+) -> None:
     """SGLang 0.5.23's chain rejection sampler (``reject_sampling.py``; EAGLE with
     ``--speculative-use-rejection-sampling``, topk 1), on ``specops.verify_chain``.
 
@@ -428,28 +423,30 @@ def chain_speculative_sampling_triton(a, *, block_verification: bool = False) ->
     hold entries that are not probabilities: specops reads NaN, negative and +-inf entries as 0
     and subtracts draft entries above 1, SGLang's final draw counts draft entries outside
     [0, 1] as 0 (and its block-verification sums read them raw)."""
+    a = _Tree(predicts, accept_index, accept_token_num, candidates, retrive_index,
+              retrive_next_token, retrive_next_sibling)  # fmt: skip
     op = _OP + "chain_speculative_sampling_triton"
     bs, k1 = _check_candidates(op, a.candidates)
     k = k1 - 1
     dev = a.candidates.device
     c.check_ids(op, "retrive_index", a.retrive_index, device=dev, shape=(bs, k1))
     _check_outputs(op, a, bs, k1, dev)
-    c.check_probs(op, "target_probs", a.target_probs, ndim=3, device=dev)
-    v = a.target_probs.shape[2]
-    if tuple(a.target_probs.shape[:2]) != (bs, k1) or v == 0:
+    c.check_probs(op, "target_probs", target_probs, ndim=3, device=dev)
+    v = target_probs.shape[2]
+    if tuple(target_probs.shape[:2]) != (bs, k1) or v == 0:
         raise ValueError(
             f"specops.{op}: target_probs must be [{bs}, {k1}, V >= 1] (one row per slot of "
-            f"candidates), got {list(a.target_probs.shape)}"
+            f"candidates), got {list(target_probs.shape)}"
         )
-    c.check_probs(op, "draft_probs", a.draft_probs, ndim=3, device=dev)
-    if a.draft_probs.shape[0] != bs or a.draft_probs.shape[1] < k or a.draft_probs.shape[2] != v:
+    c.check_probs(op, "draft_probs", draft_probs, ndim=3, device=dev)
+    if draft_probs.shape[0] != bs or draft_probs.shape[1] < k or draft_probs.shape[2] != v:
         raise ValueError(
             f"specops.{op}: draft_probs must be [{bs}, >= {k}, {v}] (the vocabulary of "
-            f"target_probs), got {list(a.draft_probs.shape)}"
+            f"target_probs), got {list(draft_probs.shape)}"
         )
-    c.check_probs(op, "uniform_samples", a.uniform_samples, ndim=2, device=dev)
-    _check_rows(op, "uniform_samples", a.uniform_samples, bs, k)
-    _check_final(op, a.uniform_samples_for_final_sampling, bs, dev)
+    c.check_probs(op, "uniform_samples", uniform_samples, ndim=2, device=dev)
+    _check_rows(op, "uniform_samples", uniform_samples, bs, k)
+    _check_final(op, uniform_samples_for_final_sampling, bs, dev)
     _check_vocab(op, a.candidates, v)
     _check_slots(op, a.retrive_index, a.predicts.numel())
     if bs == 0:
@@ -458,11 +455,11 @@ def chain_speculative_sampling_triton(a, *, block_verification: bool = False) ->
     # one: a coin of +inf from there on (see the docstring); ids outside [0, V) are among them
     x = a.candidates[:, 1:].long()
     xc = x.clamp(0, v - 1)
-    qx = a.draft_probs[:, :k].gather(2, xc[:, :, None])[:, :, 0]
+    qx = draft_probs[:, :k].gather(2, xc[:, :, None])[:, :, 0]
     ok = (xc == x) & (qx > 0) & (qx <= 1)
-    coins = a.uniform_samples[:, :k].float().masked_fill(ok.logical_not_().cumsum(1) > 0, INF)
-    u = torch.cat([coins, a.uniform_samples_for_final_sampling.reshape(bs, 1).float()], 1)
-    r = specops.verify_chain(a.target_probs, xc, a.draft_probs[:, :k], uniforms=u,
+    coins = uniform_samples[:, :k].float().masked_fill(ok.logical_not_().cumsum(1) > 0, INF)
+    u = torch.cat([coins, uniform_samples_for_final_sampling.reshape(bs, 1).float()], 1)
+    r = specops.verify_chain(target_probs, xc, draft_probs[:, :k], uniforms=u,
                              block=bool(block_verification))  # fmt: skip
     # a chain: node j has slot retrive_index[b, j]
     _write_path(a, a.retrive_index, r.tokens, r.num_accepted)
@@ -486,8 +483,21 @@ def linked_tree_parents(retrive_next_token: torch.Tensor, retrive_next_sibling: 
     return parents, reached
 
 
-@_sglang(*_SAMPLER)
-def tree_speculative_sampling(a, *, without_replacement: bool = False) -> None:
+def tree_speculative_sampling(
+    predicts: torch.Tensor,
+    accept_index: torch.Tensor,
+    accept_token_num: torch.Tensor,
+    candidates: torch.Tensor,
+    retrive_index: torch.Tensor,
+    retrive_next_token: torch.Tensor,
+    retrive_next_sibling: torch.Tensor,
+    uniform_samples: torch.Tensor,
+    uniform_samples_for_final_sampling: torch.Tensor,
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    *,
+    without_replacement: bool = False,
+) -> None:
     """What SGLang lacks: lossless verification of a tree whose drafts were sampled from a real
     draft distribution, using it (``specops.verify_tree``: recursive rejection sampling, with or
     without replacement), in the target-only function's signature and output layout.
@@ -499,20 +509,20 @@ def tree_speculative_sampling(a, *, without_replacement: bool = False) -> None:
     tree builder links them so); nodes deeper than S - 1 levels and nodes no link reaches are
     left out.  Outputs as ``tree_speculative_sampling_target_only`` writes them; ``draft_probs``
     is only read."""
+    a = _Tree(predicts, accept_index, accept_token_num, candidates, retrive_index,
+              retrive_next_token, retrive_next_sibling)  # fmt: skip
     op = _OP + "tree_speculative_sampling"
-    _check_tree(op, a, (("uniform_samples", a.uniform_samples, c.check_probs),
-                        ("target_probs", a.target_probs, c.check_probs),
-                        ("draft_probs", a.draft_probs, c.check_probs)))  # fmt: skip
-    _check_final(
-        op, a.uniform_samples_for_final_sampling, a.candidates.shape[0], a.candidates.device
-    )
-    for name, t in (("target_probs", a.target_probs), ("draft_probs", a.draft_probs)):
-        if t.dim() != 3 or t.shape != a.target_probs.shape or t.shape[2] == 0:
+    _check_tree(op, a, (("uniform_samples", uniform_samples, c.check_probs),
+                        ("target_probs", target_probs, c.check_probs),
+                        ("draft_probs", draft_probs, c.check_probs)))  # fmt: skip
+    _check_final(op, uniform_samples_for_final_sampling, a.candidates.shape[0], a.candidates.device)
+    for name, t in (("target_probs", target_probs), ("draft_probs", draft_probs)):
+        if t.dim() != 3 or t.shape != target_probs.shape or t.shape[2] == 0:
             raise ValueError(
                 f"specops.{op}: {name} must be [bs, num_draft_tokens, vocab >= 1] like "
-                f"target_probs, got {list(t.shape)} (target_probs {list(a.target_probs.shape)})"
+                f"target_probs, got {list(t.shape)} (target_probs {list(target_probs.shape)})"
             )
-    vocab = a.target_probs.shape[2]
+    vocab = target_probs.shape[2]
     _check_vocab(op, a.candidates, vocab)
     bs, n = a.candidates.shape
     steps = a.accept_index.shape[1]
@@ -530,9 +540,9 @@ def tree_speculative_sampling(a, *, without_replacement: bool = False) -> None:
     cand = a.candidates.long()
     tokens = torch.where(keep, torch.where((cand >= 0) & (cand < vocab), cand, vocab), -1)
     tree = tree.with_path_width(min(steps, n))  # known statically: no host read
-    u = torch.cat([a.uniform_samples[:, 1:].float(),
-                   a.uniform_samples_for_final_sampling.reshape(bs, 1).float()], 1)  # fmt: skip
-    r = specops.verify_tree(a.target_probs, tree, tokens, a.draft_probs, uniforms=u,
+    u = torch.cat([uniform_samples[:, 1:].float(),
+                   uniform_samples_for_final_sampling.reshape(bs, 1).float()], 1)  # fmt: skip
+    r = specops.verify_tree(target_probs, tree, tokens, draft_probs, uniforms=u,
                             without_replacement=without_replacement)  # fmt: skip
     at = a.retrive_index.gather(1, r.path.long().clamp(0, n - 1))  # the path nodes' slots
     _write_path(a, at, r.tokens, r.num_accepted)
