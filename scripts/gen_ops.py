@@ -160,11 +160,12 @@ def _e(src: str) -> ast.expr:
 def _and(conds: list[ast.expr]) -> str:
     """``conds`` joined by ``and``, each in parentheses only where it binds more loosely."""
     loose = (ast.BoolOp, ast.IfExp, ast.Lambda, ast.NamedExpr)
+    flat: list[ast.expr] = []
+    for c in conds:  # a condition that is itself an ``and`` joins the chain
+        both = isinstance(c, ast.BoolOp) and isinstance(c.op, ast.And)
+        flat += c.values if both else [c]
     return " and ".join(
-        f"({ast.unparse(c)})"
-        if isinstance(c, loose) and not (isinstance(c, ast.BoolOp) and isinstance(c.op, ast.And))
-        else ast.unparse(c)
-        for c in conds
+        f"({ast.unparse(c)})" if isinstance(c, loose) else ast.unparse(c) for c in flat
     )
 
 
@@ -261,8 +262,8 @@ def fast_lines(d, decl_name: str, ret: str, public: set[str], imports: Imports) 
         conds.append(function_expr(d.fast_when, public, imports))
     n = len(d.outs)
     if n == 1:  # the binding takes the tensor or None (it makes the output)
-        imports.add("torch", "torch")
-        conds.append(_e("out is None or type(out) is torch.Tensor"))
+        imports.add("Tensor", "torch", "Tensor")  # (one global read a call, not two)
+        conds.append(_e("out is None or type(out) is Tensor"))
         args.append(_e("out"))
     elif n:
         imports.add("fast_outs", "specops.ops._decl", "fast_outs")

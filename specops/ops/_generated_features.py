@@ -10,6 +10,7 @@ table (docs/conventions.md)."""
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from specops._nvtx import traced
 from specops.ops import _dispatch
@@ -43,7 +44,7 @@ def gather_rows(
     zeros."""
     # read through the module: a test switches the fast path off by patching it
     fast = _dispatch.fast_kernel("gather_rows", src, backend, ("triton", "cpu", "reference"))
-    if fast is not None and (out is None or type(out) is torch.Tensor):
+    if fast is not None and (out is None or type(out) is Tensor):
         try:
             _r = fast(src, index, out)
         except (TypeError, ValueError):
@@ -93,7 +94,7 @@ def drafter_inputs(
     fast = _dispatch.fast_kernel(
         "drafter_inputs", embedding, backend, ("triton", "cpu", "reference")
     )
-    if fast is not None and (out is None or type(out) is torch.Tensor):
+    if fast is not None and (out is None or type(out) is Tensor):
         try:
             _r = fast(embedding, tokens, features, step_embedding, out)
         except (TypeError, ValueError):
@@ -154,7 +155,7 @@ def path_similarity(
         and stride >= 1
         and 2 <= paths.shape[1] <= _MAX_PATHS
         and paths.shape[2] >= 1
-        and (out is None or type(out) is torch.Tensor)
+        and (out is None or type(out) is Tensor)
     ):
         try:
             _r = fast(paths, codebook, alpha, min(stride, paths.shape[2]), out)

@@ -66,11 +66,11 @@ def commit_kv(
         fast is not None
         and not caches.is_cuda
         and caches.dim() == 6
-        and (caches.shape[0] > 0)
-        and (caches.numel() > 0)
+        and caches.shape[0] > 0
+        and caches.numel() > 0
         and type(accepted_slots) is torch.Tensor
         and accepted_slots.dim() == 2
-        and (0 < accepted_slots.shape[1] <= _MAX_MOVES)
+        and 0 < accepted_slots.shape[1] <= _MAX_MOVES
     ):
         try:
             _r = fast(caches, cache_seqlens, accepted_slots, block_table)

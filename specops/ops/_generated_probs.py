@@ -10,6 +10,7 @@ table (docs/conventions.md)."""
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from specops._nvtx import traced
 from specops.ops import _dispatch
@@ -91,7 +92,7 @@ def probs_from_logits(
             or ((type(cfg_scale) is float or type(cfg_scale) is int) and -_INF < cfg_scale < _INF)
         )
         and (uncond_logits is None) == (cfg_scale is None)
-        and (out is None or type(out) is torch.Tensor)
+        and (out is None or type(out) is Tensor)
     ):
         try:
             _r = fast(

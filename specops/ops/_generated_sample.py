@@ -10,6 +10,7 @@ table (docs/conventions.md)."""
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from specops._nvtx import traced
 from specops.ops import _dispatch
@@ -56,7 +57,7 @@ def sample(
         fast is not None
         and probs.dim() == 2
         and uniforms is None
-        and (out is None or type(out) is torch.Tensor)
+        and (out is None or type(out) is Tensor)
     ):
         _rng = fast_rng(seed, offset, probs.shape[0])
         if _rng is not None:
@@ -121,7 +122,7 @@ def sample_without_replacement(
         fast is not None
         and probs.dim() == 2
         and type(k) is int
-        and (out is None or type(out) is torch.Tensor)
+        and (out is None or type(out) is Tensor)
     ):
         _rng = fast_rng(seed, offset, probs.shape[0])
         if _rng is not None:
