@@ -382,7 +382,10 @@ def _canonical(text: str) -> str:
     """The module's AST with its import statements sorted: equal for the same code whatever its
     formatting (the check without ruff)."""
     tree = ast.parse(text)
-    imports = sorted(ast.dump(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)))
+    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    for n in imports:
+        n.names.sort(key=lambda a: a.name)
+    imports = sorted(ast.dump(n) for n in imports)
     rest = [ast.dump(n) for n in tree.body if not isinstance(n, (ast.Import, ast.ImportFrom))]
     return "\n".join(imports + rest)
 
