@@ -300,3 +300,28 @@ def test_hf_generate_takes_coupling():
     with pytest.raises(ValueError, match="coupling='maximal' needs sampling"):
         specops.hf.generate(m, ids, method="sjd", max_new_tokens=4, do_sample=False,
                             coupling="maximal")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "method,coupling", [("sjd", "maximal"), ("sjd", "gumbel"), ("sjd_pac", "gumbel")]
+)
+def test_coupled_step_compiles_once_and_matches_eager(method, coupling):
+    """As tests/test_decode_compile.py: the coupled step is one graph (no host sync: the Gumbel
+    noise's key and positions are device tensors), compiled once, the eager run's tokens."""
+    import torch._dynamo as dynamo
+
+    from specops.models.loading import load_default
+
+    m, classes = load_default(), torch.arange(2)
+    fn, kw = (sjd, dict(window=8)) if method == "sjd" else (sjd_pac, dict(window=8, branch=2,
+                                                                            depth=2))  # fmt: skip
+    with specops.validation(False):
+        ref, ref_stats = fn(m.target, classes, length=64, coupling=coupling, seed=3, **kw)
+        dynamo.reset()
+        dynamo.utils.counters.clear()
+        with dynamo.config.patch(error_on_recompile=True):
+            got, stats = fn(m.target, classes, length=64, coupling=coupling, seed=3,
+                            compile_step="aot_eager", **kw)  # fmt: skip
+    assert dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    assert stats.target_passes >= 14
+    assert torch.equal(got, ref) and stats.accept_hist == ref_stats.accept_hist
