@@ -27,7 +27,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 LEDGER = os.path.join(ROOT, "bench", "ledger.json")
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 _TRITON_IMPORT = re.compile(
@@ -186,6 +186,8 @@ def changes(data: dict, root: str = ROOT) -> dict[str, list[tuple[str, list[str]
     out = {}
     for name, base in baselines(data, root).items():
         srcs = sources(data["kernels"][name], root, tuple(data.get("opaque", ())))
+        if not srcs:
+            raise ValueError(f"kernel unit {name}: none of its roots exists under {root}")
         rng = [f"{base}..HEAD"] if base else ["HEAD"]
         log = _git(root, "log", "--reverse", "--format=@%h %s", "--name-only", *rng, "--", *srcs)
         commits = []

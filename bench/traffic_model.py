@@ -13,17 +13,24 @@ less than twice), compute (tree attention's matmuls), occupancy (CTAs queueing f
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import sys
 
 from .traffic_common import SECTOR, KernelTraffic
 
 COPY_GBPS = 4200.0  # H200 device-to-device copy, bench/results/h200-940f467.csv ceiling rows
-# fitted by fit() on CALIBRATION (python -m bench.traffic_model)
+# fitted by fit() on CALIBRATION (python -m bench.traffic_model); a lease's refit
+# (python -m bench.ingest) writes its own into bench/traffic_model.json, read here when present
 LAUNCH_US = 3.4
 CTA_GBPS = 30.0
 PASS_US = 0.1
 SECTOR_EXCESS = 0.5  # the share of sectors beyond the requested bytes that reaches DRAM
+PARAMS_JSON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "traffic_model.json")
+if os.path.exists(PARAMS_JSON):
+    with open(PARAMS_JSON) as _f:
+        LAUNCH_US, CTA_GBPS, PASS_US, SECTOR_EXCESS = json.load(_f)["params"]
 
 
 def predict_us(t: KernelTraffic, params=None) -> float:
@@ -129,19 +136,98 @@ def _old_commit_traffic() -> list[tuple[str, str, float, KernelTraffic]]:
     return out
 
 
+GRID = (
+    [x / 10 for x in range(10, 50)],  # launch us
+    [2, 5, 10, 15, 20, 30, 40, 60, 80, 100, 150, 200, 300, 500, 1000],  # one CTA's GB/s
+    [x / 20 for x in range(0, 61)],  # pass latency us
+    [0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0],  # sector excess
+)
+
+
+def _launches(t) -> list[KernelTraffic]:
+    """A row's traffic: one launch, or the launches of one call (a split kernel's passes)."""
+    return t if isinstance(t, list) else [t]
+
+
+def predict_call_us(t, params=None) -> float:
+    return sum(predict_us(x, params) for x in _launches(t))
+
+
 def fit(rows) -> tuple[float, float, float, float]:
-    """Least squares on log(predicted / measured) over a grid (four parameters, few rows)."""
+    """Least squares on log(predicted / measured) over GRID (four parameters, few rows),
+    vectorised over the grid: each row's prediction is an array of the grid's shape."""
+    import numpy as np
+
     rows = [r for r in rows if r[0] not in COMPUTE_BOUND]
-    best, best_err = None, math.inf
-    for launch in [x / 10 for x in range(10, 50)]:
-        for cta in (2, 5, 10, 15, 20, 30, 40, 60, 80, 100, 150, 200, 300, 500, 1000):
-            for pass_us in [x / 20 for x in range(0, 61)]:
-                for excess in (0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0):
-                    par = (launch, float(cta), pass_us, excess)
-                    err = sum(math.log(predict_us(t, par) / us) ** 2 for _, _, us, t in rows)
-                    if err < best_err:
-                        best, best_err = par, err
-    return best
+    launch, cta, pass_us, excess = np.meshgrid(*(np.asarray(g, float) for g in GRID), indexing="ij")
+    err = np.zeros(launch.shape)
+    for _, _, us, t in rows:
+        pred = np.zeros(launch.shape)
+        for x in _launches(t):
+            requested = x.bytes_read + x.bytes_written
+            total = requested + excess * max(x.sectors * SECTOR - requested, 0)
+            crit = x.critical_cta_bytes / (cta * 1e3) + x.critical_cta_barriers * pass_us
+            pred += launch + np.maximum(total / (COPY_GBPS * 1e3), crit)
+        err += np.log(pred / us) ** 2
+    i = np.unravel_index(np.argmin(err), err.shape)
+    return tuple(float(g[j]) for g, j in zip(GRID, i))
+
+
+def errors(rows, params) -> tuple[float, float]:
+    """(median, worst) factor between predicted and measured over ``rows``."""
+    errs = sorted(abs(math.log(predict_call_us(t, params) / us)) for _, _, us, t in rows)
+    return math.exp(errs[len(errs) // 2]), math.exp(errs[-1])
+
+
+def held_out(rows) -> dict[str, tuple[float, float]]:
+    """Leave one kernel family out (op, with its @commit), fit on the rest, and the family's
+    (median, worst) error under that fit: how the model does on a kernel it has not seen."""
+    fitted = [r for r in rows if r[0] not in COMPUTE_BOUND]
+    out = {}
+    for fam in dict.fromkeys(r[0] for r in fitted):
+        rest = [r for r in fitted if r[0] != fam]
+        out[fam] = errors([r for r in fitted if r[0] == fam], fit(rest))
+    return out
+
+
+def refit_from_lease(csv_path: str, data: dict) -> tuple:
+    """Refit on the calibration rows plus a lease's rows of the counted cases (their launches
+    counted again here, at the lease's shapes); writes PARAMS_JSON.  Cases whose kernels changed
+    between the traffic counts and the lease are left out (their counts would be of other code)."""
+    import csv
+
+    from . import bench_traffic, lease_table, ledger
+
+    measured = {}
+    with open(csv_path, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["shape"] != "-":
+                measured[(r["op"], r["backend"], r["shape"])] = float(r["median_us"])
+    stale = {s.split(":", 1)[0] for s in ledger.stale_counts(data)}
+    wanted = {
+        (c["op"], c["backend"], c["shape"])
+        for c, _ in lease_table.ncu_cases(data)
+        if (c["op"], c["backend"], c["shape"]) in measured
+    }
+    counted = bench_traffic.count_cuda(False) if any(k[1] == "cuda" for k in wanted) else []
+    triton = {(k[0], k[2]) for k in wanted if k[1] == "triton"}
+    counted += bench_traffic.count_triton(False, only=lambda op, shape: (op, shape) in triton)
+    calls: dict = {}
+    for op, shape, t, _ in counted:
+        key = (op, t.backend, shape)
+        if key in wanted and f"{t.backend}:{op}" not in stale:
+            calls.setdefault(key, []).append(t)
+    rows = _calibration_traffic() + _old_commit_traffic()
+    rows += [(f"{k[0]}:{k[1]}", k[2], measured[k], ts) for k, ts in calls.items()]
+    params = fit(rows)
+    med, worst = errors([r for r in rows if r[0] not in COMPUTE_BOUND], params)
+    with open(PARAMS_JSON, "w") as f:
+        json.dump({"params": params, "rows": len(rows), "median_error": round(med, 3),
+                   "worst_error": round(worst, 3), "lease_csv": os.path.basename(csv_path)}, f,
+                  indent=1)  # fmt: skip
+    print(f"time model refit on {len(rows)} rows ({len(calls)} from the lease): {params}, "
+          f"median error x{med:.2f}, worst x{worst:.2f} -> {PARAMS_JSON}")  # fmt: skip
+    return params
 
 
 def main() -> int:
@@ -161,6 +247,9 @@ def main() -> int:
     errs = sorted(abs(math.log(r)) for r, (op, *_) in zip(ratios, rows) if op not in COMPUTE_BOUND)
     med = math.exp(errs[len(errs) // 2])
     print(f"fitted rows: median error x{med:.2f}, worst x{math.exp(errs[-1]):.2f}")
+    print("held out (fit without the family, then predict it): family | median | worst")
+    for fam, (m, w) in held_out(rows).items():
+        print(f"| {fam} | x{m:.2f} | x{w:.2f} |")
     return 0
 
 

@@ -59,7 +59,21 @@ if os.environ.get("TRITON_INTERPRET") == "1":
     _fix_interpreter_index()
 
 
+def _runs_on_gpu(item) -> bool:
+    """Marked gpu, or parametrized with the device or backend "cuda" (not cuda_sim)."""
+    if "gpu" in item.keywords:
+        return True
+    spec = getattr(item, "callspec", None)
+    return spec is not None and any(v == "cuda" for v in spec.params.values())
+
+
 def pytest_collection_modifyitems(config, items):
+    # SPECOPS_GPU_ONLY=1 (the lease command, bench/lease.py): the GPU cases alone, so leased
+    # minutes are not spent on CPU cases CI already runs.
+    if os.environ.get("SPECOPS_GPU_ONLY") == "1":
+        keep = [it for it in items if _runs_on_gpu(it)]
+        config.hook.pytest_deselected(items=[it for it in items if not _runs_on_gpu(it)])
+        items[:] = keep
     if _HAS_GPU:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
