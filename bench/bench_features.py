@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 import specops
 
-from .harness import Row, time_fn, with_ratios
+from .harness import Row, time_fn, timed_backends, with_ratios
 
 # drafter_inputs: (B, M, V, E, H, S)
 DRAFTER_GPU = [(1, 16, 32000, 4096, 4096, 0), (2, 64, 65536, 4096, 4096, 128)]
@@ -35,7 +35,7 @@ PATHS_QUICK = [(1, 3, 4, 50, 8, 1)]
 
 
 def _backends(device):
-    return specops.available_backends("gather_rows", device)
+    return timed_backends("gather_rows", device)
 
 
 def _row(op, shape, name, st, nbytes=None):

@@ -21,7 +21,7 @@ import torch
 import specops
 from specops import Tree
 
-from .harness import Row, time_fn, with_ratios
+from .harness import Row, time_fn, timed_backends, with_ratios
 
 
 def _rows(b, L, v, gen, device, top_k):
@@ -55,7 +55,7 @@ def _cases(quick: bool):
 
 def run(device: str, quick: bool) -> list[Row]:
     dev = torch.device(device)
-    backends = specops.available_backends("verify_jacobi", dev)
+    backends = timed_backends("verify_jacobi", dev)
     rows = []
     for name, b, L, v, top_k, shape, cont, k in _cases(quick):
         gen = torch.Generator(device=device).manual_seed(0)

@@ -19,7 +19,7 @@ import torch
 
 import specops
 
-from .harness import Row, time_fn, with_ratios
+from .harness import Row, time_fn, timed_backends, with_ratios
 
 # (layers, batch, capacity, Hkv, D, m, page or None)
 CASES_GPU = [(32, 1, 1024, 32, 128, m, None) for m in (1, 8, 64)] + [
@@ -148,7 +148,7 @@ def _bench_append(case, device, backends) -> list[Row]:
 
 def run(device: str, quick: bool) -> list[Row]:
     cases = CASES_QUICK if quick else (CASES_GPU if device == "cuda" else CASES_CPU)
-    backends = specops.available_backends("commit_kv", device)  # no interpreter on the CPU
+    backends = timed_backends("commit_kv", device)  # no interpreter on the CPU
     copies = 4 if device == "cuda" else 1
     rows: list[Row] = []
     for case in cases:

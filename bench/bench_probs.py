@@ -22,7 +22,7 @@ import torch
 
 import specops
 
-from .harness import Row, time_fn, with_ratios
+from .harness import Row, time_fn, timed_backends, with_ratios
 
 # (name, lead shape, vocab, cfg scale or None, top_k or None, top_p or None)
 CASES_GPU = [
@@ -149,7 +149,7 @@ def _row_kernel_calls(conds, unconds, cfg, top_k, top_p, out):
 
 def run(device: str, quick: bool) -> list[Row]:
     cases = CASES_QUICK if quick else (CASES_GPU if device == "cuda" else CASES_CPU)
-    backends = specops.available_backends("probs_from_logits", device)
+    backends = timed_backends("probs_from_logits", device)
     copies = 4 if device == "cuda" else 1
     rows: list[Row] = []
     for case in cases:

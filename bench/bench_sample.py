@@ -7,7 +7,7 @@ import torch
 
 import specops
 
-from .harness import Row, memcpy_time, time_fn, with_ratios
+from .harness import Row, memcpy_time, time_fn, timed_backends, with_ratios
 
 SHAPES_GPU = [(1, 32000), (64, 32000), (256, 65536), (128, 184622)]
 SHAPES_CPU = [(16, 32000), (2, 65536)]
@@ -16,7 +16,7 @@ SHAPES_QUICK = [(4, 1000)]
 
 def run(device: str, quick: bool) -> list[Row]:
     shapes = SHAPES_QUICK if quick else (SHAPES_GPU if device == "cuda" else SHAPES_CPU)
-    backends = specops.available_backends("sample", device)
+    backends = timed_backends("sample", device)
     rows = []
     for rows_, vocab in shapes:
         g = torch.Generator(device=device).manual_seed(0)

@@ -24,7 +24,7 @@ import torch
 
 import specops
 
-from .harness import Row, time_cpu, time_fn, with_ratios
+from .harness import Row, time_cpu, time_fn, timed_backends, with_ratios
 
 FAST = ("cuda", "triton", "cpu")
 
@@ -128,7 +128,7 @@ def bench_chain(device, quick, shapes=None) -> list[Row]:
             ins = [_chain_inputs(b, k, v, device, gen, det) for _ in range(_copies(nbytes, device))]
             shape = f"B={b} K={k} V={v}" + (" det" if det else "")
             with specops.validation(False):
-                for be in specops.available_backends("verify_chain", device):
+                for be in timed_backends("verify_chain", device):
                     if be == "reference" and device == "cuda" and b * k * v > 64 * 8 * 32000:
                         continue  # the eager reference at the largest shapes only adds minutes
                     fns = [
@@ -273,7 +273,7 @@ def bench_tree(device, quick) -> list[Row]:
             ]
             shape = f"B={b} N={n} V={v} {name}"
             with specops.validation(False):
-                for be in specops.available_backends("verify_tree", device):
+                for be in timed_backends("verify_tree", device):
                     if be == "reference" and device == "cuda" and b * n * v > 8 * 21 * 128256:
                         continue
                     fns = [
@@ -309,7 +309,7 @@ def bench_jacobi(device, quick) -> list[Row]:
     k, d = 3, 3
     pac = specops.Tree.kary_chain(k, d, L).to(device) if L > (k**d - 1) // (k - 1) else None
     with specops.validation(False):
-        for be in specops.available_backends("verify_jacobi", device):
+        for be in timed_backends("verify_jacobi", device):
             fn = lambda be=be: specops.verify_jacobi(p, x, q, seed=1, backend=be)  # noqa: E731
             shape = f"B={b} L={L} V={v} chain"
             rows.append(_row("verify_jacobi", shape, be, _time(fn, device, be), nbytes))
@@ -331,7 +331,7 @@ def bench_wor(device, quick) -> list[Row]:
     p = _probs((rows_, v), gen, device)
     rows = []
     with specops.validation(False):
-        for be in specops.available_backends("sample_without_replacement", device):
+        for be in timed_backends("sample_without_replacement", device):
             fn = lambda be=be: specops.sample_without_replacement(p, k, seed=1, backend=be)  # noqa: E731
             st = _time(fn, device, be)
             rows.append(_row("sample_wor", f"R={rows_} V={v} k={k}", be, st, rows_ * v * 4))
@@ -355,7 +355,7 @@ def bench_path_acceptance(device, quick) -> list[Row]:
         i = _tree_inputs(b, tree, v, device, gen)  # (p, tokens, q)
         shape = f"B={b} N={tree.num_nodes} V={v} leaves={int(tree.is_leaf.sum(-1).max())}"
         with specops.validation(False):
-            for be in specops.available_backends("path_acceptance", device):
+            for be in timed_backends("path_acceptance", device):
                 fn = lambda be=be, t=tree, i=i: specops.path_acceptance(  # noqa: E731
                     i[0], i[2], t, i[1], backend=be
                 )

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One command for a GPU machine with no network: build specops, run the GPU tests, the whole
-# benchmark suite and the demo, and write logs and CSVs to an output folder.
+# The second command of a lease (the first is `python3 -m bench.lease`, which answers the ledger,
+# bench/README.md): on a GPU machine with no network, build specops, run the GPU tests, the
+# benchmark suite and the demo for what time is left, and write logs and CSVs to an output folder.
 #
 #   bash bench/gpu_run.sh [OUT_DIR] [STAGES]   (default: $OUT, else ./gpu_out; all stages)
 #
@@ -46,6 +47,8 @@ want() { [[ "$STAGES" == *",$1,"* ]]; }
 build_rc=skipped test_rc=skipped bench_rc=skipped demo_rc=skipped san_rc=skipped prof_rc=skipped
 PY="${PY:-python3}"
 export PYTHONUNBUFFERED=1
+# COMMIT: the clean commit measured (from the session's tree; the device's copy reads -dirty).
+[ -n "${COMMIT:-}" ] && export SPECOPS_COMMIT="$COMMIT"
 export SPECOPS_CUDA_ARCHS="${SPECOPS_CUDA_ARCHS:-90}"
 # cuda_sim (the CUDA kernels on the CPU) is for machines without a GPU: not built here.
 export SPECOPS_CUDA_SIM="${SPECOPS_CUDA_SIM:-0}"
@@ -89,7 +92,7 @@ run_tests() {
     # -v so that a run cut off by its timeout still shows which tests passed and failed.
     local xdist=()
     "$PY" -c "import xdist" 2>/dev/null && xdist=(-n "${TEST_WORKERS:-8}")
-    timeout "${TESTS_TIMEOUT:-540}" "$PY" -m pytest -v -ra --tb=short -p no:cacheprovider \
+    SPECOPS_GPU_ONLY=1 timeout "${TESTS_TIMEOUT:-540}" "$PY" -m pytest -v -ra --tb=short -p no:cacheprovider \
       "${xdist[@]}" -k "not cuda_sim" tests > "$OUT_DIR/tests.log" 2>&1
   fi
   rc=$?
@@ -102,9 +105,9 @@ run_sanitize() {
   SAN_BIN="$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
     /opt/nvidia/*/compute-sanitizer/compute-sanitizer 2>/dev/null | head -n 1)"
   SAN=("${SAN_BIN:-compute-sanitizer}" --error-exitcode 1 --print-limit 20 --target-processes all)
-  CUDA_TESTS=(tests/test_verify_kernels.py tests/test_jacobi_kernels.py
-    tests/test_path_acceptance.py tests/test_sample_wor_kernels.py tests/test_sample.py
-    tests/test_kv.py)
+  CUDA_TESTS=(tests/test_verify_kernels.py tests/test_verify_chain_kernels.py
+    tests/test_verify_tree_kernels.py tests/test_jacobi_kernels.py tests/test_path_acceptance.py
+    tests/test_sample_wor_kernels.py tests/test_sample.py tests/test_kv.py)
   local t0=$(date +%s) san_rc
   if [ "$DRY" = "1" ]; then
     echo "dry run: compute-sanitizer = ${SAN_BIN:-not found}" > "$OUT_DIR/sanitize.log"

@@ -131,6 +131,16 @@ def time_cuda(
     return _summary(samples)
 
 
+def timed_backends(op: str, device: str) -> list[str]:
+    """The backends a benchmark times for ``op``: every available one, less the reference on a
+    GPU (leased minutes go to the kernels and their peers; the reference is the ground truth of
+    the tests, not a peer)."""
+    import specops
+
+    backends = specops.available_backends(op, device)
+    return [b for b in backends if not (device == "cuda" and b == "reference")]
+
+
 def time_fn(fn, device: str, *, quick: bool = False, **kw) -> Stats:
     """Time ``fn`` (or a list of rotated copies) on ``device``; ``quick``: few trials (CI)."""
     if quick:
@@ -177,6 +187,8 @@ def ceilings(device: str) -> dict[str, float]:
 def git_commit() -> str:
     """The checkout's commit (``-dirty`` with local changes); for an installed package, which
     lives in no checkout of its own, ``specops <version>``."""
+    if os.environ.get("SPECOPS_COMMIT"):  # a lease's clean commit, passed in (the device's
+        return os.environ["SPECOPS_COMMIT"]  # copy of the tree has no clean git state)
     here = os.path.dirname(os.path.abspath(__file__))
     if not os.path.exists(os.path.join(os.path.dirname(here), "csrc")):  # not a checkout
         return os.environ.get("SPECOPS_COMMIT", f"specops {_package_version()}")

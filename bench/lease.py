@@ -119,9 +119,28 @@ class Lease:
         return self.record("plan", t0, not problems, planned_s=total)
 
     # ---- 1: build ----------------------------------------------------------------------------
+    def peers(self) -> None:
+        """Peers travel in .peers/ (site-folder tarballs: FlashInfer with its AOT kernels, SGLang's
+        sampler files) and .whl/ (wheels): unpacked into /tmp/site, put on PYTHONPATH."""
+        import glob
+
+        tars, wheels = sorted(glob.glob(".peers/*.tar.xz")), sorted(glob.glob(".whl/*.whl"))
+        self.log(f"peers: {len(tars)} tarballs, {len(wheels)} wheels"
+                 f"{' (dry run: not unpacked)' if self.dry else ''}")  # fmt: skip
+        if self.dry or not (tars or wheels):
+            return
+        os.makedirs("/tmp/site", exist_ok=True)
+        for t in tars:
+            self.run(["tar", "xJf", t, "-C", "/tmp/site"], "lease.log", 60)
+        if wheels:
+            pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps"]
+            self.run([*pip, "--no-compile", "--target", "/tmp/site", *wheels], "lease.log", 60)
+        os.environ["PYTHONPATH"] = "/tmp/site" + os.pathsep + os.environ.get("PYTHONPATH", "")
+
     def build(self) -> bool:
         t0 = time.time()
         rc = 0
+        self.peers()
         if not self.dry:
             env = {"SPECOPS_CUDA_ARCHS": "90", "SPECOPS_CUDA_SIM": "0"}
             cmd = [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps",
@@ -171,7 +190,7 @@ class Lease:
             missing = lease_table.uncollected(tests, open(self.path("tests.log")).read())
             for m in missing:
                 self.log(f"tests: {m} collects nothing")
-            san = shutil.which("compute-sanitizer")
+            san = _sanitizer()
             self.log(f"sanitize: compute-sanitizer = {san or 'not on this machine'}; files: "
                      f"{' '.join(cuda_files)}")  # fmt: skip
             rc2 = self.run([py, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
@@ -198,7 +217,7 @@ class Lease:
 
     def _sanitize(self, tool: str, files) -> None:
         t0 = time.time()
-        san = shutil.which("compute-sanitizer") or "compute-sanitizer"
+        san = _sanitizer() or "compute-sanitizer"
         env = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"} if tool in ("memcheck", "initcheck") else {}
         cmd = [san, "--tool", tool, "--error-exitcode", "1", "--print-limit", "20",
                "--target-processes", "all", sys.executable, "-m", "pytest", "-q",
@@ -223,7 +242,11 @@ class Lease:
         t0 = time.time()
         driver = [sys.executable, "-m", "bench.lease_bench", "--ncu-driver",
                   "--commit", self.args.commit]  # fmt: skip
-        ncu = shutil.which("ncu") or _glob_first("/opt/nvidia/nsight-compute/*/ncu")
+        ncu = (
+            shutil.which("ncu")
+            or _glob_first("/usr/local/cuda*/bin/ncu")
+            or _glob_first("/opt/nvidia/nsight-compute/*/ncu")
+        )
         if self.dry:
             self.log(f"ncu: {ncu or 'not on this machine'}")
             rc = self.run([*driver, "--dry-run"], "lease.log", self.timeout("ncu"))
@@ -248,6 +271,14 @@ def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def _sanitizer() -> str | None:
+    return (
+        shutil.which("compute-sanitizer")
+        or _glob_first("/usr/local/cuda*/bin/compute-sanitizer")
+        or _glob_first("/opt/nvidia/*/compute-sanitizer/compute-sanitizer")
+    )
+
+
 def _glob_first(pattern: str) -> str | None:
     import glob
 
@@ -268,6 +299,7 @@ def main(argv=None) -> int:
     if args.allow_dirty and not args.dry_run:
         ap.error("--allow-dirty: only with the dry run (a lease measures a clean commit)")
     os.chdir(ledger.ROOT)
+    os.environ["SPECOPS_COMMIT"] = args.commit  # every row written below carries it
     lease = Lease(args, ledger.load())
     lease.log(f"== lease of {args.commit}{' (dry run)' if args.dry_run else ''} -> {args.out}")
     ok = lease.check_plan() and lease.build()
