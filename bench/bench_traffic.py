@@ -42,21 +42,28 @@ def _chain_floor(p, x, q, r) -> int:
 
 def _tree_floor(p, q, tree, r) -> int:
     """verify_tree: p(x_c) and q(x_c) for each tested child (the children of every node on the
-    accepted path up to the accepted one, all children of the last node); the rows the final
-    token is drawn from (the last node's p row, and the q row of each of its rejected children
-    when drafts have probabilities); the outputs."""
+    accepted path up to the accepted one, all children of the last node); with draft
+    probabilities, the full p and q rows of a path node whose accepted child came after a
+    rejected sibling (the residual norm(max(p - q, 0)) it was tested against needs its sum); the
+    rows the final token is drawn from: the last node's p row, and, after a rejection with draft
+    probabilities, its q row once (a node's children are all drawn from its one q row;
+    deterministic drafts need no q row: the residual's mass is 1 - the rejected p(x_j)); the
+    outputs."""
     b, n, v = p.shape
     par = tree.parents.reshape(-1, n)[0].tolist()
     kids = [[c for c in range(n) if par[c] == m] for m in range(n)]
+    per_test = 2 if q is not None else 1
     total = 0
     for bb in range(b):
         a = int(r.num_accepted[bb])
         path = r.path[bb, : a + 1].tolist()
-        tested = sum(kids[m].index(nxt) + 1 for m, nxt in zip(path, path[1:]))
+        steps = [kids[m].index(nxt) for m, nxt in zip(path, path[1:])]
         rejected = len(kids[path[-1]])
-        tested += rejected
-        per_test = 2 if q is not None else 1
-        total += tested * per_test * F32 + v * F32 * (1 + (rejected if q is not None else 0))
+        tested = sum(i + 1 for i in steps) + rejected
+        rows = 1  # the last node's p row
+        if q is not None:
+            rows += 2 * sum(1 for i in steps if i > 0) + (1 if rejected else 0)
+        total += tested * per_test * F32 + rows * v * F32
     width = r.path.shape[1]
     return total + b * (2 * width + 1) * F32
 
