@@ -7,8 +7,9 @@
 # SPECOPS_ASAN=1 / SPECOPS_TSAN=1; =0 skips them.  Then, likewise (SPECOPS_WHEEL=0/1), the wheel
 # stage: a CPU-only manylinux wheel built by scripts/build_wheel.sh and smoke-tested in a fresh
 # virtual environment, the vLLM stage (SPECOPS_VLLM_STAGE=0/1, scripts/vllm_stage.sh) and the vLLM
-# engine stage (SPECOPS_VLLM_ENGINE_STAGE=0/1, scripts/vllm_engine_stage.sh), and the
-# oldest-transformers stage (SPECOPS_HF_OLDEST=0/1: the hf tests against transformers 4.57).
+# engine stage (SPECOPS_VLLM_ENGINE_STAGE=0/1, scripts/vllm_engine_stage.sh), the
+# oldest-transformers stage (SPECOPS_HF_OLDEST=0/1: the hf tests against transformers 4.57) and
+# the Triton 3.6 stage (SPECOPS_TRITON36=0/1: the served kernels compiled with the GPU's Triton).
 # Exits non-zero if any run fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -71,6 +72,27 @@ hf_oldest() {
   return $rc
 }
 wanted SPECOPS_HF_OLDEST && { stage "hf-oldest stage" hf_oldest || hf_oldest_rc=$?; }
+# The Triton 3.6 stage (SPECOPS_TRITON36=0/1): the served models' Triton specialisations compiled
+# for sm_80 and sm_90 with Triton 3.6.0, the lent GPU images' version (the main run's AOT stage
+# uses the venv's Triton): triton 3.6.0 alone goes into build/triton36 with pip --target (~640 MB
+# once), put first on PYTHONPATH.  A compile error or a spill at a served shape not listed in
+# tests/triton_specs.py (ALLOWED_SPILLS, ALLOWED_SPILLS_36) fails it.
+triton36() {
+  local dir="$ROOT/build/triton36" specs="$ROOT/build/triton36_specs.jsonl" start=$SECONDS
+  t36_version() { PYTHONPATH="$dir" "$PY" -c "import triton; print(triton.__version__)"; }
+  if [[ "$(t36_version 2>/dev/null)" != 3.6.0 ]]; then
+    rm -rf "$dir"
+    "$PY" -m pip install -q --disable-pip-version-check --no-deps --target "$dir" \
+      "triton==3.6.0" || return $?
+  fi
+  rm -f "$specs"
+  PYTHONPATH="$dir" "$PY" tests/triton_specs.py served "$specs" || return $?
+  PYTHONPATH="$dir" "$PY" tests/triton_specs.py compile "$specs" \
+    --table "$ROOT/build/triton36_resources.md" || return $?
+  echo "Triton 3.6 stage: passed in $((SECONDS - start)) s"
+}
+t36_rc=0
+wanted SPECOPS_TRITON36 && { stage "Triton 3.6 stage" triton36 || t36_rc=$?; }
 # The Triton AOT stage (tests/triton_specs.py; SPECOPS_TRITON_AOT=0/1 like the others): pytest
 # records every Triton specialisation it launches, then each is compiled for sm_80 and sm_90
 # with the served models' shapes; a compile error or an unexplained spill at a served shape
@@ -106,4 +128,5 @@ fi
 [ $vllm_rc -ne 0 ] && exit $vllm_rc
 [ $engine_rc -ne 0 ] && exit $engine_rc
 [ $hf_oldest_rc -ne 0 ] && exit $hf_oldest_rc
+[ $t36_rc -ne 0 ] && exit $t36_rc
 exit $wheel_rc

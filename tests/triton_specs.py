@@ -64,10 +64,27 @@ ALLOWED_SPILLS: list[tuple[str, int, str, str]] = [
 ]
 
 
+# Triton 3.6.0 (the lent GPU images' version; CI compiles the served shapes with it too,
+# scripts/test.sh): its register allocation spills where 3.9's does not.  Listed so that a new
+# spill under 3.6 fails CI; each is a lead for the lease (the ledger's Triton entries), not a
+# choice made here.
+ALLOWED_SPILLS_36: list[tuple[str, int, str, str]] = [
+    ("_split_topp", 90, "PBLOCK=1024",
+     "Triton 3.6 spills 12-28 B in all seven served variants of the survivors' sort on sm_90 "
+     "(3.9: none); the lease runs 3.6 and times it beside the row kernel."),
+    ("_probs_kernel", 80, "TOPP=True", "Triton 3.6, sm_80 only: 16 B at BLOCK 4096 with top-p."),
+    ("_sample_kernel", 80, "BLOCK=4096", "Triton 3.6, sm_80 only: 4 B at BLOCK 4096."),
+    ("_tree_attn_fwd", 80, "PREC=tf32",
+     "Triton 3.6, sm_80 only: 32 B for float32 inputs at D 128, 64 x 64 tiles."),
+]  # fmt: skip
+
+
 def _allowed(r: dict) -> bool:
+    import triton
+
+    allowed = ALLOWED_SPILLS + (ALLOWED_SPILLS_36 if triton.__version__.startswith("3.6") else [])
     return any(
-        r["kernel"] == k and r["arch"] == a and piece in r["spec"]
-        for k, a, piece, _ in ALLOWED_SPILLS
+        r["kernel"] == k and r["arch"] == a and piece in r["spec"] for k, a, piece, _ in allowed
     )
 
 
@@ -245,9 +262,31 @@ def _served_launches(specops, Tree) -> None:
 
 
 # ---- compile -----------------------------------------------------------------------------------
+def _jit_registry() -> dict:
+    """Every Triton kernel by its qualified name: Triton's own registry, or (Triton 3.6, which
+    keeps none) the JITFunctions of specops.triton_kernels' modules."""
+    try:
+        from triton.runtime.jit import _triton_jit_function_registry
+
+        return _triton_jit_function_registry
+    except ImportError:
+        from triton.runtime.jit import JITFunction
+
+        _import_kernels()
+        found = {}
+        for name, mod in list(sys.modules.items()):
+            if name.startswith("specops.triton_kernels"):
+                for v in vars(mod).values():
+                    if isinstance(v, JITFunction):
+                        found[f"{v.module}.{v.fn.__qualname__}"] = v
+        return found
+
+
 def _decode(data: dict):
     import triton.language as tl
-    from triton.runtime.jit import _triton_jit_function_registry, convert_to_tuple_if_list
+    from triton.runtime.jit import convert_to_tuple_if_list
+
+    _triton_jit_function_registry = _jit_registry()
 
     def const(value):
         if tl.dtype.is_dtype(value):
@@ -326,9 +365,9 @@ def compile_one(job):
     from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from triton.runtime.jit import _triton_jit_function_registry
 
     _import_kernels()
+    _triton_jit_function_registry = _jit_registry()
 
     spec = json.loads(line)
     data = json.loads(spec["data"])
