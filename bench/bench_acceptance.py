@@ -37,38 +37,9 @@ import specops
 from specops import Tree
 
 from .harness import Row, memcpy_time, time_cpu, time_fn, with_ratios
+from .inputs import first_child_line, logit_rows, reject, tree_case
 
 MODES = ("root", "mid", "full")
-
-
-def _rows(shape, gen, device, top_k):
-    """(p, q): q = softmax of (top-k filtered) logits, p = a perturbation of them."""
-    lq = torch.randn(*shape, generator=gen, device=device) * 3.0
-    lp = lq + torch.randn(*shape, generator=gen, device=device)
-
-    def probs(logits):
-        if top_k is not None and top_k < shape[-1]:
-            kth = logits.topk(top_k, -1).values[..., -1:]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        return torch.softmax(logits, -1)
-
-    return probs(lp), probs(lq)
-
-
-def _reject(p, b, row, tokens):
-    """Target row ``row`` of request b gives 0 to ``tokens`` (renormalised): they fail for sure."""
-    p[b, row, tokens] = 0.0
-    p[b, row] /= p[b, row].sum()
-
-
-def _line(fc, n):
-    """The first-child line below node n: fc[n], fc[fc[n]], ... (host lists)."""
-    out = []
-    c = fc[n]
-    while 0 < c < len(fc):
-        out.append(c)
-        c = fc[c]
-    return out
 
 
 def _fast_backends(op, device):
@@ -93,32 +64,6 @@ def _case_rows(op, desc, results, nbytes, device, note):
 
 
 # ---- tree inputs (verify_tree and the SJD-PAC window) ----------------------------------------
-def _tree_case(tree, b, v, mode, gen, device, top_k):
-    """(p, q, tokens, scanned rows) with the first rejection placed by ``mode`` (see above).
-
-    Tokens: node n's token is drawn from draft row parent(n) (the walk tests children of node m
-    against rows m).  The first-child line from the root is the path the walk takes through
-    accepted nodes; ``mid`` rejects at the node halfway down it."""
-    n = tree.num_nodes
-    par = tree.parents.reshape(-1, n)[0].tolist()
-    fc = tree.first_child.reshape(-1, n)[0].tolist()
-    p, q = _rows((b, n, v), gen, device, top_k)
-    x = torch.zeros(b, n, dtype=torch.long, device=device)
-    src = torch.tensor([max(pp, 0) for pp in par], device=device)
-    x[:, 1:] = torch.multinomial(q[:, src[1:]].reshape(-1, v), 1, generator=gen).reshape(b, n - 1)
-    line = [0] + _line(fc, 0)
-    stop = {"root": 0, "mid": len(line) // 2, "full": len(line)}[mode]
-    for d in range(min(stop, len(line))):  # accepted for sure down to line[stop]
-        p[:, line[d]] = q[:, line[d]]
-    if mode == "full":
-        return p, q, x, line, stop
-    m = line[stop]
-    kids = [c for c in range(1, n) if par[c] == m]
-    for bb in range(b):
-        _reject(p, bb, m, x[bb, kids])
-    return p, q, x, line, stop
-
-
 # ---- the SJD-PAC step --------------------------------------------------------------------------
 def torch_pac(p, x, q, par, fc, k, gen):
     """A vectorised PyTorch SJD-PAC sampler (one request; p, q [L, V], x [L] drafted from the
@@ -151,7 +96,7 @@ def torch_pac(p, x, q, par, fc, k, gen):
         if not moved:
             break
     toks.append(int(torch.multinomial(pc, 1, generator=gen)))
-    line = _line(fc, cur) if rejected else []
+    line = first_child_line(fc, cur) if rejected else []
     if not line:
         return toks, None
     cont = None
@@ -182,7 +127,7 @@ def bench_jacobi(device, quick) -> list[Row]:
         fc = tree.first_child.reshape(-1, shape[2])[0].tolist()
         for mode in modes:
             gen = torch.Generator(device=device).manual_seed(0)
-            p, q, x, line, stop = _tree_case(tree, 1, v, mode, gen, device, top_k)
+            p, q, x, line, stop = tree_case(tree, 1, v, mode, gen, device, top_k)
             r = specops.verify_jacobi(p, x, q, tree=tree, num_candidates=3, seed=1)
             a = int(r.num_accepted[0])
             m = int(r.path[0, a])
@@ -190,7 +135,7 @@ def bench_jacobi(device, quick) -> list[Row]:
             # scanned in full: row m (p; q too after a rejection); every line row l_d's p (its
             # candidates), and its q only when the token of l_{d+1} was resampled (counted as
             # kept when the resample drew the same token: fewer bytes, a stricter ratio)
-            line = _line(fc, m) if rejected else []
+            line = first_child_line(fc, m) if rejected else []
             nw = r.next_window[0].tolist()
             resampled = sum(
                 1 for i in range(len(line) - 1) if nw[a + 1 + i] != int(x[0, line[i + 1]])
@@ -221,7 +166,7 @@ def bench_tree(device, quick) -> list[Row]:
     modes = ("root",) if quick else MODES
     for mode in modes:
         gen = torch.Generator(device=device).manual_seed(0)
-        p, q, x, line, stop = _tree_case(tree, b, v, mode, gen, device, None)
+        p, q, x, line, stop = tree_case(tree, b, v, mode, gen, device, None)
         r = specops.verify_tree(p, tree, x, q, without_replacement=True, seed=1)
         full = mode == "full"
         nbytes = b * (1 if full else 2) * v * 4  # row m: p (bonus), or p and q (rejection)
@@ -241,7 +186,7 @@ def bench_chain(device, quick) -> list[Row]:
     modes = ("root",) if quick else MODES
     for mode in modes:
         gen = torch.Generator(device=device).manual_seed(0)
-        pq, q = _rows((b, k + 1, v), gen, device, None)
+        pq, q = logit_rows((b, k + 1, v), gen, device, None)
         q = q[:, :k].contiguous()
         p = pq.clone()
         x = torch.multinomial(q.reshape(-1, v), 1, generator=gen).reshape(b, k)
@@ -249,7 +194,7 @@ def bench_chain(device, quick) -> list[Row]:
         p[:, :stop] = q[:, :stop]
         if stop < k:
             for bb in range(b):
-                _reject(p, bb, stop, x[bb, stop])
+                reject(p, bb, stop, x[bb, stop])
         nbytes = b * (1 if stop == k else 2) * v * 4  # row a: p (bonus), or p and q
         desc = f"acc={mode} a={stop} B={b} K={k} V={v}"
         results = []

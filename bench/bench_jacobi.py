@@ -62,9 +62,9 @@ def run(device: str, quick: bool) -> list[Row]:
         copies = 4 if device == "cuda" else 1  # rotated inputs: the L2 does not hold them
         tree = Tree.kary_chain(*shape, device=device) if shape else None
         if name.endswith("root"):
-            from .bench_acceptance import _tree_case
+            from .inputs import tree_case
 
-            cases = [_tree_case(tree, b, v, "root", gen, device, top_k) for _ in range(copies)]
+            cases = [tree_case(tree, b, v, "root", gen, device, top_k) for _ in range(copies)]
             inputs = [(p, x, q) for p, q, x, _, _ in cases]
         else:
             inputs = [_rows(b, L, v, gen, device, top_k) for _ in range(copies)]

@@ -30,7 +30,7 @@ CASES_CPU = [(32, 1, 256, 32, 128, m, None) for m in (1, 8, 64)] + [(32, 1, 256,
 CASES_QUICK = [(2, 1, 64, 2, 16, 4, None)]
 
 
-def _inputs(layers, b, capacity, hkv, d, m, page, device, copies):
+def kv_inputs(layers, b, capacity, hkv, d, m, page, device, copies):
     g = torch.Generator(device="cpu").manual_seed(0)
     dt = torch.bfloat16
     if page is None:
@@ -54,7 +54,7 @@ def _inputs(layers, b, capacity, hkv, d, m, page, device, copies):
     return caches, bt, cs0, slots.to(device)
 
 
-def _eager_peer(caches, cs, cs0, slots, m):
+def eager_peer(caches, cs, cs0, slots, m):
     """Per layer: index_select the accepted rows, index_copy_ them to the prefix (flattened over
     B x S; host-known m as in EAGLE's update_inference_inputs), then advance the lengths."""
     layers, _, b, s = caches.shape[:4]
@@ -74,7 +74,7 @@ def _eager_peer(caches, cs, cs0, slots, m):
 
 def _bench_case(case, device, backends, copies) -> list[Row]:
     layers, b, capacity, hkv, d, m, page = case
-    caches, bt, cs0, slots = _inputs(layers, b, capacity, hkv, d, m, page, device, copies)
+    caches, bt, cs0, slots = kv_inputs(layers, b, capacity, hkv, d, m, page, device, copies)
     cs = cs0.clone()
     shape = f"L={layers} B={b} Hkv={hkv} D={d} m={m}" + (f" page={page}" if page else "")
     moved = 2 * 2 * layers * b * m * hkv * d * 2  # bytes read + written (bf16)
@@ -96,7 +96,7 @@ def _bench_case(case, device, backends, copies) -> list[Row]:
     if page is None:
         add(
             "eager index_copy loop",
-            time_fn([_eager_peer(c, cs, cs0, slots, m) for c in caches], device),
+            time_fn([eager_peer(c, cs, cs0, slots, m) for c in caches], device),
         )
     add("seqlens reset", time_fn(lambda: cs.copy_(cs0), device), note="")
     return rows

@@ -111,7 +111,7 @@ def _bench_case(case, device, backends, copies) -> list[Row]:
         if device == "cuda" and "triton" in backends and (top_p is None or top_k is not None):
             add(
                 "triton 1 prog/row",
-                time_fn(_row_kernel_calls(conds, unconds, cfg, top_k, top_p, out), device),
+                time_fn(row_kernel_calls(conds, unconds, cfg, top_k, top_p, out), device),
             )
     fns = [
         lambda c=c, u=u: eager_probs(c, u, cfg, 1.0, top_k, top_p) for c, u in zip(conds, unconds)
@@ -124,7 +124,7 @@ def _bench_case(case, device, backends, copies) -> list[Row]:
     return rows
 
 
-def _row_kernel_calls(conds, unconds, cfg, top_k, top_p, out):
+def row_kernel_calls(conds, unconds, cfg, top_k, top_p, out):
     """The one-program-a-row kernel (probs.py) on the same inputs: what backend "triton" ran
     before the rows were split over programs (probs_split.py): without top-p before ed86619,
     with top-p after a top-k before 725a5c5."""

@@ -7,7 +7,7 @@ docs/gpu_cost.md):
 
 ``min_bytes`` is the op's own floor (``FLOORS``, one formula per op, the same in
 docs/gpu_cost.md); ``predicted_us`` the time model of bench/traffic_model.py.  Inputs make the
-kernels do their real work: drafts are rejected at random positions (bench_verify's inputs),
+kernels do their real work: drafts are rejected at random positions (bench/inputs.py),
 the SJD-PAC case is bench_jacobi's "sjd_pac root" input.  Counting runs on the CPU whatever
 ``--device`` says; quick mode takes tiny shapes."""
 
@@ -18,9 +18,10 @@ import torch
 import specops
 from specops import Tree
 
-from . import bench_verify, traffic_cuda, traffic_model
-from .bench_verify import _draw, _near
+from . import inputs, traffic_cuda, traffic_model
 from .harness import Row
+from .inputs import draw as _draw
+from .inputs import near as _near
 from .traffic_common import CSV_FIELDS, KernelTraffic, csv_row
 
 F32 = 4
@@ -228,7 +229,7 @@ def _gen(seed):
 
 
 def _probs(shape, gen):
-    return bench_verify._probs(shape, gen, "cpu")
+    return inputs.probs(shape, gen, "cpu")
 
 
 def _cuda_cases(quick: bool):
@@ -266,7 +267,7 @@ def _cuda_cases(quick: bool):
     )
     for b, (k, d), v, det in trees:
         tree = Tree.kary(k, d)
-        p, x, q = bench_verify._tree_inputs(b, tree, v, "cpu", _gen(b + k + v), deterministic=det)
+        p, x, q = inputs.tree_inputs(b, tree, v, "cpu", _gen(b + k + v), deterministic=det)
 
         def vtree(p=p, x=x, q=q, tree=tree):
             r = specops.verify_tree(p, tree, x, q, seed=1, backend="cuda_sim")
@@ -289,10 +290,8 @@ def _cuda_cases(quick: bool):
             x = _draw(q, gen)
             tree = None
         else:
-            from .bench_acceptance import _tree_case
-
             tree = Tree.kary_chain(*shape)
-            p, q, x, _, _ = _tree_case(tree, b, v, "root", gen, "cpu", 2000)
+            p, q, x, _, _ = inputs.tree_case(tree, b, v, "root", gen, "cpu", 2000)
 
         def jacobi(p=p, x=x, q=q, tree=tree):
             r = specops.verify_jacobi(

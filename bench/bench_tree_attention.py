@@ -107,7 +107,7 @@ def _time(fns, device):
     return time_fn(fns, device, reps=reps, trials=15 if ms < 5 else 5)
 
 
-class _Case:
+class Case:
     """Inputs of one shape: contiguous and paged caches holding the same K/V, in ``copies``
     copies (rotated so that L2 does not hold them)."""
 
@@ -148,7 +148,7 @@ class _Case:
         return torch.cat([pre, self.tree.ancestors], -1)[:, None]
 
 
-def _peer_sdpa(c: _Case):
+def peer_sdpa(c: Case):
     mask = c.dense_mask()
     q = c.q.transpose(1, 2)  # [B, Hq, N, D]
     ks = [k.transpose(1, 2).contiguous() for k in c.k]  # the peer's own [B, Hkv, S+N, D]
@@ -158,7 +158,7 @@ def _peer_sdpa(c: _Case):
     return fns, lambda: sdpa(q, ks[0], vs[0], attn_mask=mask, enable_gqa=True).transpose(1, 2)
 
 
-def _peer_flex(c: _Case):
+def peer_flex(c: Case):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     b, n, s, hq, hkv, d = c.shape
@@ -179,7 +179,7 @@ def _peer_flex(c: _Case):
     return fns, lambda: fns[0]().transpose(1, 2)
 
 
-def _peer_flashinfer(c: _Case):
+def peer_flashinfer(c: Case):
     import flashinfer
 
     b, n, s, hq, hkv, d = c.shape
@@ -209,7 +209,7 @@ def _peer_flashinfer(c: _Case):
     return fns, lambda: fns[0]().reshape(b, n, hq, d)
 
 
-def _peer_cascade(c: _Case):
+def peer_cascade(c: Case):
     if not _build.has_flash_attn():
         raise ImportError("flash-attn is not installed (pip install 'specops[flash]')")
     ta = specops.tree_attention
@@ -223,7 +223,7 @@ def _peer_cascade(c: _Case):
 
 
 def _bench_case(case, device, dtype, copies) -> list[Row]:
-    c = _Case(*case, device, dtype, copies)
+    c = Case(*case, device, dtype, copies)
     b, n, s, hq, hkv, d = case
     shape = f"B={b} N={n} S={s} H={hq}/{hkv} D={d}"
     nbytes = c.kv_bytes()
@@ -254,12 +254,12 @@ def _bench_case(case, device, dtype, copies) -> list[Row]:
         ]
         timed.append(("specops paged", fns, f"page={PAGE}"))
         out = ours[0]()
-    peers = [("sdpa dense mask", _peer_sdpa)]
+    peers = [("sdpa dense mask", peer_sdpa)]
     if device == "cuda" and case == FLEX_CASE:  # FlexAttention compiles per shape: one shape
-        peers += [("flex block mask", _peer_flex)]
+        peers += [("flex block mask", peer_flex)]
     if device == "cuda":
-        peers += [("flashinfer custom mask", _peer_flashinfer)]
-        peers += [("specops cascade", _peer_cascade)]
+        peers += [("flashinfer custom mask", peer_flashinfer)]
+        peers += [("specops cascade", peer_cascade)]
     for name, make in peers:
         try:
             fns, once = make(c)

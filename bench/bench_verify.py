@@ -16,32 +16,15 @@ kernels take their usual path: some accepted prefix, then one residual draw.
 
 from __future__ import annotations
 
-import importlib.util
-import inspect
-import os
-
 import torch
 
 import specops
 
 from .harness import Row, time_cpu, time_fn, timed_backends, with_ratios
+from .inputs import chain_inputs, draw, near, probs, tree_inputs
+from .peers import flashinfer_chain, sgl_call, sgl_tree, sglang_chain, sglang_chain_args
 
 FAST = ("cuda", "triton", "cpu")
-
-
-def _probs(shape, gen, device, sharp=2.0):
-    return torch.softmax(torch.randn(*shape, generator=gen, device=device) * sharp, -1)
-
-
-def _near(p, gen, w=0.7):
-    """A draft distribution close to p (acceptance around w)."""
-    r = torch.softmax(torch.randn(p.shape, generator=gen, device=p.device) * 2.0, -1)
-    return w * p + (1 - w) * r
-
-
-def _draw(q, gen):
-    v = q.shape[-1]
-    return torch.multinomial(q.reshape(-1, v), 1, generator=gen).reshape(q.shape[:-1])
 
 
 def _time(fns, device, be):
@@ -65,51 +48,6 @@ def _copies(nbytes, device):
 
 
 # chain --------------------------------------------------------------------------------------
-def _chain_inputs(b, k, v, device, gen, deterministic=False):
-    p = _probs((b, k + 1, v), gen, device)
-    q = _near(p[:, :k], gen)
-    x = _draw(q, gen)
-    return p, x, (None if deterministic else q)
-
-
-def _flashinfer_chain():
-    try:
-        from flashinfer.sampling import chain_speculative_sampling
-
-        return chain_speculative_sampling, ""
-    except Exception as exc:  # not installed / no kernels for this GPU
-        return None, f"flashinfer unavailable: {type(exc).__name__}"
-
-
-def _sglang_chain():
-    """SGLang 0.5.23's pure-Triton chain sampler, loaded from its one file (the sglang wheel does
-    not import without CUDA torch's extras): $SPECOPS_SGLANG_REJECT_SAMPLING or
-    .peers/sglang_reject_sampling.py (sglang/kernels/ops/speculative/reject_sampling.py)."""
-    path = os.environ.get("SPECOPS_SGLANG_REJECT_SAMPLING", ".peers/sglang_reject_sampling.py")
-    try:
-        spec = importlib.util.spec_from_file_location("_sglang_reject_sampling", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod.chain_speculative_sampling_triton, ""
-    except Exception as exc:
-        return None, f"sglang triton sampler unavailable ({path}): {type(exc).__name__}"
-
-
-def _sglang_chain_args(p, x, q, gen):
-    """SGLang's layout: candidates [B, K+1] = (last token, drafts), flat retrive_index, its
-    uniforms drawn outside the kernel (here before timing, which favours the peer)."""
-    b, k1, _ = p.shape
-    dev = p.device
-    cand = torch.cat([torch.zeros(b, 1, dtype=torch.int64, device=dev), x.long()], 1)
-    idx = torch.arange(b * k1, device=dev, dtype=torch.int64).view(b, k1)
-    predicts = torch.empty(b * k1, dtype=torch.int32, device=dev)
-    acc_idx = torch.empty(b, k1, dtype=torch.int32, device=dev)
-    acc_num = torch.empty(b, dtype=torch.int32, device=dev)
-    u = torch.rand(b, k1, generator=gen, device=dev)
-    u_final = torch.rand(b, generator=gen, device=dev)
-    return (predicts, acc_idx, acc_num, cand, idx, idx, idx, u, u_final, p, q, 1.0, 1.0, True)
-
-
 def bench_chain(device, quick, shapes=None) -> list[Row]:
     """verify_chain at (B, K, V) ``shapes`` (default: the issue's grid on a GPU)."""
     if shapes is None and quick:
@@ -118,14 +56,14 @@ def bench_chain(device, quick, shapes=None) -> list[Row]:
         shapes = [(b, k, v) for v in (32000, 128256) for k in (4, 8) for b in (1, 8, 64, 256)]
     elif shapes is None:
         shapes = [(16, 8, 32000)]
-    fi, fi_note = _flashinfer_chain() if device == "cuda" else (None, "")
-    sg, sg_note = _sglang_chain() if device == "cuda" else (None, "")
+    fi, fi_note = flashinfer_chain() if device == "cuda" else (None, "")
+    sg, sg_note = sglang_chain() if device == "cuda" else (None, "")
     rows = []
     for b, k, v in shapes:
         for det in (False, True) if device == "cpu" or quick else (False,):
             gen = torch.Generator(device=device).manual_seed(b * 131 + k + v)
             nbytes = b * (k + 1) * v * 4 + (0 if det else b * k * v * 4)
-            ins = [_chain_inputs(b, k, v, device, gen, det) for _ in range(_copies(nbytes, device))]
+            ins = [chain_inputs(b, k, v, device, gen, det) for _ in range(_copies(nbytes, device))]
             shape = f"B={b} K={k} V={v}" + (" det" if det else "")
             with specops.validation(False):
                 for be in timed_backends("verify_chain", device):
@@ -147,7 +85,7 @@ def bench_chain(device, quick, shapes=None) -> list[Row]:
                 except Exception as exc:
                     fi, fi_note = None, f"flashinfer failed: {type(exc).__name__}: {exc}"
             if sg is not None and not det:
-                sg_ins = [_sglang_chain_args(i[0], i[1], i[2], gen) for i in ins]
+                sg_ins = [sglang_chain_args(i[0], i[1], i[2], gen) for i in ins]
                 fns = [lambda a=a, f=sg: f(*a) for a in sg_ins]
                 try:
                     st = time_fn(fns, device)
@@ -162,89 +100,6 @@ def bench_chain(device, quick, shapes=None) -> list[Row]:
 
 
 # tree ---------------------------------------------------------------------------------------
-def _tree_inputs(b, tree, v, device, gen, *, wor=False, deterministic=False):
-    n = tree.num_nodes
-    p = _probs((b, n, v), gen, device)
-    q = _near(p, gen)
-    par = tree.parents.long().to(device).expand(b, -1).clamp(min=0)
-    rows = torch.arange(b, device=device)[:, None]
-    if wor:
-        # siblings distinct: Gumbel top-k order of the parent's draft row, by sibling rank
-        same = par[:, :, None] == par[:, None, :]
-        earlier = torch.arange(n, device=device)[None, :] < torch.arange(n, device=device)[:, None]
-        rank = (same & earlier).sum(-1)
-        g = -torch.log(-torch.log(torch.rand(b, n, v, generator=gen, device=device)))
-        order = torch.topk(torch.log(q) + g, min(int(rank.max()) + 1, v), -1).indices
-        tok = order[rows, par, rank]
-    else:
-        tok = _draw(q[rows, par], gen)
-    return p, tok, (None if deterministic else q)
-
-
-def _sgl_tree():
-    """sgl-kernel's tree sampler, else SGLang 0.5.23's JIT one compiled ahead of time into
-    $SPECOPS_SGLANG_TREE_SO or .peers/sglang_tree_sampling.so (scripts/pack_peers.sh; its
-    index tensors are int64)."""
-    try:
-        from sgl_kernel import tree_speculative_sampling_target_only
-
-        return tree_speculative_sampling_target_only, ""
-    except Exception as exc:
-        note = f"sgl-kernel unavailable: {type(exc).__name__}"
-    path = os.environ.get("SPECOPS_SGLANG_TREE_SO", ".peers/sglang_tree_sampling.so")
-    try:
-        import tvm_ffi
-
-        mod = tvm_ffi.load_module(path)
-    except Exception as exc:
-        return None, f"{note}; sglang jit tree sampler unavailable ({path}): {type(exc).__name__}"
-
-    def sampler(predicts, accept_index, accept_token_num, candidates, retrive_index,
-                retrive_next_token, retrive_next_sibling, uniform_samples,
-                uniform_samples_for_final_sampling, target_probs, draft_probs,
-                threshold_single=1.0, threshold_acc=1.0, deterministic=True):  # fmt: skip
-        mod.sample(predicts, accept_index, accept_token_num, candidates, retrive_index,
-                   retrive_next_token, retrive_next_sibling, uniform_samples,
-                   uniform_samples_for_final_sampling, target_probs, draft_probs,
-                   threshold_single, threshold_acc)  # fmt: skip
-
-    sampler.index_dtype = torch.int64
-    return sampler, ""
-
-
-def _sgl_call(fn, p, tree, tok, depth):
-    """sgl-kernel's target-only tree sampling (deterministic drafts) on our tree layout."""
-    b, n, v = p.shape
-    dev = p.device
-    idt = getattr(fn, "index_dtype", torch.int32)
-    fc = tree.first_child.to(dev).expand(b, -1).to(idt).contiguous()
-    ns = tree.next_sibling.to(dev).expand(b, -1).to(idt).contiguous()
-    cand = tok.to(idt).contiguous()
-    ridx = (torch.arange(b * n, device=dev, dtype=idt)).reshape(b, n)
-    predicts = torch.full((b * n,), -1, dtype=torch.int32, device=dev)
-    acc_idx = torch.full((b, depth + 1), -1, dtype=torch.int32, device=dev)
-    acc_num = torch.zeros(b, dtype=torch.int32, device=dev)
-    coins = torch.rand(b, n, device=dev)
-    coins_final = torch.rand(b, device=dev)
-    draft = torch.zeros_like(p)
-    kw = dict(
-        predicts=predicts,
-        accept_index=acc_idx,
-        accept_token_num=acc_num,
-        candidates=cand,
-        retrive_index=ridx,
-        retrive_next_token=fc,
-        retrive_next_sibling=ns,
-        uniform_samples=coins,
-        target_probs=p,
-        draft_probs=draft,
-        deterministic=True,
-    )
-    if "uniform_samples_for_final_sampling" in inspect.signature(fn).parameters:
-        kw["uniform_samples_for_final_sampling"] = coins_final
-    return lambda: fn(**kw)
-
-
 def bench_tree(device, quick) -> list[Row]:
     if quick:
         cases = [(2, specops.Tree.kary(2, 3), 1000)]
@@ -257,7 +112,7 @@ def bench_tree(device, quick) -> list[Row]:
         ]
     else:
         cases = [(4, specops.Tree.kary(3, 3), 32000)]
-    sgl, sgl_note = _sgl_tree() if device == "cuda" else (None, "")
+    sgl, sgl_note = sgl_tree() if device == "cuda" else (None, "")
     rows = []
     for b, tree, v in cases:
         tree = tree.to(device)
@@ -268,7 +123,7 @@ def bench_tree(device, quick) -> list[Row]:
             gen = torch.Generator(device=device).manual_seed(b * 7 + n + v)
             nbytes = b * n * v * 4 * (1 if det else 2)
             ins = [
-                _tree_inputs(b, tree, v, device, gen, wor=wor, deterministic=det)
+                tree_inputs(b, tree, v, device, gen, wor=wor, deterministic=det)
                 for _ in range(_copies(nbytes, device))
             ]
             shape = f"B={b} N={n} V={v} {name}"
@@ -286,7 +141,7 @@ def bench_tree(device, quick) -> list[Row]:
             if sgl is not None and det:
                 try:
                     depth = int(tree.depth.max())
-                    fns = [_sgl_call(sgl, i[0], tree, i[1], depth) for i in ins]
+                    fns = [sgl_call(sgl, i[0], tree, i[1], depth) for i in ins]
                     rows.append(
                         _row("verify_tree", shape, "sgl-kernel", time_fn(fns, device), nbytes)
                     )
@@ -301,9 +156,9 @@ def bench_tree(device, quick) -> list[Row]:
 def bench_jacobi(device, quick) -> list[Row]:
     b, L, v = (2, 8, 1000) if quick else (2, 64, 65536)
     gen = torch.Generator(device=device).manual_seed(3)
-    p = _probs((b, L, v), gen, device)
-    q = _near(p, gen)
-    x = _draw(q, gen)
+    p = probs((b, L, v), gen, device)
+    q = near(p, gen)
+    x = draw(q, gen)
     nbytes = 2 * b * L * v * 4
     rows = []
     k, d = 3, 3
@@ -328,7 +183,7 @@ def bench_wor(device, quick) -> list[Row]:
         (4, 1000, 3) if quick else ((128, 65536, 3) if device == "cuda" else (8, 65536, 3))
     )
     gen = torch.Generator(device=device).manual_seed(4)
-    p = _probs((rows_, v), gen, device)
+    p = probs((rows_, v), gen, device)
     rows = []
     with specops.validation(False):
         for be in timed_backends("sample_without_replacement", device):
@@ -352,7 +207,7 @@ def bench_path_acceptance(device, quick) -> list[Row]:
     for b, tree, v in cases:
         tree = tree.to(device)
         gen = torch.Generator(device=device).manual_seed(b * 5 + tree.num_nodes + v)
-        i = _tree_inputs(b, tree, v, device, gen)  # (p, tokens, q)
+        i = tree_inputs(b, tree, v, device, gen)  # (p, tokens, q)
         shape = f"B={b} N={tree.num_nodes} V={v} leaves={int(tree.is_leaf.sum(-1).max())}"
         with specops.validation(False):
             for be in timed_backends("path_acceptance", device):

@@ -130,6 +130,54 @@ def write_doc(table_md: str, name: str, path: str = GPU_COST) -> bool:
     return new != text
 
 
+def refit_from_lease(csv_path: str, data: dict) -> tuple:
+    """Refit on the calibration rows plus a lease's rows of the counted cases (their launches
+    counted again here, at the lease's shapes); writes PARAMS_JSON.  Cases whose kernels changed
+    between the traffic counts and the lease are left out (their counts would be of other code)."""
+    import csv
+
+    from . import bench_traffic
+    from .traffic_model import (
+        COMPUTE_BOUND,
+        PARAMS_JSON,
+        _calibration_traffic,
+        _old_commit_traffic,
+        errors,
+        fit,
+    )  # fmt: skip
+
+    measured = {}
+    with open(csv_path, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["shape"] != "-":
+                measured[(r["op"], r["backend"], r["shape"])] = float(r["median_us"])
+    stale = {s.split(":", 1)[0] for s in ledger.stale_counts(data)}
+    wanted = {
+        (c["op"], c["backend"], c["shape"])
+        for c, _ in lease_table.ncu_cases(data)
+        if (c["op"], c["backend"], c["shape"]) in measured
+    }
+    counted = bench_traffic.count_cuda(False) if any(k[1] == "cuda" for k in wanted) else []
+    triton = {(k[0], k[2]) for k in wanted if k[1] == "triton"}
+    counted += bench_traffic.count_triton(False, only=lambda op, shape: (op, shape) in triton)
+    calls: dict = {}
+    for op, shape, t, _ in counted:
+        key = (op, t.backend, shape)
+        if key in wanted and f"{t.backend}:{op}" not in stale:
+            calls.setdefault(key, []).append(t)
+    rows = _calibration_traffic() + _old_commit_traffic()
+    rows += [(f"{k[0]}:{k[1]}", k[2], measured[k], ts) for k, ts in calls.items()]
+    params = fit(rows)
+    med, worst = errors([r for r in rows if r[0] not in COMPUTE_BOUND], params)
+    with open(PARAMS_JSON, "w") as f:
+        json.dump({"params": params, "rows": len(rows), "median_error": round(med, 3),
+                   "worst_error": round(worst, 3), "lease_csv": os.path.basename(csv_path)}, f,
+                  indent=1)  # fmt: skip
+    print(f"time model refit on {len(rows)} rows ({len(calls)} from the lease): {params}, "
+          f"median error x{med:.2f}, worst x{worst:.2f} -> {PARAMS_JSON}")  # fmt: skip
+    return params
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.ingest", allow_abbrev=False)
     ap.add_argument("src", help="the folder the lease's files came back to")
@@ -144,9 +192,7 @@ def main(argv=None) -> int:
     ledger.save(data)
     print(f"ingest: rows -> {done['csv']}; closed {done['closed']}; still open {done['kept']}")
     if not args.no_refit:
-        from . import traffic_model
-
-        traffic_model.refit_from_lease(os.path.join(ledger.ROOT, done["csv"]), data)
+        refit_from_lease(os.path.join(ledger.ROOT, done["csv"]), data)
     with open(os.path.join(RESULTS, f"{done['name']}.md")) as f:
         write_doc(f.read().replace("# Lease", "Lease", 1), done["name"])
     ledger.write_readme(data)

@@ -19,7 +19,7 @@ import torch
 import specops
 from specops import Tree
 
-from . import bench_verify as bv
+from . import inputs, peers
 
 F32 = 4
 KARY = {21: (4, 3), 15: (2, 4), 13: (3, 3)}  # num_nodes -> Tree.kary(k, d), as the traffic bench
@@ -66,7 +66,7 @@ def _peer(built: Built, name: str, make: Callable[[], list]) -> None:
 # ---- sampling ---------------------------------------------------------------------------------
 def _sample(kw, flags, be, dev, copies):
     b, v = _int(kw, "B", "V")
-    ps = [bv._probs((b, v), _gen(dev, i), dev) for i in range(copies)]
+    ps = [inputs.probs((b, v), _gen(dev, i), dev) for i in range(copies)]
     built = Built([lambda p=p: specops.sample(p, seed=1, backend=be) for p in ps])
     built.peers["torch.multinomial"] = [lambda p=p: torch.multinomial(p, 1) for p in ps]
     return built
@@ -74,7 +74,7 @@ def _sample(kw, flags, be, dev, copies):
 
 def _sample_wor(kw, flags, be, dev, copies):
     r, v, k = _int(kw, "R", "V", "k")
-    ps = [bv._probs((r, v), _gen(dev, i), dev) for i in range(copies)]
+    ps = [inputs.probs((r, v), _gen(dev, i), dev) for i in range(copies)]
     built = Built(
         [lambda p=p: specops.sample_without_replacement(p, k, seed=1, backend=be) for p in ps]
     )
@@ -86,7 +86,7 @@ def _sample_wor(kw, flags, be, dev, copies):
 def _chain(kw, flags, be, dev, copies):
     b, k, v = _int(kw, "B", "K", "V")
     block = "block" in flags
-    ins = [bv._chain_inputs(b, k, v, dev, _gen(dev, b * 131 + k + v + i)) for i in range(copies)]
+    ins = [inputs.chain_inputs(b, k, v, dev, _gen(dev, b * 131 + k + v + i)) for i in range(copies)]
     built = Built(
         [lambda i=i: specops.verify_chain(*i, seed=1, block=block, backend=be) for i in ins]
     )
@@ -94,16 +94,16 @@ def _chain(kw, flags, be, dev, copies):
         return built
 
     def flashinfer():
-        fi, why = bv._flashinfer_chain()
+        fi, why = peers.flashinfer_chain()
         if fi is None:
             raise ImportError(why)
         return [lambda i=i: fi(i[2], i[1].int(), i[0]) for i in ins]
 
     def sglang():
-        sg, why = bv._sglang_chain()
+        sg, why = peers.sglang_chain()
         if sg is None:
             raise ImportError(why)
-        args = [bv._sglang_chain_args(*i, _gen(dev, 5)) for i in ins]
+        args = [peers.sglang_chain_args(*i, _gen(dev, 5)) for i in ins]
         return [lambda a=a: sg(*a) for a in args]
 
     _peer(built, "flashinfer", flashinfer)
@@ -118,7 +118,7 @@ def _tree(kw, flags, be, dev, copies):
     tree = Tree.kary(*KARY[n]).to(dev)
     det = "det" in flags
     ins = [
-        bv._tree_inputs(b, tree, v, dev, _gen(dev, b + n + v + i), deterministic=det)
+        inputs.tree_inputs(b, tree, v, dev, _gen(dev, b + n + v + i), deterministic=det)
         for i in range(copies)
     ]
     built = Built(
@@ -127,11 +127,11 @@ def _tree(kw, flags, be, dev, copies):
     if det:
 
         def sgl():
-            fn, why = bv._sgl_tree()
+            fn, why = peers.sgl_tree()
             if fn is None:
                 raise ImportError(why)
             depth = int(tree.depth.max())
-            return [bv._sgl_call(fn, i[0], tree, i[1], depth) for i in ins]
+            return [peers.sgl_call(fn, i[0], tree, i[1], depth) for i in ins]
 
         _peer(built, "sgl-kernel tree", sgl)
     return built
@@ -143,10 +143,8 @@ def _jacobi(kw, flags, be, dev, copies):
     for i in range(copies):
         gen = _gen(dev, 7 + i)
         if "sjd_pac" in flags:
-            from .bench_acceptance import _tree_case
-
             tree = Tree.kary_chain(3, 3, L)
-            p, q, x, _, _ = _tree_case(tree, b, v, "root", gen, dev, 2000)
+            p, q, x, _, _ = inputs.tree_case(tree, b, v, "root", gen, dev, 2000)
             tree = tree.to(dev)
             fns.append(
                 lambda p=p, x=x, q=q, t=tree: specops.verify_jacobi(
@@ -154,9 +152,9 @@ def _jacobi(kw, flags, be, dev, copies):
                 )
             )
         else:
-            p = bv._probs((b, L, v), gen, dev)
-            q = bv._near(p, gen)
-            x = bv._draw(q, gen)
+            p = inputs.probs((b, L, v), gen, dev)
+            q = inputs.near(p, gen)
+            x = inputs.draw(q, gen)
             fns.append(lambda p=p, x=x, q=q: specops.verify_jacobi(p, x, q, seed=1, backend=be))
     return Built(fns)
 
@@ -164,7 +162,7 @@ def _jacobi(kw, flags, be, dev, copies):
 def _path(kw, flags, be, dev, copies):
     b, n, v = _int(kw, "B", "N", "V")
     tree = Tree.kary(*KARY[n]).to(dev)
-    ins = [bv._tree_inputs(b, tree, v, dev, _gen(dev, b + n + i)) for i in range(copies)]
+    ins = [inputs.tree_inputs(b, tree, v, dev, _gen(dev, b + n + i)) for i in range(copies)]
     return Built(
         [lambda i=i: specops.path_acceptance(i[0], i[2], tree, i[1], backend=be) for i in ins]
     )
@@ -172,7 +170,7 @@ def _path(kw, flags, be, dev, copies):
 
 # ---- logits, attention, KV and features ---------------------------------------------------------
 def _probs_case(kw, flags, be, dev, copies):
-    from .bench_probs import _row_kernel_calls, eager_probs
+    from .bench_probs import eager_probs, row_kernel_calls
 
     lead = tuple(int(d) for d in kw["R"].split("x"))
     (v,) = _int(kw, "V")
@@ -204,18 +202,18 @@ def _probs_case(kw, flags, be, dev, copies):
         _peer(
             built,
             "triton row kernel",
-            lambda: _row_kernel_calls(conds, unconds, cfg, top_k, top_p, out),
+            lambda: row_kernel_calls(conds, unconds, cfg, top_k, top_p, out),
         )
     return built
 
 
 def _attention(kw, flags, be, dev, copies):
-    from .bench_tree_attention import _Case, _peer_flashinfer, _peer_sdpa
+    from .bench_tree_attention import Case, peer_flashinfer, peer_sdpa
 
     b, n, s, d = _int(kw, "B", "N", "S", "D")
     hq, hkv = (int(h) for h in kw["H"].split("/"))
     dt = torch.bfloat16 if dev == "cuda" else torch.float32
-    c = _Case(b, n, s, hq, hkv, d, dev, dt, copies)
+    c = Case(b, n, s, hq, hkv, d, dev, dt, copies)
     if "page" in kw:
         fns = [
             lambda k=k, v=v: specops.tree_attention(
@@ -229,17 +227,17 @@ def _attention(kw, flags, be, dev, copies):
             for k, v in zip(c.k, c.v)
         ]
     built = Built(fns)
-    _peer(built, "sdpa dense mask", lambda: _peer_sdpa(c)[0])
-    _peer(built, "flashinfer prefill", lambda: _peer_flashinfer(c)[0])
+    _peer(built, "sdpa dense mask", lambda: peer_sdpa(c)[0])
+    _peer(built, "flashinfer prefill", lambda: peer_flashinfer(c)[0])
     return built
 
 
 def _commit(kw, flags, be, dev, copies):
-    from .bench_kv import _eager_peer, _inputs
+    from .bench_kv import eager_peer, kv_inputs
 
     layers, b, hkv, d, m = _int(kw, "L", "B", "Hkv", "D", "m")
     cap = int(kw.get("S", 1024))
-    caches, _, cs0, slots = _inputs(layers, b, cap, hkv, d, m, None, dev, copies)
+    caches, _, cs0, slots = kv_inputs(layers, b, cap, hkv, d, m, None, dev, copies)
     cs = cs0.clone()
 
     def commit(c):
@@ -247,7 +245,7 @@ def _commit(kw, flags, be, dev, copies):
         specops.commit_kv(c, cs, slots, backend=be)
 
     built = Built([lambda c=c: commit(c) for c in caches])
-    built.peers["eager index_copy loop"] = [_eager_peer(c, cs, cs0, slots, m) for c in caches]
+    built.peers["eager index_copy loop"] = [eager_peer(c, cs, cs0, slots, m) for c in caches]
     return built
 
 

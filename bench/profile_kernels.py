@@ -28,7 +28,7 @@ from .harness import time_fn
 
 
 def _jacobi_case(device, small, shape=(3, 3, 64), k=3, cont=True, b=2):
-    from .bench_acceptance import _tree_case
+    from .inputs import tree_case
 
     v = 1000 if small else 65536
     if small:  # a fifth of the window, but at least the k-ary part's nodes
@@ -36,7 +36,7 @@ def _jacobi_case(device, small, shape=(3, 3, 64), k=3, cont=True, b=2):
         shape = (k_ary, depth, max(sum(k_ary**i for i in range(depth)), length // 5))
     tree = Tree.kary_chain(*shape, device=device)
     gen = torch.Generator(device=device).manual_seed(0)
-    p, q, x, _, _ = _tree_case(tree, b, v, "root", gen, device, 2000)
+    p, q, x, _, _ = tree_case(tree, b, v, "root", gen, device, 2000)
     be = "cuda" if device == "cuda" else "cpu"
     return lambda: specops.verify_jacobi(
         p, x, q, tree=tree, continue_after_reject=cont, num_candidates=k, seed=1, backend=be
@@ -70,13 +70,13 @@ def _probs_case(device, small, lead, v, cfg, k):
 
 
 def _chain_case(device, small, b=64, k=8, v=128256):
-    """bench_verify's chain inputs (drafts near the target, so rejections happen)."""
-    from .bench_verify import _chain_inputs
+    """The chain inputs (bench/inputs.py) (drafts near the target, so rejections happen)."""
+    from .inputs import chain_inputs
 
     if small:
         b, v = 2, 1000
     g = torch.Generator(device=device).manual_seed(0)
-    p, x, q = _chain_inputs(b, k, v, device, g)
+    p, x, q = chain_inputs(b, k, v, device, g)
     be = "cuda" if device == "cuda" else "cpu"
     return lambda: specops.verify_chain(p, x, q, seed=1, backend=be)
 

@@ -64,8 +64,7 @@ def _calibration_traffic() -> list[tuple[str, str, float, KernelTraffic]]:
     from specops import Tree
 
     from . import traffic_cuda
-    from .bench_traffic import _gen, _probs
-    from .bench_verify import _draw, _near
+    from .inputs import draw, gen, near, probs
 
     out = []
     with specops.validation(False):
@@ -81,13 +80,13 @@ def _calibration_traffic() -> list[tuple[str, str, float, KernelTraffic]]:
                 elif op == "path_acceptance":
                     b, n, v = int(kw["B"]), int(kw["N"]), int(kw["V"])
                     tree = Tree.chain(n) if "chain" in shape else Tree.kary(4, 3)
-                    gen = _gen(b + n)
-                    p = _probs((b, n, v), gen)
-                    q = _near(p, gen)
-                    specops.path_acceptance(p, q, tree, _draw(q, gen), backend="cuda_sim")
+                    g = gen(b + n)
+                    p = probs((b, n, v), g, "cpu")
+                    q = near(p, g)
+                    specops.path_acceptance(p, q, tree, draw(q, g), backend="cuda_sim")
                 else:
                     r, v, k = int(kw["R"]), int(kw["V"]), int(kw["k"])
-                    p = _probs((r, v), _gen(r + v))
+                    p = probs((r, v), gen(r + v), "cpu")
                     specops.sample_without_replacement(p, k, seed=1, backend="cuda_sim")
             out += [(op, shape, us, t) for t in launches]
     return out
@@ -188,46 +187,6 @@ def held_out(rows) -> dict[str, tuple[float, float]]:
         rest = [r for r in fitted if r[0] != fam]
         out[fam] = errors([r for r in fitted if r[0] == fam], fit(rest))
     return out
-
-
-def refit_from_lease(csv_path: str, data: dict) -> tuple:
-    """Refit on the calibration rows plus a lease's rows of the counted cases (their launches
-    counted again here, at the lease's shapes); writes PARAMS_JSON.  Cases whose kernels changed
-    between the traffic counts and the lease are left out (their counts would be of other code)."""
-    import csv
-
-    from . import bench_traffic, lease_table, ledger
-
-    measured = {}
-    with open(csv_path, newline="") as f:
-        for r in csv.DictReader(f):
-            if r["shape"] != "-":
-                measured[(r["op"], r["backend"], r["shape"])] = float(r["median_us"])
-    stale = {s.split(":", 1)[0] for s in ledger.stale_counts(data)}
-    wanted = {
-        (c["op"], c["backend"], c["shape"])
-        for c, _ in lease_table.ncu_cases(data)
-        if (c["op"], c["backend"], c["shape"]) in measured
-    }
-    counted = bench_traffic.count_cuda(False) if any(k[1] == "cuda" for k in wanted) else []
-    triton = {(k[0], k[2]) for k in wanted if k[1] == "triton"}
-    counted += bench_traffic.count_triton(False, only=lambda op, shape: (op, shape) in triton)
-    calls: dict = {}
-    for op, shape, t, _ in counted:
-        key = (op, t.backend, shape)
-        if key in wanted and f"{t.backend}:{op}" not in stale:
-            calls.setdefault(key, []).append(t)
-    rows = _calibration_traffic() + _old_commit_traffic()
-    rows += [(f"{k[0]}:{k[1]}", k[2], measured[k], ts) for k, ts in calls.items()]
-    params = fit(rows)
-    med, worst = errors([r for r in rows if r[0] not in COMPUTE_BOUND], params)
-    with open(PARAMS_JSON, "w") as f:
-        json.dump({"params": params, "rows": len(rows), "median_error": round(med, 3),
-                   "worst_error": round(worst, 3), "lease_csv": os.path.basename(csv_path)}, f,
-                  indent=1)  # fmt: skip
-    print(f"time model refit on {len(rows)} rows ({len(calls)} from the lease): {params}, "
-          f"median error x{med:.2f}, worst x{worst:.2f} -> {PARAMS_JSON}")  # fmt: skip
-    return params
 
 
 def main() -> int:

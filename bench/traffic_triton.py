@@ -306,9 +306,9 @@ def _gpu_geometry():
 
 
 def _probs(shape, gen):
-    from .bench_verify import _probs  # bench_verify's inputs (importing it imports no triton)
+    from .inputs import probs  # (importing it imports no triton)
 
-    return _probs(shape, gen, "cpu")
+    return probs(shape, gen, "cpu")
 
 
 def _randn(shape, dt, gen):
@@ -319,15 +319,15 @@ def _randn(shape, dt, gen):
 
 def verify_inputs(b, k, v, gen):
     """(target p [B, K+1, V], drafts x [B, K], draft q [B, K, V]): drafts drawn from q close to p
-    (bench_verify's inputs), and a forced rejection: draft K // 2 of every request has target
+    (bench/inputs.py), and a forced rejection: draft K // 2 of every request has target
     probability 0, so each request accepts at most K // 2 drafts and then draws from the
     residual of that row (the kernel's whole path: gathers, the rejection, the residual scan)."""
     import torch
 
-    from .bench_verify import _near
+    from .inputs import near
 
     p = _probs((b, k + 1, v), gen)
-    q = _near(p[:, :k], gen)
+    q = near(p[:, :k], gen)
     x = torch.multinomial(q.reshape(-1, v), 1, generator=gen).reshape(b, k)
     p[torch.arange(b), k // 2, x[:, k // 2]] = 0.0
     p[:, k // 2] /= p[:, k // 2].sum(-1, keepdim=True)

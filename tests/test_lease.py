@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-
 from specops.bench import ingest, lease_table, ledger
 
 ROOT = ledger.ROOT

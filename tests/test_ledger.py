@@ -10,7 +10,6 @@ import os
 import subprocess
 
 import pytest
-
 from specops.bench import ledger
 
 ROOT = ledger.ROOT
