@@ -16,6 +16,7 @@ from specops.ops import _dispatch
 from specops.ops._decl import fast_outs
 from specops.ops._rng import fast_rng
 from specops.ops.jacobi import JACOBI, _five_outs
+from specops.reference.grouped import Grouping
 from specops.reference.results import JacobiResult, Relaxation
 from specops.tree import Tree
 
@@ -33,7 +34,7 @@ def verify_jacobi(
     num_candidates: int = 1,
     seed=0,
     offset=0,
-    relax: Relaxation | None = None,
+    relax: Relaxation | Grouping | None = None,
     uniforms: torch.Tensor | None = None,
     backend: str = "auto",
     out: tuple[torch.Tensor, ...] | None = None,

@@ -16,6 +16,7 @@ from specops.ops import _dispatch
 from specops.ops._decl import fast_outs
 from specops.ops._rng import fast_rng
 from specops.ops.verify import CHAIN, PATHS, TREE
+from specops.reference.grouped import Grouping
 from specops.reference.results import ChainResult, Relaxation, TreeResult
 from specops.tree import Tree
 
@@ -31,7 +32,7 @@ def verify_chain(
     num_draft: torch.Tensor | None = None,
     seed=0,
     offset=0,
-    relax: Relaxation | None = None,
+    relax: Relaxation | Grouping | None = None,
     greedy: bool = False,
     uniforms: torch.Tensor | None = None,
     block: bool = False,
@@ -145,7 +146,7 @@ def verify_tree(
     without_replacement: bool = False,
     seed=0,
     offset=0,
-    relax: Relaxation | None = None,
+    relax: Relaxation | Grouping | None = None,
     greedy: bool = False,
     uniforms: torch.Tensor | None = None,
     backend: str = "auto",

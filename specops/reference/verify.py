@@ -11,7 +11,8 @@ deterministic drafts); residual ``max(p - q, 0)``; draws by ``inverse_cdf`` with
 NaN, negative and +inf probabilities count as 0 (``mass``); -1 draft ids are padding.
 
 The conventions shared by all ops here (NaN policy, residuals, inverse CDF, draft ids,
-randomness, LANTERN's relaxed acceptance): docs/reference_semantics.md, "Verification".
+randomness, LANTERN's relaxed acceptance, GSD's grouped acceptance):
+docs/reference_semantics.md, "Verification".
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from specops.reference.block import block_accept
+from specops.reference.grouped import Grouping, check_grouping, group_sums
 from specops.reference.philox import row_uniforms
 from specops.reference.results import ChainResult, JacobiResult, Relaxation, TreeResult, pool
 from specops.reference.sampling import inverse_cdf, mass, rows_per_seed, successive_draws
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Relaxation",
+    "Grouping",
     "ChainResult",
     "TreeResult",
     "JacobiResult",
@@ -81,7 +84,11 @@ def _at(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def _accept(u, p, q, x, relax) -> torch.Tensor:
-    """u * q(x) < p(x) + pool(x) per row; q None = one-hot of x (q(x) = 1)."""
+    """u * q(x) < p(x) + pool(x) per row; q None = one-hot of x (q(x) = 1).  With a GSD
+    ``Grouping``: u * Q < P over x's group (``specops.reference.grouped``)."""
+    if isinstance(relax, Grouping):
+        big_p, big_q = group_sums(p, q, x, relax)
+        return u * big_q < big_p
     px = _at(p, x)
     qx = torch.ones_like(px) if q is None else _at(q, x)
     return u * qx < px + pool(p, x, relax)
@@ -110,7 +117,7 @@ def verify_chain(
     num_draft: torch.Tensor | None = None,
     seed=0,
     offset=0,
-    relax: Relaxation | None = None,
+    relax: Relaxation | Grouping | None = None,
     greedy: bool = False,
     uniforms: torch.Tensor | None = None,
     block: bool = False,
@@ -124,7 +131,8 @@ def verify_chain(
     request's drafts (n_b = index of its first -1).  Drafts at or after n_b are ignored.
 
     Per request: a = the number of leading drafts i < n_b with ``u_i * q_i(x_i) < p_i(x_i)``
-    (+ pool with ``relax``, which makes it LOSSY).  tokens = x_0, ..., x_{a-1}, then one token t:
+    (+ pool with ``relax``, or ``u * Q < P`` over a GSD ``Grouping``'s group: LOSSY).
+    tokens = x_0, ..., x_{a-1}, then one token t:
     if a < n_b (draft a rejected) t ~ max(p_a - q_a, 0) (falls back to p_a when that has no
     mass), else (all n_b accepted) t ~ p_{n_b}, the bonus.  -1 after; num_accepted = a.
 
@@ -140,6 +148,8 @@ def verify_chain(
     b, k1, v = target_probs.shape
     k = k1 - 1
     dev = target_probs.device
+    if isinstance(relax, Grouping):
+        check_grouping("verify_chain", relax, v)
     p = mass(target_probs)
     x = draft_tokens.to(dev).long()
     ids = torch.arange(k, device=dev)
@@ -287,7 +297,7 @@ def verify_tree(
     without_replacement: bool = False,
     seed=0,
     offset=0,
-    relax: Relaxation | None = None,
+    relax: Relaxation | Grouping | None = None,
     greedy: bool = False,
     uniforms: torch.Tensor | None = None,
     width: int | None = None,
@@ -304,7 +314,8 @@ def verify_tree(
 
     Walk (per request): start at node 0 with p = target row 0, q = draft row 0.  Try the
     children of the current node in index order; child c with token x is accepted iff
-    ``u_c * q(x) < p(x)`` (+ pool with ``relax``: LOSSY).  Accept -> append c to the path, move
+    ``u_c * q(x) < p(x)`` (+ pool with ``relax``, or GSD's ``u * Q < P``: LOSSY).
+    Accept -> append c to the path, move
     to c with p, q = rows c.  Reject -> p <- norm(max(p - q, 0)) (kept unchanged if that has no
     mass); with ``without_replacement`` also q <- norm(q with q(x) = 0) for the next sibling
     (all zeros if nothing is left); then try the next sibling.  When no child is left, emit one
@@ -325,6 +336,8 @@ def verify_tree(
     """
     b, n, v = target_probs.shape
     dev = target_probs.device
+    if isinstance(relax, Grouping):
+        check_grouping("verify_tree", relax, v)
     if width is None:
         width = tree.path_width
     fc, ns = _tree_arrays(tree, b, dev)
@@ -357,7 +370,7 @@ def verify_jacobi(
     num_candidates: int = 1,
     seed=0,
     offset=0,
-    relax: Relaxation | None = None,
+    relax: Relaxation | Grouping | None = None,
     uniforms: torch.Tensor | None = None,
 ) -> JacobiResult:
     """One Speculative Jacobi Decoding step (SJD; SJD-PAC Algorithm 1 with ``tree``/continuation).
@@ -366,7 +379,8 @@ def verify_jacobi(
     window slot i (given the window's current tokens before it); ``window_tokens`` [B, L]: x_i;
     ``draft_probs`` [B, L, V]: q_i, the dist x_i was drawn from (None = one-hot of x_i).  A -1
     window token means "no draft": the slot is rejected and resampled from p_i.
-      * Slot i passes iff ``u_i * q_i(x_i) < p_i(x_i)`` (+ pool with ``relax``: LOSSY).
+      * Slot i passes iff ``u_i * q_i(x_i) < p_i(x_i)`` (+ pool with ``relax``, or GSD's
+        ``u * Q < P``: LOSSY).
       * a = num_accepted = number of leading passing slots; first_reject = a, or -1 if a = L.
       * next_window[i] = x_i for i < a; slot a = a sample of max(p_a - q_a, 0) (of p_a when that
         has no mass).  With ``continue_after_reject`` (SJD-PAC adaptive continuation) every slot
@@ -408,6 +422,8 @@ def verify_jacobi(
     """
     b, L, v = target_probs.shape
     dev = target_probs.device
+    if isinstance(relax, Grouping):
+        check_grouping("verify_jacobi", relax, v)
     p_all = mass(target_probs)
     x_all = window_tokens.to(dev).long()
     q_all = mass(draft_probs.to(dev)) if draft_probs is not None else None
