@@ -23,12 +23,20 @@ N = 8192  # float32 entries: 32 KiB a tensor
 # loads is put back together).  stride32: N/32 threads read src[32 g] (32 lanes 128 B apart: 32
 # sectors a request) and write dst[g] (4 sectors): 8 + 8 requests.  twice: scalar4 twice.
 # one_cta: block 0 alone makes the scalar4 pass; the other 7 return.
+# tail: scalar4 over N - 40 entries: 254 full warps, then one of 24 active lanes (96 B: 3
+# sectors), then a warp with none (no request); block 3 holds the 40 missing entries.
+# barrier: scalar4's global traffic through shared memory, 2 barriers per 256-entry tile, 8 tiles
+# a block at grid 4.  atomic: N/32 load requests of src (4 sectors), then each atomicAdd on
+# 32 consecutive words a read and a write request of 4 sectors; 4 B read + 4 B written a lane.
 PLANTED = {
-    ("scalar4", 4): (4 * N, 4 * N, N // 16, N // 4, 4, 2 * N),
-    ("vec16", 4): (4 * N, 4 * N, N // 64, N // 4, 4, 2 * N),
-    ("stride32", 1): (N // 8, N // 8, 16, 8 * 32 + 8 * 4, 1, N // 4),
-    ("twice", 4): (8 * N, 8 * N, N // 8, N // 2, 4, 4 * N),
-    ("one_cta", 8): (4 * N, 4 * N, N // 16, N // 4, 1, 8 * N),
+    ("scalar4", 4): (4 * N, 4 * N, N // 16, N // 4, 4, 2 * N, 0),
+    ("vec16", 4): (4 * N, 4 * N, N // 64, N // 4, 4, 2 * N, 0),
+    ("stride32", 1): (N // 8, N // 8, 16, 8 * 32 + 8 * 4, 1, N // 4, 0),
+    ("twice", 4): (8 * N, 8 * N, N // 8, N // 2, 4, 4 * N, 0),
+    ("one_cta", 8): (4 * N, 4 * N, N // 16, N // 4, 1, 8 * N, 0),
+    ("tail", 4): (4 * (N - 40), 4 * (N - 40), 2 * 255, 2 * (254 * 4 + 3), 4, 2 * N, 0),
+    ("barrier", 4): (4 * N, 4 * N, N // 16, N // 4, 4, 2 * N, 4 * 16),
+    ("atomic", 4): (8 * N, 4 * N, 3 * N // 32, 3 * N // 8, 4, 3 * N, 0),
 }
 
 
@@ -38,12 +46,15 @@ def test_planted_kernels_give_the_numbers_worked_out_by_hand(kind, grid):
     got = (t.bytes_read, t.bytes_written, t.requests, t.sectors, t.ctas_with_work)
     want = PLANTED[kind, grid]
     assert got == want[:5]
-    assert t.critical_cta_bytes == want[5] and t.ctas == grid and t.barriers == 0
+    assert t.critical_cta_bytes == want[5] and t.ctas == grid and t.barriers == want[6]
+    if want[6]:
+        assert t.cta_barriers == [want[6] // grid] * grid and t.critical_cta_barriers == 16
 
 
 def test_sectors_per_request_tell_the_access_patterns_apart():
     spr = {k: traffic_cuda.planted(k, N, g).sectors_per_request for k, g in PLANTED}
-    assert spr == {"scalar4": 4.0, "vec16": 16.0, "stride32": 18.0, "twice": 4.0, "one_cta": 4.0}
+    assert spr == {"scalar4": 4.0, "vec16": 16.0, "stride32": 18.0, "twice": 4.0, "one_cta": 4.0,
+                   "tail": (254 * 4 + 3) / 255, "barrier": 4.0, "atomic": 4.0}  # fmt: skip
 
 
 def test_counting_an_op_changes_nothing_and_counts_only_its_tensors():

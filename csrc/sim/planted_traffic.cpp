@@ -6,6 +6,13 @@
 //   stride32  dst[g] = src[32 g] for g < n / 32: 32 lanes 128 B apart, 32 sectors a load request
 //   twice     the scalar4 pass done twice (bytes and requests double)
 //   one_cta   block 0 does the scalar4 pass alone, the others return at once
+//   tail      the scalar4 pass over n - 40 entries: the last warp's request has 24 active lanes
+//             (3 sectors), the warp after it none (no request)
+//   barrier   a tile of 256 entries a block through shared memory, reversed: load, barrier,
+//             store, barrier; global traffic as scalar4, two barriers a tile
+//   atomic    every thread adds 1 to ((unsigned*)dst)[i % 32] with atomicAdd after reading
+//             src[i]: a load request of 4 sectors, then the atomic as a read and a write request
+//             of the same 4 sectors (32 lanes, 32 consecutive words)
 #include <pybind11/pybind11.h>
 
 #include <stdexcept>
@@ -35,6 +42,21 @@ __global__ void scalar4_kernel(const float* src, float* dst, int64_t n, int pass
     for (int64_t i = first; i < n; i += step) dst[i] = src[i] + static_cast<float>(r);
 }
 
+__global__ void barrier_kernel(const float* src, float* dst, int64_t n) {
+  __shared__ float tile[kBlock];
+  for (int64_t base = blockIdx.x * kBlock; base < n; base += gridDim.x * kBlock) {
+    tile[threadIdx.x] = src[base + threadIdx.x];
+    __syncthreads();
+    dst[base + threadIdx.x] = tile[kBlock - 1 - threadIdx.x];
+    __syncthreads();
+  }
+}
+
+__global__ void atomic_kernel(const float* src, unsigned* counts, int64_t n) {
+  for (int64_t i = blockIdx.x * kBlock + threadIdx.x; i < n; i += gridDim.x * kBlock)
+    if (src[i] >= 0.0f) atomicAdd(&counts[i % 32], 1u);
+}
+
 __global__ void stride32_kernel(const float* src, float* dst, int64_t n) {
   for (int64_t g = blockIdx.x * kBlock + threadIdx.x; g < n / 32; g += gridDim.x * kBlock)
     dst[g] = src[32 * g];
@@ -52,9 +74,16 @@ void run(const std::string& kind, const TensorArg& src, const TensorArg& dst, un
   if (kind == "vec16")
     err = launch_kernel("vec16_kernel", vec16_kernel, dim3(grid), dim3(kBlock), 0, nullptr,
                         reinterpret_cast<const float4*>(s), reinterpret_cast<float4*>(d), n / 4);
-  else if (kind == "scalar4" || kind == "twice" || kind == "one_cta")
+  else if (kind == "scalar4" || kind == "twice" || kind == "one_cta" || kind == "tail")
     err = launch_kernel("scalar4_kernel", scalar4_kernel, dim3(grid), dim3(kBlock), 0, nullptr, s,
-                        d, n, kind == "twice" ? 2 : 1, kind == "one_cta" ? 0 : -1);
+                        d, kind == "tail" ? n - 40 : n, kind == "twice" ? 2 : 1,
+                        kind == "one_cta" ? 0 : -1);
+  else if (kind == "barrier")
+    err = launch_kernel("barrier_kernel", barrier_kernel, dim3(grid), dim3(kBlock), 0, nullptr, s,
+                        d, n);
+  else if (kind == "atomic")
+    err = launch_kernel("atomic_kernel", atomic_kernel, dim3(grid), dim3(kBlock), 0, nullptr, s,
+                        reinterpret_cast<unsigned*>(d), n);
   else if (kind == "stride32")
     err = launch_kernel("stride32_kernel", stride32_kernel, dim3(grid), dim3(kBlock), 0, nullptr, s,
                         d, n);
