@@ -217,7 +217,17 @@ def table(data: dict, out_dir: str, stages: dict) -> str:
                 lines.append(f"| {e['id']} | tests only | {tcell} |" + " - |" * 7 + f" {check} |")
                 continue
             lines.append(_case_line(e, c, tcell, times, traffic, ncu_of))
-    return "\n".join(lines)
+    return "\n".join(lines + ["", stage_summary(stages)])
+
+
+def stage_summary(stages: dict) -> str:
+    """One line: each stage's outcome and seconds (a sanitizer's rc 124 is its timeout)."""
+    parts = []
+    for name, st in stages.items():
+        rc = st.get("rc")
+        what = "ok" if st.get("ok") else ("TIMEOUT" if rc == 124 else f"FAILED (rc {rc})")
+        parts.append(f"{name} {what} {st.get('seconds', '-')} s")
+    return "Stages: " + "; ".join(parts) if parts else "Stages: none ran"
 
 
 def _case_line(e, c, tcell, times, traffic, ncu_of) -> str:

@@ -130,6 +130,7 @@ def test_table_on_a_recorded_lease():
     tests_only = [c.strip() for c in lines[3].strip("|").split("|")]
     assert tests_only[:3] == ["negative-seqlens", "tests only", "3 passed, 1 failed"]
     assert tests_only[-1] == "FAIL (tests)"
+    assert lines[-1].startswith("Stages: plan ok") and "tests FAILED (rc 1) 70.2 s" in lines[-1]
 
 
 def test_ncu_within_five_percent_passes():
