@@ -13,7 +13,7 @@ from .harness import environment, print_table, with_ratios, write_csv
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.chain_peers")
+    ap = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.chain_peers")
     ap.add_argument("--csv", default=None)
     args = ap.parse_args(argv)
     env = environment("cuda")

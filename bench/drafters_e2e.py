@@ -63,7 +63,7 @@ def offline(models, n_images: int, threads: int) -> None:
 
 
 def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--temperatures", type=float, nargs="*", default=[1.0, 0.0])
     ap.add_argument("--classes", type=int, nargs="*", default=list(range(10)))
     ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2, 3, 4])

@@ -59,7 +59,7 @@ def _ms(xs):
 
 
 def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, nargs="*", default=[4, 8, 12])
     ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
     ap.add_argument("--temperatures", type=float, nargs="*", default=[1.0, 0.0])

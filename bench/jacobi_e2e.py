@@ -20,7 +20,7 @@ from .harness import e2e_setup, e2e_table
 
 
 def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--windows", type=int, nargs="*", default=[32, 64])
     ap.add_argument("--inits", nargs="*", default=["target", "uniform"])
     args, m, cls = e2e_setup(ap, argv)

@@ -363,7 +363,7 @@ def paper_table(paper: Paper, m, classes, seeds) -> list[str]:
 
 
 def main(argv=None) -> str:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="docs/methods.md")
     ap.add_argument("--papers", nargs="*", default=list(PAPER_TABLES), choices=list(PAPER_TABLES))
     ap.add_argument("--classes", type=int, nargs="*", default=list(range(8)))

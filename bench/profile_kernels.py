@@ -128,7 +128,7 @@ def variants(device: str) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.profile_kernels")
+    ap = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.profile_kernels")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--variants", action="store_true", help="time the SJD-PAC step's variants")
     args = ap.parse_args(argv)

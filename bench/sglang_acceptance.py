@@ -77,7 +77,7 @@ def accepted(fn, cand, nt, ns, target, draft, steps, g, **kw):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.sglang_acceptance")
+    ap = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.sglang_acceptance")
     ap.add_argument("--vocab", type=int, default=1000)
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

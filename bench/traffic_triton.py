@@ -553,7 +553,7 @@ What the Triton counts approximate (against a GPU running the compiled kernel):
 def main(argv=None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
     timings: dict = {}

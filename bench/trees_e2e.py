@@ -26,7 +26,7 @@ from .harness import e2e_setup, e2e_table, greedy_seeds
 
 
 def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--budgets", type=int, nargs="*", default=[8, 16, 24, 32])
     ap.add_argument("--depths", type=int, nargs="*", default=[5, 8])
     ap.add_argument("--thresholds", type=float, nargs="*", default=[0.5, 1.0])

@@ -1,4 +1,4 @@
-"""The ``specops`` command (also ``python -m specops``): demo, bench, info.
+"""The ``specops`` command (also ``python -m specops``): demo, generate, bench, info.
 
     specops demo [--classes 0 1 ...] [--methods ...]   # every decoding method, images + table
     specops generate --model DIR --class-id 207        # a picture from a real checkpoint

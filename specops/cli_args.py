@@ -12,7 +12,12 @@ from pathlib import Path
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse, with an error as the one line ``PROG: error: MESSAGE`` (no usage block)."""
+    """argparse, with an error as the one line ``PROG: error: MESSAGE`` (no usage block), and
+    no abbreviated options: a mistyped ``--batch`` is an error, never ``--batch1``."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")

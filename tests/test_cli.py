@@ -3,6 +3,7 @@ the decode progress hook the demo's progress line uses."""
 
 from __future__ import annotations
 
+import ast
 import csv
 import io
 import json
@@ -44,6 +45,47 @@ def test_help(cmd):
     assert "usage: specops" in res.stdout
     if cmd:
         assert f"specops {cmd[0]}" in res.stdout
+
+
+def test_usage_names_every_command():
+    first = cli.__doc__.split("\n")[0]
+    assert all(name in first for name in cli.COMMANDS), first
+    assert all(name in cli._usage() for name in cli.COMMANDS)
+
+
+def _parsers(path):
+    """(line, passes allow_abbrev=False, is specops.cli_args's class) of each ArgumentParser
+    call in a file."""
+    text = open(path, encoding="utf-8").read()
+    shared = "from specops.cli_args import" in text
+    for node in ast.walk(ast.parse(text, path)):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if name == "ArgumentParser":
+                kw = {k.arg: k.value for k in node.keywords}
+                off = getattr(kw.get("allow_abbrev"), "value", None) is False
+                yield node.lineno, off, shared and isinstance(f, ast.Name)
+
+
+def test_no_cli_abbreviates_options():
+    """argparse's prefix matching turns a mistyped option into another one (``--batch -1`` read
+    as ``--batch1``): every parser in specops/, bench/ and scripts/ turns it off, the shared
+    specops.cli_args.ArgumentParser by default (issue 47)."""
+    from specops.cli_args import ArgumentParser
+
+    assert ArgumentParser().allow_abbrev is False
+    bad = []
+    for top in ("specops", "bench", "scripts"):
+        for dirpath, _, files in os.walk(os.path.join(ROOT, top)):
+            for f in sorted(files):
+                path = os.path.join(dirpath, f)
+                if not f.endswith(".py"):
+                    continue
+                for line, off, shared in _parsers(path):
+                    if not (off or shared):
+                        bad.append(f"{os.path.relpath(path, ROOT)}:{line}")
+    assert not bad, f"argparse.ArgumentParser without allow_abbrev=False: {bad}"
 
 
 def test_unknown_command_fails_with_usage():
@@ -260,6 +302,9 @@ def no_demo_model(monkeypatch):
         (["--out", "OUT/adir.png"], "OUT/adir.png is a directory"),
         (["--out", "OUT/file.txt/y.png"], "file.txt is a file, so OUT/file.txt/y.png cannot"),
         (["--json", "/proc/x/t.json"], "--json /proc/x/t.json: cannot write into /proc"),
+        # no prefix matching: --batch is not --batch1 (issue 47)
+        (["--batch", "-1"], "unrecognized arguments: --batch -1"),
+        (["--thread", "2"], "unrecognized arguments: --thread 2"),
     ],
 )
 def test_demo_rejects_bad_values_before_any_work(

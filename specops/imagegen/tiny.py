@@ -321,7 +321,9 @@ def main(argv=None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(
-        prog="python -m specops.imagegen.tiny", description=__doc__.split("\n")[0]
+        prog="python -m specops.imagegen.tiny",
+        description=__doc__.split("\n")[0],
+        allow_abbrev=False,
     )
     ap.add_argument("family", choices=sorted(WRITERS))
     ap.add_argument("dir")

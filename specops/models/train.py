@@ -123,7 +123,7 @@ def training_parser(doc: str, options: dict[str, int | float]) -> argparse.Argum
     """The parser of a training script: ``--out`` (the weights dir), ``--seed``, ``--per-class``
     (training images per class), then one option per entry of ``options`` (flag: default, typed
     like the default), in order."""
-    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=doc.split("\n")[0])
     ap.add_argument("--out", default=str(WEIGHTS))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--per-class", type=int, default=600)
