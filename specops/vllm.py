@@ -87,6 +87,7 @@ def rejection_sample(
             fly_entropy_threshold=fly_entropy_threshold, fly_entropy_top_k=fly_entropy_top_k,
         )  # fmt: skip
     b, k = len(num_draft_tokens), int(max_spec_len)
+    _check_v1(b, cu_num_draft_tokens, bonus_token_ids)
     dev = target_logits.device
     out_cols = torch.arange(k + 1, device=dev)[None, :]
     bonus = bonus_token_ids.reshape(b, 1).long()
@@ -113,6 +114,39 @@ def rejection_sample(
         is_greedy = (md.temperature.reshape(b) == 0)[:, None]
         tokens = torch.where(is_greedy, greedy, tokens)
     return tokens
+
+
+def _check_v1(b: int, cu_num_draft_tokens, bonus_token_ids) -> None:
+    """The request count B = len(num_draft_tokens) against the tensors sized by it (shapes only:
+    no data read), so a mismatch is one line naming the argument, not torch's reshape error."""
+    op = "specops.vllm.rejection_sample"
+    if cu_num_draft_tokens.numel() != b:
+        raise ValueError(
+            f"{op}: cu_num_draft_tokens must hold one count per request (len(num_draft_tokens) = "
+            f"{b}), got shape {list(cu_num_draft_tokens.shape)}"
+        )
+    if bonus_token_ids.numel() != b:
+        raise ValueError(
+            f"{op}: bonus_token_ids must hold one token per request ([{b}, 1], "
+            f"len(num_draft_tokens) = {b}), got shape {list(bonus_token_ids.shape)}"
+        )
+
+
+def _request_state(idx_mapping, temperature, seed):
+    """Each request's (temperature, seed) through ``idx_mapping``: in validation mode an entry
+    outside [0, len(temperature)) (or past ``seed``) is one line naming ``idx_mapping``; in
+    fast mode nothing is read for the check (no host sync) and torch's IndexError (CPU) is
+    reworded."""
+    op = "specops.vllm.rejection_sample_v2"
+    state = idx_mapping.long()
+    slots = min(temperature.numel(), seed.numel())
+    bad = f"{op}: idx_mapping must index temperature and seed (entries in [0, {slots}))"
+    if specops.validating() and state.numel() and bool(((state < 0) | (state >= slots)).any()):
+        raise ValueError(f"{bad}, got {state.tolist()}")
+    try:
+        return temperature.float()[state], seed.long()[state], state
+    except IndexError:
+        raise ValueError(f"{bad}, got {state.tolist()}") from None
 
 
 def _greedy(x, am, n):
@@ -185,9 +219,7 @@ def rejection_sample_v2(
     rows = (start[:, None] + j).clamp(0, max(total - 1, 0))  # [R, K + 1]
     later = (start[:, None] + j[:, :k] + 1).clamp(0, max(total - 1, 0))
     x = torch.where(j[:, :k] < n[:, None], draft_sampled.long()[later], -1)  # draft j at row j
-    state = idx_mapping.long()
-    temp = temperature.float()[state]
-    sd = seed.long()[state]
+    temp, sd, state = _request_state(idx_mapping, temperature, seed)
     greedy = temp == 0
     v = target_logits.shape[-1]
     if draft_logits is not None:  # a draft vocabulary may be smaller (padding): vLLM cuts both

@@ -366,3 +366,34 @@ def test_bad_arguments_are_named(index, name, err):
     args[index] = args[index].float()
     with pytest.raises(err, match=rf"\b{name}\b"):
         build_tree_kernel_efficient(*args, 2, 3, 5, QLEN_ONLY)
+
+
+@pytest.mark.parametrize("validate", [True, False])
+@pytest.mark.parametrize("mode", [FULL_MASK, QLEN_ONLY, QLEN_ONLY_BITPACKING])
+def test_non_contiguous_tree_mask_is_read_as_it_is(mode, validate):
+    """A 2-D ``tree_mask`` seen through a transpose (issue 47: torch's view error, validation
+    mode too) is written as it reads, its entries in row-major order: the same entries as a
+    contiguous mask of that shape; an expanded mask is one line naming it."""
+    bs, topk, depth, seq_len = 2, 2, 3, 4
+    n = topk * (depth - 1) + 1
+    args = list(_jit_inputs(bs, topk, depth, n, seq_len, mode, False))
+    flat = args[3]
+    rows = 2 * (n if mode != QLEN_ONLY_BITPACKING else 1)
+    base = torch.zeros(flat.numel() // rows, rows, dtype=flat.dtype)
+    if mode == FULL_MASK:  # the caller's prefix columns, kept
+        base.fill_(True)
+        flat.fill_(True)
+    strided = base.t()  # [rows, cols], not contiguous
+    assert not strided.is_contiguous()
+    again = list(_jit_inputs(bs, topk, depth, n, seq_len, mode, False))
+    again[3] = strided
+    with specops.validation(validate):
+        build_tree_kernel_efficient(*args, topk, depth, n, mode)
+        build_tree_kernel_efficient(*again, topk, depth, n, mode)
+    assert torch.equal(strided.reshape(-1), flat)
+    assert flat.any() and (mode == QLEN_ONLY_BITPACKING or not flat.all())  # a real mask
+    for a, b in zip(args[4:], again[4:]):
+        assert torch.equal(a, b)
+    args[3] = torch.zeros(1, dtype=flat.dtype).expand(flat.numel())
+    with pytest.raises(ValueError, match="tree_mask.*expanded"):
+        build_tree_kernel_efficient(*args, topk, depth, n, mode)

@@ -3,7 +3,8 @@
 
 Per request the tree has ``draft_token_num`` = N nodes: the root, then the drafts
 ``selected_index[b, :]`` linked to their parents through ``parent_list``.  Written: the
-``retrive_*`` links, ``positions`` and ``tree_mask`` in SGLang's three mask modes.  An invalid
+``retrive_*`` links, ``positions`` and ``tree_mask`` in SGLang's three mask modes (a
+non-contiguous ``tree_mask`` is written as it reads, its entries in row-major order).  An invalid
 tree raises in validation mode; in fast mode nothing is read or written outside its tensor.
 The exact rules: docs/sglang.md."""
 
@@ -70,6 +71,11 @@ def _check(parent_list, selected_index, seq_lens, tree_mask, positions, r_index,
                     ("retrive_next_token", r_next), ("retrive_next_sibling", r_sib)):  # fmt: skip
         c.check_ids(op, name, t, device=dev)
     c.check_tensor(op, "tree_mask", tree_mask, device=dev)
+    if any(st == 0 and sz > 1 for st, sz in zip(tree_mask.stride(), tree_mask.shape)):
+        raise ValueError(
+            f"{_OP}: tree_mask is written, so no two of its entries may share memory; got strides "
+            f"{list(tree_mask.stride())} for shape {list(tree_mask.shape)} (an expanded tensor)"
+        )
     bs = seq_lens.shape[0]
     shapes = {
         "selected_index": (selected_index, (bs, n - 1)),
@@ -177,6 +183,16 @@ def build_tree_kernel_efficient(
 
     mask, steps = _ancestors(par, depth)
     positions.copy_((seq[:, None] + steps).reshape(positions.shape).to(positions.dtype))
+    if tree_mask.is_contiguous():
+        _write_mask(tree_mask, mask, seq, bs, n, mode)
+    else:  # read as it is: entries in row-major order, whatever the strides
+        flat = tree_mask.contiguous()
+        _write_mask(flat, mask, seq, bs, n, mode)
+        tree_mask.copy_(flat)
+
+
+def _write_mask(tree_mask, mask, seq, bs: int, n: int, mode: int) -> None:
+    """The mask of every request written into ``tree_mask`` (contiguous) in ``mode``."""
     if mode == QLEN_ONLY_BITPACKING:
         _write_packed(tree_mask, mask, bs, n)
         return
@@ -184,6 +200,8 @@ def build_tree_kernel_efficient(
     if mode == QLEN_ONLY:
         flat[: bs * n * n].copy_(mask.reshape(-1))
         return
+    dev = flat.device
+    nodes = torch.arange(n, device=dev)
     # FULL_MASK: row i of request b starts at N*N*b + N*sum(seq[:b]) + (seq_b + N) * i
     before = torch.cumsum(seq, 0) - seq
     row0 = n * n * torch.arange(bs, device=dev) + n * before
