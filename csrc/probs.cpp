@@ -42,7 +42,9 @@ struct Scratch {
 
 // tau_p = max{x_j : M(x_j) >= target}, M(t) = sum of w over x >= t: three-way quickselect on x
 // with the mass above the current range carried in `above` (float64).  Falls back to the smallest
-// x (keep all) if rounding leaves the total below the target.
+// x (keep all) if rounding leaves the total below the target.  The caller's target is
+// max(p * Z, 1e-30) (every backend's rule): p at or below 0 (a float32 p that rounded to 0
+// included) keeps the arg-max ties, as any target in (0, 1] does (w_max = 1).
 float top_p_threshold(std::pair<float, float>* e, int64_t n, double target) {
   double above = 0.0;
   int64_t lo = 0, hi = n;
@@ -144,7 +146,7 @@ void one_row(const ProbsArgs& a, int64_t r, Scratch& sc) {
       }
     }
     tau_p = top_p_threshold(sc.kept.data(), static_cast<int64_t>(sc.kept.size()),
-                            static_cast<double>(pp) * z);
+                            std::max(static_cast<double>(pp) * z, 1e-30));
   }
   // pass 3: the kept entries (o zeroed), w = exp(x - m) on them, their float64 sum, p = w / sum
   if (static_cast<int64_t>(sc.idx.size()) < V + 16) {

@@ -126,6 +126,27 @@ def test_fast_per_request_params_strides_and_out(be):
     assert_same(got.cpu(), specops.probs_from_logits(logits.cpu(), top_k=big.cpu()))
 
 
+@pytest.mark.parametrize("be", ["reference", *FAST])
+def test_top_p_is_read_as_float32_with_one_rule(be):
+    """Issue 47: every backend reads p as float32 and cuts at max(p * Z, 1e-30).  A p that
+    rounds to 0 (1e-300) keeps the arg-max (the C++ twin kept everything), as do tensor entries
+    at or below 0 in fast mode (the twin kept 50 and 500); a p that rounds to 1 keeps every
+    token (the reference cut a tail of mass below 1e-9).  Validation mode rejects p outside
+    (0, 1], naming it."""
+    gen = torch.Generator().manual_seed(47)
+    x = (torch.randn(2, 500, generator=gen) * 2).to(DEV)
+    x[:, 7] = -40.0  # mass ~1e-17 of the row: below 1 - float64(1 - 1e-9)
+    kept = lambda **kw: (specops.probs_from_logits(x, backend=be, **kw) > 0).sum(-1).tolist()
+    assert kept(top_p=1e-300) == [1, 1]
+    assert kept(top_p=1e-300, top_k=50) == [1, 1]
+    assert kept(top_p=1 - 1e-9) == [500, 500]
+    p, k = torch.tensor([0.0, -1.0], device=DEV), torch.tensor([50, 0], device=DEV)
+    with specops.validation(False):
+        assert kept(top_p=p, top_k=k) == [1, 1]
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
+        kept(top_p=p, top_k=k)
+
+
 def test_triton_block_sizes_do_not_change_the_result():
     from specops.triton_kernels.probs import probs_triton
 

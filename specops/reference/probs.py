@@ -8,7 +8,8 @@ arg-max always survives); softmax over the survivors.  Row r belongs to request
 ``b = r // (R / B)``.  NaN parameters mean no change (temperature 1, no top-p, no guidance); a
 row of all ``-inf`` is the one-hot of token 0.
 
-Each step's exact definition and where the Triton kernel may differ (float32 mass sums):
+Each step's exact definition, top-p's rule on every backend (p read as float32, the target
+``max(p * Z, 1e-30)``) and where backends may differ (the precision of the mass sums):
 docs/reference_semantics.md, "Logits to probabilities".
 """
 
@@ -94,14 +95,15 @@ def probs_from_logits(
     w = torch.where(keep, w, 0.0)
 
     # top-p: tau_p = the value at the first position (x descending) where the cumulative mass
-    # reaches p * Z.  Cumulative sums in float64.
+    # reaches max(p * Z, 1e-30), p read as float32 (every backend's rule: a p at or below 0, or
+    # one that rounds to 0 in float32, keeps the arg-max ties).  Cumulative sums in float64.
     if top_p is not None:
-        p = _per_row(top_p, rows, per, torch.float64, dev)
+        p = _per_row(top_p, rows, per, torch.float32, dev).double()
         active = p < 1.0  # NaN top-p: inactive (keeps everything)
         xs, order = torch.sort(torch.where(keep, x, neg_inf), dim=-1, descending=True)
         cum = w.double().gather(-1, order).cumsum(-1)
         z = cum[:, -1:]
-        reached = cum >= p[:, None] * z
+        reached = cum >= (p[:, None] * z).clamp_min(1e-30)
         first = torch.where(reached, torch.arange(v, device=dev), v).amin(-1).clamp_max(v - 1)
         tau_p = xs.gather(-1, first[:, None])
         keep &= ~active[:, None] | (x >= tau_p)
