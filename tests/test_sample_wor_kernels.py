@@ -166,11 +166,35 @@ def test_zero_and_nan_uniforms_count_as_the_smallest(be):
     u = torch.zeros(3, 5)
     u[1, 3] = float("nan")
     u[2, 3] = 0.5
-    got = specops.sample_without_replacement(p.to(dev), 4, uniforms=u.to(dev), backend=be).cpu()
+    with specops.validation(False):  # NaN is outside [0, 1]: validation mode rejects it
+        got = specops.sample_without_replacement(p.to(dev), 4, uniforms=u.to(dev), backend=be)
+    got = got.cpu()
     # equal u: keys rank by p (ties by id); row 2: u = 0.5 beats u = 2^-24 at equal p
     assert got.tolist() == [[2, 3, 0, -1], [0, 1, 2, 3], [3, 1, -1, -1]]
     small = torch.full((3, 5), 2.0**-24)
     assert torch.equal(got, wor(p, 4, uniforms=small.where(u.isnan() | (u == 0), u)))
+
+
+@pytest.mark.parametrize("be", ["reference", *BACKENDS])
+def test_uniforms_above_one_count_as_one(be):
+    """Issue 47: a caller's u above 1 (+inf included) counts as 1 on every backend (key +inf:
+    first, ties by id), never a NaN key that put -1 before valid ids (the reference) or
+    disagreed between backends; validation mode rejects u outside [0, 1], naming it."""
+    dev = _dev(be)
+    p = torch.tensor([[0.1, 0.0, 0.6, 0.3, 0.2], [0.25] * 5, [0.0, 0.5, 0.0, 0.5, 0.0]])
+    u = torch.full((3, 5), 0.5)
+    u[0, 4] = 1.5
+    u[1, [3, 1]] = float("inf")
+    u[2, 3] = 2.0
+    with specops.validation(False):
+        got = specops.sample_without_replacement(p.to(dev), 4, uniforms=u.to(dev), backend=be)
+    assert got.cpu().tolist() == [[4, 2, 3, 0], [1, 3, 0, 2], [3, 1, -1, -1]]
+    assert torch.equal(got.cpu(), wor(p, 4, uniforms=u.clamp_max(1.0)))
+    for bad in (1.5, float("inf"), -0.5, float("nan")):
+        u2 = torch.full((3, 5), 0.5)
+        u2[1, 2] = bad
+        with pytest.raises(ValueError, match=r"uniforms must be in \[0, 1\]"):
+            specops.sample_without_replacement(p.to(dev), 4, uniforms=u2.to(dev), backend=be)
 
 
 @pytest.mark.parametrize("be", BACKENDS)

@@ -102,7 +102,8 @@ def sample_without_replacement(
     offset : int or [] / [1] int64
         Philox counter offset.
     uniforms : [..., V] float32 or None
-        Replaces the draws.
+        Replaces the draws; in [0, 1] (validation mode checks it; in fast mode every backend
+        clamps them to [2^-24, 1], NaN counting as 2^-24).
     backend : str
         "auto", "cuda", "cpu" (the C++ twin) or "reference".
     out : [..., k] int32 or None

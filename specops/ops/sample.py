@@ -130,6 +130,8 @@ def _check_wor(probs, k, seed, offset, uniforms, backend) -> None:
         c.check_tensor(
             op, "uniforms", uniforms, dtypes=(torch.float32,), device=dev, shape=tuple(probs.shape)
         )
+        if c.validating() and not ((uniforms >= 0) & (uniforms <= 1)).all():
+            raise ValueError(f"specops.{op}: uniforms must be in [0, 1] (NaN and +-inf are not)")
     c.check_values_probs(op, "probs", probs)
 
 
@@ -189,7 +191,8 @@ WOR.public(
     offset : int or [] / [1] int64
         Philox counter offset.
     uniforms : [..., V] float32 or None
-        Replaces the draws.
+        Replaces the draws; in [0, 1] (validation mode checks it; in fast mode every backend
+        clamps them to [2^-24, 1], NaN counting as 2^-24).
     backend : str
         "auto", "cuda", "cpu" (the C++ twin) or "reference".
     out : [..., k] int32 or None

@@ -97,8 +97,10 @@ def sample_without_replacement(
     mass is all -1); k > V pads likewise.
 
     Random draws: flat row r (row-major over the leading dims; ``seed`` [B] = one per request
-    along dim 0), draw v = u_v for entry v.  ``uniforms`` [..., V] float32 replaces them; one
-    below 2^-24 (the stream's smallest), 0 and NaN included, counts as 2^-24."""
+    along dim 0), draw v = u_v for entry v.  ``uniforms`` [..., V] float32 replaces them,
+    clamped to [2^-24, 1] on every backend: one below 2^-24 (the stream's smallest), 0 and NaN
+    included, counts as 2^-24, one above 1 (+inf included) as 1 (key +inf: first, ties to the
+    lower id).  The public op rejects uniforms outside [0, 1] in validation mode."""
     lead = probs.shape[:-1]
     v = probs.shape[-1]
     p = mass(probs.reshape(-1, v))
@@ -110,8 +112,9 @@ def sample_without_replacement(
             seed, offset, r, v, rows_per_seed=rows_per_seed(seed, r), device=probs.device
         )
     # Philox's uniforms lie in [2^-24, 1 - 2^-24]; a caller's below 2^-24 (0, NaN) counts as
-    # 2^-24, so every entry with mass has a key > -inf and can be chosen (every backend alike)
-    u = torch.where(u > 2.0**-24, u, 2.0**-24)
+    # 2^-24, so every entry with mass has a key > -inf and can be chosen, and one above 1 (+inf)
+    # as 1, so no key is NaN (every backend alike: gumbel_uniform, csrc/include/specops/sample.h)
+    u = torch.where(u > 2.0**-24, u.clamp_max(1.0), 2.0**-24)
     keys = torch.log(p) - torch.log(-torch.log(u))
     keys = torch.where(p > 0, keys, float("-inf"))
     kk = min(k, v)

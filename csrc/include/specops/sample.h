@@ -25,10 +25,12 @@ struct KeyId {
   int32_t id;
 };
 
-// The uniform a Gumbel key uses: Philox's lie in [2^-24, 1 - 2^-24]; a caller's below 2^-24
-// (0 and NaN included) counts as 2^-24, so an entry with mass always has a key > -inf and can be
-// chosen (u = 1 gives +inf: first).  The same rule in reference.sample_without_replacement.
-SPECOPS_HD float gumbel_uniform(float u) { return u > 0x1p-24f ? u : 0x1p-24f; }
+// The uniform a Gumbel key uses: Philox's lie in [2^-24, 1 - 2^-24]; a caller's is clamped to
+// [2^-24, 1]: below 2^-24 (0 and NaN included) counts as 2^-24, so an entry with mass always has
+// a key > -inf and can be chosen, and above 1 (+inf included) counts as 1, whose key is +inf
+// (first; ties to the lower id), never NaN.  The same rule in
+// reference.sample_without_replacement.
+SPECOPS_HD float gumbel_uniform(float u) { return u > 0x1p-24f ? (u < 1.f ? u : 1.f) : 0x1p-24f; }
 
 // a ranks strictly before b: larger key, or equal key and lower id.
 SPECOPS_HD bool key_before(KeyId a, KeyId b) {
