@@ -14,11 +14,6 @@ from specops.ops._verify_checks import f32_rows
 __all__: list[str] = []
 
 
-# Fastest first as measured: on the H200 the Triton kernel took 24.7 / 24.7 / 112.8 / 623.1 us
-# against CUDA's 76.7 / 85.2 / 277.7 / 766.5 at B=1 V=32000, B=64 V=32000, B=256 V=65536,
-# B=128 V=184622 (bench/results/h200-940f467.csv), so "auto" takes Triton on a GPU.  The CUDA
-# kernel has changed since (tile sums at 2460aef, the row split at 819a71d), unmeasured: the
-# next GPU run's CSV decides again.
 def _check(probs, seed, offset, uniforms, backend) -> None:
     c.check_probs("sample", "probs", probs, ndim=range(1, 8), backend=backend)
     dev = probs.device
@@ -64,11 +59,9 @@ def _kernel(be, a, out):
     return (res,)
 
 
-# Fastest first as measured: on the H200 the Triton kernel took 24.7 / 24.7 / 112.8 / 623.1 us
-# against CUDA's 76.7 / 85.2 / 277.7 / 766.5 at B=1 V=32000, B=64 V=32000, B=256 V=65536,
-# B=128 V=184622 (bench/results/h200-940f467.csv), so "auto" takes Triton on a GPU.  The CUDA
-# kernel has changed since (tile sums at 2460aef, the row split at 819a71d), unmeasured: the
-# next GPU run's CSV decides again.
+# Fastest first as the last GPU rows measured: Triton ahead of CUDA at every sample shape of
+# bench/results/h200-940f467.csv, so "auto" takes Triton on a GPU.  The CUDA kernel has changed
+# since (bench/ledger.json, entry cuda-row-split): the next lease's rows decide again.
 SAMPLE = OpDecl(
     "sample",
     args=(
