@@ -97,9 +97,30 @@ inline int64_t tree_array(const ArgCheck& c, const TensorArg& t, const char* nam
 }
 
 // LANTERN relaxation: neighbours None or int32 [V, k] contiguous (ids are clamped by the caller).
-inline RelaxArgs relax_args(const ArgCheck& c, const TensorArg& nb, double delta, int64_t v) {
+// GSD grouping: codebook None or float32 [V_img, C] contiguous, the codes of the image ids
+// [image_start, image_start + V_img) within [0, V); window in [1, 16], group_p in (0, 1],
+// group_d finite > 0.  At most one of the two.
+inline RelaxArgs relax_args(const ArgCheck& c, const TensorArg& nb, double delta,
+                            const TensorArg& codebook, int64_t window, double group_p,
+                            double group_d, int64_t image_start, int64_t v) {
   c.contiguous(c.maybe(nb, "relax.neighbors", DType::i32, 2, {v, -1}), "relax.neighbors");
-  return RelaxArgs{nb.as<const int32_t>(), nb.defined() ? nb.size[1] : 0, delta};
+  RelaxArgs r{nb.as<const int32_t>(), nb.defined() ? nb.size[1] : 0, delta};
+  c.contiguous(c.maybe(codebook, "relax.codebook", DType::f32, 2, {-1, -1}), "relax.codebook");
+  if (!codebook.defined()) return r;
+  if (nb.defined()) c.fail("relax", "cannot be both LANTERN's and GSD's");
+  if (window < 1 || window > kMaxGroupWindow) c.fail("relax.window", "must be in [1, 16]");
+  if (!(group_p > 0.0 && group_p <= 1.0)) c.fail("relax.p_threshold", "must be in (0, 1]");
+  if (!(group_d > 0.0 && group_d < 1e308)) c.fail("relax.d_threshold", "must be finite and > 0");
+  if (image_start < 0 || image_start + codebook.size[0] > v)
+    c.fail("relax.image_range", "must lie within [0, V)");
+  r.codebook = codebook.as<const float>();
+  r.code_rows = codebook.size[0];
+  r.code_dim = codebook.size[1];
+  r.window = static_cast<int>(window);
+  r.p_thr = static_cast<float>(group_p);
+  r.d_thr = group_d;
+  r.image_start = image_start;
+  return r;
 }
 
 // A KV cache's layout (specops/block_table.h): block_table None (cache [B, S, ...]: its dim 0

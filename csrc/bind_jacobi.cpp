@@ -13,9 +13,10 @@ namespace {
 
 JacobiArgs jacobi_args(bool cuda, T target, T window, T draft, T first_child, T next_sibling,
                        bool cont, int64_t num_candidates, T seed, int64_t seed_value, T offset,
-                       int64_t offset_value, T neighbors, double delta, T uniforms, T out_num,
-                       T out_next_window, T out_first_reject, T out_candidates, T out_path,
-                       T workspace, T counters, bool emulate_cuda) {
+                       int64_t offset_value, T neighbors, double delta, T codebook,
+                       int64_t group_window, double group_p, double group_d, int64_t image_start,
+                       T uniforms, T out_num, T out_next_window, T out_first_reject,
+                       T out_candidates, T out_path, T workspace, T counters, bool emulate_cuda) {
   const ArgCheck c{"verify_jacobi", cuda};
   JacobiArgs a;
   const int64_t L = target.defined() ? target.size[1] : 0;
@@ -32,7 +33,8 @@ JacobiArgs jacobi_args(bool cuda, T target, T window, T draft, T first_child, T 
   a.cont = cont;
   if (num_candidates < 1) c.fail("num_candidates", "must be >= 1");
   a.num_candidates = num_candidates;
-  a.relax = relax_args(c, neighbors, delta, a.vocab);
+  a.relax = relax_args(c, neighbors, delta, codebook, group_window, group_p, group_d, image_start,
+                       a.vocab);
   a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, b, jacobi_draws(a));
   auto out = [&](T t, const char* name, std::initializer_list<int64_t> sizes) {
     return c.output(t, name, DType::i32, sizes, target).as<int32_t>();
@@ -73,7 +75,8 @@ void bind_jacobi(py::module_& m) {
           SPECOPS_IF_CUDA_SIM(sim::launch_verify_jacobi), arg("target_probs"), arg("window_tokens"),
           arg("draft_probs"), arg("first_child"), arg("next_sibling"), arg("continue_after_reject"),
           arg("num_candidates"), arg("seed"), arg("seed_value"), arg("offset"), arg("offset_value"),
-          arg("neighbors"), arg("delta"), arg("uniforms"), arg("out_num_accepted"),
+          arg("neighbors"), arg("delta"), arg("codebook"), arg("group_window"), arg("group_p"),
+          arg("group_d"), arg("image_start"), arg("uniforms"), arg("out_num_accepted"),
           arg("out_next_window"), arg("out_first_reject"), arg("out_candidates"), arg("out_path"),
           arg("workspace") = py::none(), arg("counters") = py::none(), arg("emulate_cuda") = false);
 }

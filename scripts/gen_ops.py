@@ -237,7 +237,7 @@ def fast_lines(d, decl_name: str, ret: str, public: set[str], imports: Imports) 
             args.append(ast.Starred(_e("_rng")))
         elif isinstance(a, dk.RelaxArg):
             conds.append(_e("relax is None"))
-            args += [_e("None"), _e("0.0")]
+            args += [_e(repr(v)) for v in dk.RelaxArg.none]
         elif isinstance(a, dk.TreeArg):
             imports.add("Tree", "specops.tree", "Tree")
             if a.optional:

@@ -377,12 +377,21 @@ def verify_chain_triton(
     offset_value,
     neighbors,
     delta,
+    codebook,
+    group_window,
+    group_p,
+    group_d,
+    image_start,
     greedy,
     uniforms,
     block,
 ):
     """Launch ``_verify_chain_kernel`` on checked arguments, in the order the op declares them
-    (specops/ops/verify.py ``CHAIN``) -> (tokens [B, K+1] int32, num_accepted [B] int32)."""
+    (specops/ops/verify.py ``CHAIN``) -> (tokens [B, K+1] int32, num_accepted [B] int32).
+    GSD's grouped acceptance (``codebook`` given) is not in this kernel: the op's backends for
+    it leave Triton out (``_chain_backends``)."""
+    if codebook is not None:
+        raise ValueError("verify_chain_triton: GSD grouped acceptance is not implemented")
     target, tokens, draft, nb = target_probs, draft_tokens, draft_probs, neighbors
     b, k1, v = target.shape
     k = k1 - 1

@@ -13,7 +13,7 @@ from specops.ops._generated_tree_build import build_dynamic_tree, select_frontie
 from specops.ops._generated_verify import path_acceptance, verify_chain, verify_tree
 from specops.ops.feature_cache import FeatureCache
 from specops.ops.tree_build import DynamicTree, Frontier
-from specops.ops.verify import Relaxation
+from specops.ops.verify import Grouping, Relaxation
 
 __all__ = [
     "validation",
@@ -21,6 +21,7 @@ __all__ = [
     "sample_without_replacement",
     "probs_from_logits",
     "Relaxation",
+    "Grouping",
     "verify_chain",
     "verify_tree",
     "path_acceptance",

@@ -88,17 +88,38 @@ class RngArg:
         return Rng.of(a["seed"], a["offset"])
 
 
+def _relax_form(t):
+    """LANTERN's neighbours as int32 ids, GSD's codebook as float32, both contiguous."""
+    return t.float().contiguous() if t.is_floating_point() else int32_ids(t)
+
+
 @dataclass(frozen=True)
 class RelaxArg:
-    """LANTERN ``relax`` (a Relaxation or None) -> its neighbours [V, R] and delta."""
+    """``relax``: LANTERN's Relaxation -> its neighbours [V, R] and delta; GSD's Grouping -> its
+    codebook [V_img, C], window, thresholds and the image range's first id; None -> neither."""
 
     params = ("relax",)
-    flat = (("neighbors", "Tensor?"), ("delta", "float"))
-    form = staticmethod(int32_ids)
+    flat = (
+        ("neighbors", "Tensor?"),
+        ("delta", "float"),
+        ("codebook", "Tensor?"),
+        ("group_window", "SymInt"),
+        ("group_p", "float"),
+        ("group_d", "float"),
+        ("image_start", "SymInt"),
+    )
+    none = (None, 0.0, None, 0, 0.0, 0.0, 0)  # the flat values of relax=None
+    form = staticmethod(_relax_form)
 
     def flatten(self, a: dict) -> tuple:
         relax = a["relax"]
-        return (None, 0.0) if relax is None else (relax.neighbors, float(relax.delta))
+        if relax is None:
+            return self.none
+        if hasattr(relax, "codebook"):  # a Grouping (checked)
+            g = relax
+            return (None, 0.0, g.codebook, int(g.window), float(g.p_threshold),
+                    float(g.d_threshold), g.image_start)  # fmt: skip
+        return (relax.neighbors, float(relax.delta), *self.none[2:])
 
 
 @dataclass(frozen=True)

@@ -60,8 +60,8 @@ def verify_jacobi(
         Philox key; a tensor [B] gives one per request.
     offset : int or [] / [1] int64
         Philox counter offset.
-    relax : Relaxation or None
-        LANTERN relaxed acceptance (lossy); None: exact.
+    relax : Relaxation, Grouping or None
+        LANTERN relaxed acceptance, or GSD grouped acceptance (both lossy); None: exact.
     uniforms : [B, 2L] or [B, 2L + L*k] float32 or None
         Replaces the draws (the second form with num_candidates k > 1).
     backend : str
@@ -101,6 +101,11 @@ def verify_jacobi(
                     *_rng,
                     None,
                     0.0,
+                    None,
+                    0,
+                    0.0,
+                    0.0,
+                    0,
                     uniforms,
                     *_o,
                 )

@@ -55,8 +55,8 @@ def verify_chain(
         Philox key; a tensor [B] gives one per request.
     offset : int or [] / [1] int64
         Philox counter offset (a tensor: advanced on the device, CUDA-graph friendly).
-    relax : Relaxation or None
-        LANTERN relaxed acceptance (lossy); None: exact.
+    relax : Relaxation, Grouping or None
+        LANTERN relaxed acceptance, or GSD grouped acceptance (both lossy); None: exact.
     greedy : bool
         Argmax verification, bit-exact with greedy decoding.
     uniforms : [B, K+1] float32 or None
@@ -95,6 +95,11 @@ def verify_chain(
                     *_rng,
                     None,
                     0.0,
+                    None,
+                    0,
+                    0.0,
+                    0.0,
+                    0,
                     greedy,
                     uniforms,
                     block,
@@ -170,8 +175,8 @@ def verify_tree(
         Philox key; a tensor [B] gives one per request.
     offset : int or [] / [1] int64
         Philox counter offset.
-    relax : Relaxation or None
-        LANTERN relaxed acceptance (lossy); None: exact.
+    relax : Relaxation, Grouping or None
+        LANTERN relaxed acceptance, or GSD grouped acceptance (both lossy); None: exact.
     greedy : bool
         Argmax verification.
     uniforms : [B, N] float32 or None
@@ -208,6 +213,11 @@ def verify_tree(
                     *_rng,
                     None,
                     0.0,
+                    None,
+                    0,
+                    0.0,
+                    0.0,
+                    0,
                     greedy,
                     uniforms,
                     *_o,

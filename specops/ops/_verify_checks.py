@@ -10,6 +10,7 @@ from torch import Tensor
 
 from specops.ops import _common as c
 from specops.ops._decl import Ten
+from specops.reference.grouped import Grouping, check_grouping
 from specops.reference.verify import Relaxation
 from specops.tree import Tree
 
@@ -38,13 +39,17 @@ def check_draft_probs(op: str, t, b: int, rows: int, v: int, dev):
 
 
 def check_relax(op: str, relax, v: int, dev):
-    """-> (neighbors tensor or None, delta float)."""
+    """-> (neighbors tensor, or a Grouping's codebook, or None; delta float)."""
     if relax is None:
         return None, 0.0
+    if isinstance(relax, Grouping):
+        check_grouping(f"specops.{op}", relax, v)
+        c.check_probs(op, "relax.codebook", relax.codebook, ndim=2, device=dev)
+        return relax.codebook, 0.0
     if not isinstance(relax, Relaxation):
         raise TypeError(
-            f"specops.{op}: relax must be a specops.Relaxation(neighbors, delta), "
-            f"got {type(relax).__name__}"
+            f"specops.{op}: relax must be a specops.Relaxation(neighbors, delta) or a "
+            f"specops.Grouping(codebook, ...), got {type(relax).__name__}"
         )
     nb, delta = relax.neighbors, relax.delta
     c.check_ids(op, "relax.neighbors", nb, ndim=2, device=dev)
@@ -101,7 +106,12 @@ def check_bool(op: str, name: str, val) -> bool:
     return val
 
 
-def relax_of(neighbors, delta):
+def relax_of(neighbors, delta, codebook=None, group_window=0, group_p=0.0, group_d=0.0,
+             image_start=0):  # fmt: skip
+    """The relaxation the flat arguments describe (``RelaxArg``): LANTERN's, GSD's or None."""
+    if codebook is not None:
+        rng = (image_start, image_start + codebook.shape[0])
+        return Grouping(codebook, group_window, group_p, group_d, rng)
     return None if neighbors is None else Relaxation(neighbors, delta)
 
 

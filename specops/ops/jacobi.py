@@ -43,13 +43,15 @@ def _check(target_probs, window_tokens, draft_probs, tree, continue_after_reject
 
 
 def _reference(target_probs, window_tokens, draft_probs, first_child, next_sibling,
-               continue_after_reject, num_candidates, rng, neighbors, delta, uniforms):  # fmt: skip
+               continue_after_reject, num_candidates, rng, neighbors, delta, codebook,
+               group_window, group_p, group_d, image_start, uniforms):  # fmt: skip
+    relax = vc.relax_of(neighbors, delta, codebook, group_window, group_p, group_d, image_start)
     seed, offset = rng.reference(target_probs.device)
     tree = vc.TreeArrays(first_child, next_sibling) if first_child is not None else None
     r = rv.verify_jacobi(target_probs, window_tokens, draft_probs, tree=tree,
                          continue_after_reject=continue_after_reject,
                          num_candidates=num_candidates, seed=seed, offset=offset,
-                         relax=vc.relax_of(neighbors, delta), uniforms=uniforms)  # fmt: skip
+                         relax=relax, uniforms=uniforms)  # fmt: skip
     return _five(target_probs, r.num_accepted, r.next_window, r.first_reject, r.candidates, r.path)
 
 
@@ -175,8 +177,8 @@ JACOBI.public(
         Philox key; a tensor [B] gives one per request.
     offset : int or [] / [1] int64
         Philox counter offset.
-    relax : Relaxation or None
-        LANTERN relaxed acceptance (lossy); None: exact.
+    relax : Relaxation, Grouping or None
+        LANTERN relaxed acceptance, or GSD grouped acceptance (both lossy); None: exact.
     uniforms : [B, 2L] or [B, 2L + L*k] float32 or None
         Replaces the draws (the second form with num_candidates k > 1).
     backend : str

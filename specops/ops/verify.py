@@ -19,11 +19,11 @@ from specops.ops import _common as c
 from specops.ops import _verify_checks as vc
 from specops.ops._decl import OpDecl, Out, RelaxArg, RngArg, Scalar, Ten, TreeArg, register_decl
 from specops.reference import verify as rv
-from specops.reference.verify import ChainResult, Relaxation, TreeResult
+from specops.reference.verify import ChainResult, Grouping, Relaxation, TreeResult
 
 # the public functions verify_chain, verify_tree and path_acceptance: written from these
 # declarations to specops/ops/_generated_verify.py by scripts/gen_ops.py
-__all__ = ["Relaxation"]
+__all__ = ["Relaxation", "Grouping"]
 
 
 # checks ---------------------------------------------------------------------------------------
@@ -59,12 +59,21 @@ def _check_chain(target_probs, draft_tokens, draft_probs, num_draft, seed, offse
 
 
 def _chain_reference(target_probs, draft_tokens, draft_probs, num_draft, rng, neighbors, delta,
-                     greedy, uniforms, block):  # fmt: skip
+                     codebook, group_window, group_p, group_d, image_start, greedy, uniforms,
+                     block):  # fmt: skip
+    relax = vc.relax_of(neighbors, delta, codebook, group_window, group_p, group_d, image_start)
     seed, offset = rng.reference(target_probs.device)
     r = rv.verify_chain(target_probs, draft_tokens, draft_probs, num_draft=num_draft, seed=seed,
-                        offset=offset, relax=vc.relax_of(neighbors, delta), greedy=greedy,
+                        offset=offset, relax=relax, greedy=greedy,
                         uniforms=uniforms, block=block)  # fmt: skip
     return r.tokens, r.num_accepted
+
+
+def _chain_backends(a, backend) -> tuple[str, ...]:
+    """GSD's grouped acceptance (a codebook) runs on cuda, cpu and reference, not Triton."""
+    if a.codebook is None:
+        return CHAIN.backends
+    return tuple(be for be in CHAIN.backends if be != "triton")
 
 
 CHAIN = OpDecl(
@@ -84,6 +93,7 @@ CHAIN = OpDecl(
     backends=("cuda", "triton", "cpu", "reference"),
     check=_check_chain,
     reference=_chain_reference,
+    backends_for=_chain_backends,
     triton="verify:verify_chain_triton",
 )
 
@@ -107,8 +117,8 @@ CHAIN.public(
         Philox key; a tensor [B] gives one per request.
     offset : int or [] / [1] int64
         Philox counter offset (a tensor: advanced on the device, CUDA-graph friendly).
-    relax : Relaxation or None
-        LANTERN relaxed acceptance (lossy); None: exact.
+    relax : Relaxation, Grouping or None
+        LANTERN relaxed acceptance, or GSD grouped acceptance (both lossy); None: exact.
     greedy : bool
         Argmax verification, bit-exact with greedy decoding.
     uniforms : [B, K+1] float32 or None
@@ -145,11 +155,13 @@ def _check_tree_op(target_probs, tree, draft_tokens, draft_probs, without_replac
 
 
 def _tree_reference(target_probs, first_child, next_sibling, width, draft_tokens, draft_probs,
-                    without_replacement, rng, neighbors, delta, greedy, uniforms):  # fmt: skip
+                    without_replacement, rng, neighbors, delta, codebook, group_window, group_p,
+                    group_d, image_start, greedy, uniforms):  # fmt: skip
+    relax = vc.relax_of(neighbors, delta, codebook, group_window, group_p, group_d, image_start)
     seed, offset = rng.reference(target_probs.device)
     r = rv.verify_tree(target_probs, vc.TreeArrays(first_child, next_sibling), draft_tokens,
                        draft_probs, without_replacement=without_replacement, seed=seed,
-                       offset=offset, relax=vc.relax_of(neighbors, delta), greedy=greedy,
+                       offset=offset, relax=relax, greedy=greedy,
                        uniforms=uniforms, width=width)  # fmt: skip
     return r.path, r.tokens, r.num_accepted
 
@@ -195,8 +207,8 @@ TREE.public(
         Philox key; a tensor [B] gives one per request.
     offset : int or [] / [1] int64
         Philox counter offset.
-    relax : Relaxation or None
-        LANTERN relaxed acceptance (lossy); None: exact.
+    relax : Relaxation, Grouping or None
+        LANTERN relaxed acceptance, or GSD grouped acceptance (both lossy); None: exact.
     greedy : bool
         Argmax verification.
     uniforms : [B, N] float32 or None

@@ -46,10 +46,20 @@ struct TokenView {
   }
 };
 
+constexpr int kMaxGroupWindow = 16;  // GSD's window w (RelaxArgs::window) at most
+
 struct RelaxArgs {
-  const int32_t* neighbors;  // [V, k] or nullptr (exact verification)
+  const int32_t* neighbors;  // LANTERN: [V, k] or nullptr (exact verification)
   int64_t k;
   double delta;
+  // GSD grouped acceptance (prob_math.h group_sums): codebook [code_rows, code_dim] float32
+  // contiguous, the codes of ids image_start .. image_start + code_rows - 1, or nullptr.
+  const float* codebook = nullptr;
+  int64_t code_rows = 0, code_dim = 0;
+  int window = 0;      // w in [1, kMaxGroupWindow]
+  float p_thr = 0.f;   // |p(y) - p(x)| < p_thr (float32)
+  double d_thr = 0.0;  // sum_c (e_x[c] - e_y[c])^2 < d_thr (float64)
+  int64_t image_start = 0;
 };
 
 // A row's draw split over several CTAs (the CUDA sample and verify_chain at small batch, where one

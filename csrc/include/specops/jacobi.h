@@ -109,6 +109,11 @@ SPECOPS_HD int64_t jacobi_ws_cand(int64_t L) { return 4 + 3 * L; }
 template <class PF, class QF>
 SPECOPS_HD bool jacobi_accept(float u, const PF& p, const QF& q, bool has_q, int64_t vocab,
                               int64_t x, const RelaxArgs& relax) {
+  if (relax.codebook) {  // GSD: u * Q < P over x's group
+    float big_p, big_q;
+    group_sums(p, q, has_q, vocab, x, relax, &big_p, &big_q);
+    return u * big_q < big_p;
+  }
   const bool in = x >= 0 && x < vocab;
   const float px = in ? p(x) : 0.f;
   const float qx = has_q ? (in ? q(x) : 0.f) : 1.f;

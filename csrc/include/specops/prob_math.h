@@ -91,6 +91,86 @@ SPECOPS_HD float lantern_pool(const W& w, int64_t vocab, int64_t x, const RelaxA
   }
   return static_cast<float>(pool);
 }
+
+// ---- GSD grouped acceptance (So et al. 2025; specops/reference/grouped.py) ------------------
+// Order the row by the key (w(y), y).  x's window: the w nearest keys below x's and the w nearest
+// above, kept in one pass over the row in two sorted arrays of at most kMaxGroupWindow entries
+// (insertion: an entry that does not beat the farthest kept one costs one comparison).  A
+// member y joins x's group G iff |w(y) - w(x)| < p_thr (float32) and both are image tokens with
+// sum_c (e_x[c] - e_y[c])^2 < d_thr (float64, c in order).  P = sum_G w, Q = sum_G q (float64,
+// in the order x, below nearest first, above nearest first; Q = 1 without q).  P = Q = 0 for x
+// outside [0, V).  Accept iff u * Q < P.
+SPECOPS_HD bool key_less(float a, int64_t ia, float b, int64_t ib) {
+  return a < b || (a == b && ia < ib);
+}
+
+SPECOPS_HD bool group_close(const RelaxArgs& r, int64_t xi, int64_t y) {
+  const int64_t yi = y - r.image_start;
+  if (yi < 0 || yi >= r.code_rows) return false;
+  const float* ex = r.codebook + xi * r.code_dim;
+  const float* ey = r.codebook + yi * r.code_dim;
+  double d = 0.0;
+  for (int64_t c = 0; c < r.code_dim; ++c) {
+    const double t = static_cast<double>(ex[c]) - static_cast<double>(ey[c]);
+    d += t * t;
+  }
+  return d < r.d_thr;
+}
+
+template <class W, class QW>
+SPECOPS_HD void group_sums(const W& w, const QW& q, bool has_q, int64_t vocab, int64_t x,
+                           const RelaxArgs& r, float* big_p, float* big_q) {
+  if (x < 0 || x >= vocab) {
+    *big_p = 0.f;
+    *big_q = 0.f;
+    return;
+  }
+  const float px = w(x);
+  const int n = r.window < kMaxGroupWindow ? r.window : kMaxGroupWindow;
+  float lo_w[kMaxGroupWindow], hi_w[kMaxGroupWindow];  // lo: descending keys, hi: ascending
+  int64_t lo_id[kMaxGroupWindow], hi_id[kMaxGroupWindow];
+  int nlo = 0, nhi = 0;
+  for (int64_t y = 0; y < vocab; ++y) {
+    if (y == x) continue;
+    const float py = w(y);
+    if (key_less(py, y, px, x)) {  // below x: keep the n largest keys
+      if (nlo == n && !key_less(lo_w[n - 1], lo_id[n - 1], py, y)) continue;
+      int j = nlo < n ? nlo++ : n - 1;
+      for (; j > 0 && key_less(lo_w[j - 1], lo_id[j - 1], py, y); --j) {
+        lo_w[j] = lo_w[j - 1];
+        lo_id[j] = lo_id[j - 1];
+      }
+      lo_w[j] = py;
+      lo_id[j] = y;
+    } else {  // above x: keep the n smallest keys
+      if (nhi == n && !key_less(py, y, hi_w[n - 1], hi_id[n - 1])) continue;
+      int j = nhi < n ? nhi++ : n - 1;
+      for (; j > 0 && key_less(py, y, hi_w[j - 1], hi_id[j - 1]); --j) {
+        hi_w[j] = hi_w[j - 1];
+        hi_id[j] = hi_id[j - 1];
+      }
+      hi_w[j] = py;
+      hi_id[j] = y;
+    }
+  }
+  const int64_t xi = x - r.image_start;
+  const bool x_img = r.codebook != nullptr && xi >= 0 && xi < r.code_rows;
+  double sp = px, sq = has_q ? static_cast<double>(q(x)) : 1.0;
+  for (int s = 0; s < 2; ++s) {
+    const int m = s == 0 ? nlo : nhi;
+    for (int j = 0; j < m; ++j) {
+      const float py = s == 0 ? lo_w[j] : hi_w[j];
+      const int64_t y = s == 0 ? lo_id[j] : hi_id[j];
+      const float diff = py - px;
+      if (!((diff < 0.f ? -diff : diff) < r.p_thr) || !x_img || !group_close(r, xi, y)) continue;
+      sp += py;
+      if (has_q) sq += static_cast<double>(q(y));
+    }
+  }
+  *big_p = static_cast<float>(sp);
+  *big_q = static_cast<float>(sq);
+}
+
 struct ResidW {  // r = max(p - q, 0); q == nullptr: q = one-hot(x) (zero row for x outside [0, V))
   const float* p;
   const float* q;

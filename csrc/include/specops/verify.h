@@ -28,10 +28,16 @@ struct RowMass {
   SPECOPS_HD float operator()(int64_t v) const { return mass(p[v]); }
 };
 
-// accept x iff u * q(x) < p(x) + pool(x); q == nullptr means q = one-hot(x), q(x) = 1.
+// accept x iff u * q(x) < p(x) + pool(x); q == nullptr means q = one-hot(x), q(x) = 1.  With
+// GSD's grouping (relax.codebook): u * Q < P over x's group (prob_math.h group_sums).
 template <class Row>
 SPECOPS_HD bool accept_draft(float u, const Row& p, const float* q, int64_t vocab, int64_t x,
                              const RelaxArgs& relax) {
+  if (relax.codebook) {  // GSD: u * Q < P over x's group
+    float big_p, big_q;
+    group_sums(RowMass<Row>{p}, MassW{q}, q != nullptr, vocab, x, relax, &big_p, &big_q);
+    return u * big_q < big_p;
+  }
   const float px = (x >= 0 && x < vocab) ? mass(p[x]) : 0.f;  // prob_at over any Row
   const float qx = q ? prob_at(q, vocab, x) : 1.f;
   return u * qx < px + lantern_pool(RowMass<Row>{p}, vocab, x, relax);
