@@ -1,6 +1,6 @@
 // Bindings of the verification kernels.  Each takes its tensors as TensorArg (csrc/tensor_arg.h)
 // and checks what the kernel reads; the user-facing checks and the normalisation (float32 rows,
-// int32 trees) live in specops/ops/verify.py and specops/ops/_verify_kernels.py.
+// int32 trees) live in specops/ops/verify.py and specops/ops/_verify_checks.py.
 #include "bind.h"
 #include "launchers.h"
 #include "specops/path_acceptance.h"
