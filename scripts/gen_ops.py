@@ -302,10 +302,7 @@ def function(d, decl_name: str, imports: Imports) -> list[str]:
         ret = ast.unparse(function_expr(api.result, public, imports, first="_r"))
     else:
         ret = "_r[0]" if n == 1 else "_r" if n else "None"
-    doc = api.doc
-    if '"""' in doc or "\\" in doc:
-        raise SystemExit(f"gen_ops: {d.name}'s docstring holds a triple quote or a backslash")
-    body = [f'"""{doc}"""']
+    body = []
     if api.prepare is not None:
         body.append(f"out = {ast.unparse(function_expr(api.prepare, public, imports))}")
     if d.fast:
@@ -323,7 +320,10 @@ def function(d, decl_name: str, imports: Imports) -> list[str]:
     ]
     if n:
         body.append(f"return {ret}")
-    return [f"@traced({d.name!r})", def_line(d, imports), *("    " + x for x in body)]
+    # The docstring is the declaration's (numpydoc, in specops/ops/<family>.py), attached here
+    # rather than copied in: one text, as PyTorch's add_docstr does for its generated bindings.
+    doc = f"{d.name}.__doc__ = {decl_name}.api.doc"
+    return [f"@traced({d.name!r})", def_line(d, imports), *("    " + x for x in body), "", "", doc]
 
 
 def module(family: str, decls: list) -> str:

@@ -35,48 +35,6 @@ def tree_attention(
     out: torch.Tensor | None = None,
     lse_out: torch.Tensor | None = None,
 ):
-    """Attention of N tree tokens over a committed prefix plus their ancestors.
-
-    Parameters
-    ----------
-    q : [B, N, Hq, D] float16/bfloat16/float32/float64
-        The tree tokens' queries.
-    k_cache : [B, S_max, Hkv, D] or [P, page, Hkv, D] q's dtype
-        Keys: contiguous per request, or paged with ``block_table``; the tree tokens' K already
-        sit at positions L_b + n (``append_kv``).
-    v_cache : k_cache's shape, q's dtype
-        Values, laid out as ``k_cache``.
-    cache_seqlens : [B] int32/int64
-        L_b, the committed prefix length of each request.
-    tree : Tree or [1 or B, N, >= ceil(N/32)] int32
-        A Tree (batch 1 or B) or its mask_bits: query n sees the tree slots whose bit is set in
-        its mask row (itself and its ancestors).
-    block_table : [B, max_pages] int32/int64 or None
-        The pages of each request in a paged cache; None: a contiguous cache.
-    sm_scale : float or None
-        Softmax scale, finite; None: 1/sqrt(D).
-    return_lse : bool
-        Also return lse [B, N, Hq] float32 (natural log).
-    backend : str
-        "auto" (triton on CUDA, cpu on CPU; the reference for float64), "triton", "cpu",
-        "reference" or "cascade" (below).
-    out : [B, N, Hq, D] q's dtype or None
-        A preallocated output (contiguous; checked).
-    lse_out : [B, N, Hq] float32 or None
-        A preallocated lse output (contiguous; checked).
-
-    Query n sees the whole prefix [0, L_b) and the tree slots its mask row names.  Hq % Hkv == 0
-    (GQA: head h reads KV head h // (Hq / Hkv)).  Returns out [B, N, Hq, D] in q's dtype, and
-    (out, lse) when ``return_lse``.
-
-    Backends: "triton" (CUDA, or the Triton interpreter on CPU), "cpu" (the C++ twin:
-    float32/float16/bfloat16, any head dim, float32 accumulation, reads only the prefix and the
-    tree slots, each K/V row once per GQA group), "reference" (plain PyTorch, any device/dtype;
-    scores the whole cache capacity), or "cascade" (CUDA with flash-attn installed,
-    ``pip install 'specops[flash]'``; never chosen by "auto"): the prefix through
-    ``flash_attn_with_kvcache``, the tree slots through the Triton kernel, merged by
-    log-sum-exp.  cascade takes float16/bfloat16, D <= 256 and, for paged caches, a page size
-    divisible by 256 (flash-attn 2.x)."""
     out = out if out is None and lse_out is None else _both_outs(out, lse_out, q)
     # read through the module: a test switches the fast path off by patching it
     fast = _dispatch.fast_kernel("tree_attention", q, backend, ("triton", "cpu", "reference"))
@@ -117,6 +75,9 @@ def tree_attention(
     return _r if return_lse else _r[0]
 
 
+tree_attention.__doc__ = ATTENTION.api.doc
+
+
 @traced("append_kv")
 def append_kv(
     k_cache: torch.Tensor,
@@ -128,28 +89,6 @@ def append_kv(
     block_table: torch.Tensor | None = None,
     backend: str = "auto",
 ) -> None:
-    """Write the new tokens' k, v into the caches at positions cache_seqlens[b] + n, in place.
-
-    Parameters
-    ----------
-    k_cache : [B, S_max, Hkv, D] or [P, page, Hkv, D] k's dtype
-        Keys, written in place: contiguous per request, or paged with ``block_table``.
-    v_cache : k_cache's shape, k's dtype
-        Values, laid out as ``k_cache``, written in place.
-    k : [B, N, Hkv, D] float16/bfloat16/float32/float64
-        The N new tokens' keys.
-    v : [B, N, Hkv, D] k's dtype
-        Their values.
-    cache_seqlens : [B] int32/int64
-        L_b, the committed prefix length: token n goes to position L_b + n.
-    block_table : [B, max_pages] int32/int64 or None
-        The pages of each request in a paged cache; None: a contiguous cache.
-    backend : str
-        "auto" (triton on CUDA, cpu on CPU; the reference for float64), "triton", "cpu" (the
-        C++ twin) or "reference".
-
-    ``cache_seqlens`` is not advanced (``commit_kv`` does that after verification).  Positions
-    outside the cache are an error in validation mode and dropped otherwise."""
     # read through the module: a test switches the fast path off by patching it
     fast = _dispatch.fast_kernel("append_kv", k_cache, backend, ("triton", "cpu", "reference"))
     if fast is not None:
@@ -165,3 +104,6 @@ def append_kv(
         _r = APPEND.run(*_flat, backend)
     else:
         _r = APPEND.dispatch(_flat, backend, None)
+
+
+append_kv.__doc__ = APPEND.api.doc

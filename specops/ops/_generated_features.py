@@ -27,21 +27,6 @@ def gather_rows(
     backend: str = "auto",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Rows gathered per request: out[b, j] = src[b, index[b, j]] -> [B, M, H].
-
-    Parameters
-    ----------
-    src : [B, N, H] float32/float16/bfloat16
-        The rows to read.
-    index : [B, M] int32/int64
-        The row of ``src`` for each output row; -1 reads as a zero row.
-    backend : str
-        "auto" (triton on CUDA, cpu on CPU), "triton", "cpu" (the C++ twin) or "reference".
-    out : [B, M, H] src's dtype or None
-        A preallocated output.
-
-    Validation mode raises on out-of-range indices other than -1; fast mode reads them as
-    zeros."""
     # read through the module: a test switches the fast path off by patching it
     fast = _dispatch.fast_kernel("gather_rows", src, backend, ("triton", "cpu", "reference"))
     if fast is not None and (out is None or type(out) is Tensor):
@@ -60,6 +45,9 @@ def gather_rows(
     return _r[0]
 
 
+gather_rows.__doc__ = GATHER.api.doc
+
+
 @traced("drafter_inputs")
 def drafter_inputs(
     embedding: torch.Tensor,
@@ -70,26 +58,6 @@ def drafter_inputs(
     backend: str = "auto",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The EAGLE/HiViS drafter input in one kernel -> [B, M, E + H (+ S)].
-
-    Parameters
-    ----------
-    embedding : [V, E] float32/float16/bfloat16
-        The token embedding table.
-    tokens : [B, M] int32/int64
-        The tokens to embed; -1 padding gives a zero embedding row.
-    features : [B, M, H] embedding's dtype
-        The features concatenated after the embeddings.
-    step_embedding : [S] or [B, M, S] embedding's dtype, or None
-        Concatenated last; [S] is broadcast to every row.
-    backend : str
-        "auto" (triton on CUDA, cpu on CPU), "triton", "cpu" (the C++ twin) or "reference".
-    out : [B, M, E + H (+ S)] embedding's dtype or None
-        A preallocated output.
-
-    The output is cat([embedding[tokens], features, step_embedding], -1).  All float tensors
-    share one dtype (float32, float16 or bfloat16), which the output has.  Token ids outside
-    [0, V) other than -1 raise in validation mode and give zero rows in fast mode."""
     # read through the module: a test switches the fast path off by patching it
     fast = _dispatch.fast_kernel(
         "drafter_inputs", embedding, backend, ("triton", "cpu", "reference")
@@ -110,6 +78,9 @@ def drafter_inputs(
     return _r[0]
 
 
+drafter_inputs.__doc__ = DRAFTER.api.doc
+
+
 @traced("path_similarity")
 def path_similarity(
     paths: torch.Tensor,
@@ -120,30 +91,6 @@ def path_similarity(
     backend: str = "auto",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """VVS's skip decision (Eq. 2): the weighted mean pairwise cosine similarity of paths
-    -> [B].
-
-    Parameters
-    ----------
-    paths : [B, P, L] int32/int64
-        Token ids of P candidate paths per request, 1 <= P <= 1024, L >= 1.
-    codebook : [V, C] float32/float16/bfloat16
-        The VQ latent embeddings.
-    alpha : float
-        The base of the position weights alpha^l, finite and >= 0; alpha^l must stay finite
-        in float64 for every compared l.
-    stride : int
-        The step between compared positions (l = 0, stride, 2 stride, ...), >= 1.
-    backend : str
-        "auto" (triton on CUDA, cpu on CPU), "triton", "cpu" (the C++ twin) or "reference".
-    out : [B] float32 or None
-        A preallocated output.
-
-    The exponentially weighted mean pairwise cosine similarity of the P paths' codebook
-    embeddings, float32.  With e = normalize(codebook[paths]) and the positions l = 0, stride,
-    2 stride, ... < L: S_l = mean over ordered pairs i != j of <e_i,l, e_j,l>; result =
-    sum_l alpha^l S_l / sum_l alpha^l.  P = 1 gives 1.0.  Ids outside [0, V) raise in validation
-    mode and count as zero vectors in fast mode.  One program per request; float64 sums."""
     # read through the module: a test switches the fast path off by patching it
     fast = _dispatch.fast_kernel("path_similarity", paths, backend, ("triton", "cpu", "reference"))
     if (
@@ -172,25 +119,11 @@ def path_similarity(
     return _r[0]
 
 
+path_similarity.__doc__ = PATH_SIMILARITY.api.doc
+
+
 @traced("feature_cache_write")
 def feature_cache_write(store, stamps, positions, feats, step, *, backend: str = "auto") -> None:
-    """The write ``FeatureCache.write`` runs: store[b, positions[b, j]] = feats[b, j] and
-    stamps[b, positions[b, j]] = step; -1 positions skipped.
-
-    Parameters
-    ----------
-    store : [B, C, H] float32/float16/bfloat16
-        The cache's features, written in place.
-    stamps : [B, C] int32
-        The step each slot was last written (-1: never), written in place.
-    positions : [B, M] int32/int64
-        The slots to write; -1 skips.
-    feats : [B, M, H] float
-        The rows to store.
-    step : int or [] / [1] / [B] integer tensor
-        The stamp.
-    backend : str
-        "auto", "triton", "cpu" (the C++ twin) or "reference"."""
     # read through the module: a test switches the fast path off by patching it
     fast = _dispatch.fast_kernel(
         "feature_cache_write", store, backend, ("triton", "cpu", "reference")
@@ -208,3 +141,6 @@ def feature_cache_write(store, stamps, positions, feats, step, *, backend: str =
         _r = WRITE.run(*_flat, backend)
     else:
         _r = WRITE.dispatch(_flat, backend, None)
+
+
+feature_cache_write.__doc__ = WRITE.api.doc

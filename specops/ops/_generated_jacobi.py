@@ -39,39 +39,6 @@ def verify_jacobi(
     backend: str = "auto",
     out: tuple[torch.Tensor, ...] | None = None,
 ) -> JacobiResult:
-    """One Speculative Jacobi Decoding step (SJD, or SJD-PAC with continuation / a tree window).
-
-    Parameters
-    ----------
-    target_probs : [B, L, V] float32/float16/bfloat16
-        Row i: the target distribution of window slot i (tree mode: of node i's children).
-    window_tokens : [B, L] int32/int64
-        The window (tree mode: entry 0 ignored).
-    draft_probs : [B, L, V] float or None
-        The distributions the window tokens were drawn from; None: one-hot.
-    tree : Tree or None
-        None: a chain window; a Tree of L nodes, batch 1 or B (``verify_tree``'s node
-        convention), e.g. ``Tree.kary_chain``.
-    continue_after_reject : bool
-        SJD-PAC: the window continues after a rejection.
-    num_candidates : int
-        > 1 adds the proactive-drafting candidates.
-    seed : int or [] / [B] int64
-        Philox key; a tensor [B] gives one per request.
-    offset : int or [] / [1] int64
-        Philox counter offset.
-    relax : Relaxation, Grouping or None
-        LANTERN relaxed acceptance, or GSD grouped acceptance (both lossy); None: exact.
-    uniforms : [B, 2L] or [B, 2L + L*k] float32 or None
-        Replaces the draws (the second form with num_candidates k > 1).
-    backend : str
-        "auto", "cuda", "cpu" (the C++ twin) or "reference".
-    out : JacobiResult or tuple or None
-        Preallocated contiguous fields (candidates / path None when not produced).
-
-    Returns ``JacobiResult(num_accepted [B], next_window [B, L], first_reject [B],
-    candidates [B, L, num_candidates] or None, path [B, L] in tree mode or None)``, int32.
-    Exact semantics and draw indices: ``specops.reference.verify_jacobi``."""
     out = out if out is None else _five_outs(out, target_probs, num_candidates, tree)
     # read through the module: a test switches the fast path off by patching it
     fast = _dispatch.fast_kernel(
@@ -155,3 +122,6 @@ def verify_jacobi(
         _r[3] if num_candidates != 1 else None,
         _r[-1] if tree is not None else None,
     )
+
+
+verify_jacobi.__doc__ = JACOBI.api.doc

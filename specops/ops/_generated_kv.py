@@ -27,37 +27,6 @@ def commit_kv(
     block_table: torch.Tensor | None = None,
     backend: str = "auto",
 ) -> None:
-    """Commit the accepted path's K/V in every layer and advance ``cache_seqlens``, in one
-    launch.
-
-    Parameters
-    ----------
-    caches : [layers, 2, B, S, Hkv, D] float16/bfloat16/float32 or list of (k_cache, v_cache)
-        One tensor (paged: [layers, 2, P, page, Hkv, D]) or a non-empty list of per-layer
-        pairs of [B, S, Hkv, D] (paged: [P, page, Hkv, D]) sharing one shape, dtype and
-        strides; each position's [Hkv, D] row must be contiguous.
-    cache_seqlens : [B] int32
-        The committed length per request, contiguous; advanced in place.
-    accepted_slots : [B, M] int32/int64
-        Offsets from ``cache_seqlens`` of the accepted nodes, in path order (strictly
-        increasing), -1 padded at the end; M <= 2048.
-    block_table : [B, pages] int32/int64 or None
-        The pages of each request for paged caches; None: contiguous caches.
-    backend : str
-        "auto" (cuda, else triton on a GPU; cpu on CPU), "cuda", "triton", "cpu" (the C++
-        twin) or "reference".
-
-    Moves the accepted entries to ``cache_seqlens + [0, m)`` in every layer, K and V, and
-    advances ``cache_seqlens`` by m, on the device.  For every request b, layer and K/V:
-    cache[cs + i] <- cache[cs + s_i] for the m_b non -1 entries (values read before any write:
-    overlapping moves such as 5 -> 2 with 2 -> 1 are safe, and an in-place prefix s_i = i is a
-    no-op), then cs += m_b.  Slots that are not committed are left behind.
-
-    Validation mode raises on -1 before a valid entry, non-increasing slots, a slot beyond the
-    capacity, a path longer than the free space, or (paged) a page id outside [0, P).  Fast mode
-    never touches memory outside the cache: each request commits only the longest prefix of
-    valid entries (specops.reference.kv).  CUDA: launches on the same cache pointers must not
-    run concurrently on two streams (they share a small per-device counter workspace)."""
     # read through the module: a test switches the fast path off by patching it
     fast = _dispatch.fast_kernel(
         "commit_kv", caches, backend, ("cuda", "triton", "cpu", "reference")
@@ -84,3 +53,6 @@ def commit_kv(
         _r = KV.run(*_flat, backend)
     else:
         _r = KV.dispatch(_flat, backend, None)
+
+
+commit_kv.__doc__ = KV.api.doc

@@ -31,51 +31,6 @@ def probs_from_logits(
     backend: str = "auto",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Sampling distributions [..., V] float32 from ``logits``: CFG, temperature, top-k, top-p.
-
-    Parameters
-    ----------
-    logits : [..., V] float32/float16/bfloat16
-        The (conditional) logits; each flat row gives one distribution.
-    temperature : float or [] / [1] / [B] float
-        T, finite and >= 0; T < 1e-5 (0 included) gives the one-hot of the arg-max.
-    top_k : int or [] / [1] / [B] int32/int64 or None
-        Keep the k largest values, k >= 0; None, 0 or k >= V keeps everything.
-    top_p : float or [] / [1] / [B] float or None
-        Nucleus mass p in (0, 1], applied after top-k; None or 1 keeps everything.
-    cfg_scale : float or [] / [1] / [B] float or None
-        Guidance scale s, finite; given exactly when ``uncond_logits`` is.
-    uncond_logits : [..., V] float32/float16/bfloat16 or None
-        The unconditional logits for CFG, of the shape of ``logits``.
-    backend : str
-        "auto" (triton on CUDA, cpu on CPU), "triton", "cpu" (the C++ twin) or "reference".
-    out : [..., V] float32 or None
-        A preallocated contiguous output (CUDA graphs).
-
-    Per flat row, in this order (maths and tie rules: ``specops/reference/probs.py``):
-
-    - CFG: ``l = u + s * (c - u)`` in float32; a token that is -inf in either row stays -inf.
-    - temperature: ``x = l / T``; ``T < 1e-5`` gives the one-hot of ``argmax l`` (ties -> lowest
-      index) and skips the filters.
-    - ``top_k``: keep ``x >= `` the k-th largest value (every tie of the k-th value is kept, so
-      more than k tokens survive only on exact ties).
-    - ``top_p`` (after top-k, as in vLLM/HF): keep the smallest set of largest tokens whose
-      softmax mass (among the top-k survivors) is >= p, every tie at the boundary kept; at least
-      the arg-max survives.
-    - softmax over the survivors; filtered tokens get exactly 0.
-
-    A tensor parameter is [B] (one per request, dim 0 of ``logits``, broadcast over its
-    positions) or [] / [1]; ``top_k`` takes int tensors, the others float tensors.  A Python
-    number outside its range (NaN and infinities included) raises ``ValueError`` in every mode
-    (it costs nothing to check).  NaN tensor entries raise in validation mode and are otherwise
-    the neutral value (reading them would sync): temperature 1.0, no top-p filtering, no
-    guidance (the conditional logits as they are).  A row whose logits are all -inf is the
-    one-hot of token 0.
-
-    Backends: "triton" (each row split over several programs, a launch a pass, without top-p
-    and with top-p after a top-k below 4096, whose survivors one program a row sorts; top-p
-    alone: one fused kernel, a program a row, no sort), "cpu" (selection instead of sorts, rows
-    on ``specops.set_num_threads`` threads), "reference"."""
     # read through the module: a test switches the fast path off by patching it
     fast = _dispatch.fast_kernel(
         "probs_from_logits", logits, backend, ("triton", "cpu", "reference")
@@ -119,3 +74,6 @@ def probs_from_logits(
     else:
         _r = PROBS.dispatch(_flat, backend, PROBS.out_buffers(out, _flat))
     return _r[0]
+
+
+probs_from_logits.__doc__ = PROBS.api.doc

@@ -30,27 +30,6 @@ def sample(
     backend: str = "auto",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """One token per row of ``probs`` -> [...] int32.
-
-    Parameters
-    ----------
-    probs : [..., V] float32/float16/bfloat16
-        Non-negative weights; need not sum to 1.
-    seed : int or [] / [1] / [B] int64
-        Philox key; a tensor [B] gives one per request along dim 0.
-    offset : int or [] / [1] int64
-        Philox counter offset.
-    uniforms : [...] float32 or None
-        Replaces the Philox draws, one per row.
-    backend : str
-        "auto" (triton on CUDA, cpu on CPU), "triton", "cuda", "cpu" (the C++ twin) or
-        "reference".
-    out : [...] int32 or None
-        A preallocated output (CUDA graphs).
-
-    Inverse CDF with one uniform per row: token = min{i : cumsum(p)_i > u * sum(p)}; in fast
-    mode NaN, negative and +inf entries count as 0 (never drawn), and a row with no positive
-    finite mass gives token 0."""
     # read through the module: a test switches the fast path off by patching it
     fast = _dispatch.fast_kernel("sample", probs, backend, ("triton", "cuda", "cpu", "reference"))
     if (
@@ -76,6 +55,9 @@ def sample(
     return _r[0]
 
 
+sample.__doc__ = SAMPLE.api.doc
+
+
 @traced("sample_without_replacement")
 def sample_without_replacement(
     probs: torch.Tensor,
@@ -87,34 +69,6 @@ def sample_without_replacement(
     backend: str = "auto",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """k distinct tokens per row of ``probs``, in the order of sequential sampling without
-    replacement -> [..., k] int32.
-
-    Parameters
-    ----------
-    probs : [..., V] float32/float16/bfloat16
-        Non-negative weights; need not sum to 1.
-    k : int
-        Tokens per row, >= 1.
-    seed : int or [] / [B] int64
-        Philox key; a tensor [B] gives one per request along dim 0 (flat row r, draw v =
-        entry v).
-    offset : int or [] / [1] int64
-        Philox counter offset.
-    uniforms : [..., V] float32 or None
-        Replaces the draws; in [0, 1] (validation mode checks it; in fast mode every backend
-        clamps them to [2^-24, 1], NaN counting as 2^-24).
-    backend : str
-        "auto", "cuda", "cpu" (the C++ twin) or "reference".
-    out : [..., k] int32 or None
-        A preallocated contiguous output.
-
-    Gumbel top-k: key_v = log(p_v) - log(-log(u_v)) with one uniform per entry; the k largest
-    keys, largest first.  Zero-probability entries (and, in fast mode, NaN, negative and +inf
-    ones) are never chosen: a row with fewer than k positive finite entries is padded with -1.
-    Exact semantics: ``specops.reference.sample_without_replacement``; the keys' float32 logs
-    may differ in the last bit between torch.log and the kernels' logf, so ids agree except
-    where two keys tie within a few ulps."""
     # read through the module: a test switches the fast path off by patching it
     fast = _dispatch.fast_kernel(
         "sample_without_replacement", probs, backend, ("cuda", "cpu", "reference")
@@ -140,3 +94,6 @@ def sample_without_replacement(
     else:
         _r = WOR.dispatch(_flat, backend, WOR.out_buffers(out, _flat))
     return _r[0]
+
+
+sample_without_replacement.__doc__ = WOR.api.doc

@@ -28,29 +28,6 @@ def select_frontier(
     backend: str = "auto",
     out: tuple[torch.Tensor, ...] | None = None,
 ) -> Frontier:
-    """EAGLE-2's per-depth selection: the ``width`` best of the W * K drafted children.
-
-    Parameters
-    ----------
-    logprobs : [B, W, K] float32/float16/bfloat16
-        Edge log-probs: log q of child k given frontier node w, e.g. the drafter's
-        ``log_softmax(-1).topk(K)`` values; NaN / -inf mark absent children.
-    width : int
-        W', the children kept, 1 <= W' <= W * K.
-    parent_scores : [B, W] float32/float16/bfloat16 or None
-        The current frontier's cumulative scores (``Frontier.scores`` of the previous call);
-        None: 0, i.e. the root.
-    tokens : [B, W, K] int32/int64 or None
-        The children's tokens, returned for the chosen ones; negative tokens mark absent
-        children.
-    backend : str
-        "auto" or "reference" (the only implementation).
-    out : (index, scores) or None
-        Preallocated contiguous outputs ([B, W'] int32, float32).
-
-    Score of a child = parent score + min(log q, 0); ranking by (score descending, flat index
-    ``w * K + k`` ascending), the order ``build_dynamic_tree`` uses.  Returns a ``Frontier``.
-    Layer 0 (the root's K children) is ``logprobs[:, None]`` with ``parent_scores=None``."""
     SELECT.check(logprobs, width, parent_scores, tokens, backend)
     _flat = SELECT.flat_args(logprobs, width, parent_scores, tokens)
     if _dispatch.eager():
@@ -58,6 +35,9 @@ def select_frontier(
     else:
         _r = SELECT.dispatch(_flat, backend, SELECT.out_buffers(out, _flat))
     return _frontier(_r, logprobs, tokens)
+
+
+select_frontier.__doc__ = SELECT.api.doc
 
 
 @traced("build_dynamic_tree")
@@ -71,40 +51,6 @@ def build_dynamic_tree(
     backend: str = "auto",
     out: tuple[torch.Tensor, ...] | None = None,
 ) -> DynamicTree:
-    """EAGLE-2's rerank: the draft tree of the root and the ``num_nodes - 1`` best candidates.
-
-    Parameters
-    ----------
-    root_tokens : [B] int32/int64
-        The last committed token of each request (node 0's token).
-    tokens : [B, D, W, K] int32/int64
-        Layer d's drafted children, K per frontier slot; layer 0 is the root's K children in
-        slot 0 (``tokens[:, 0, 1:]`` is ignored).
-    logprobs : [B, D, W, K] float32/float16/bfloat16
-        Their edge log-probs, log q of the child given its path, not cumulative; clamped to
-        <= 0; NaN / -inf, or a negative token, mark an absent child.
-    frontier : [B, D - 1, W] int32/int64
-        ``frontier[:, d - 1, w]`` = flat index ``w' * K + k'`` into layer d - 1 of the candidate
-        in frontier slot w of layer d, i.e. the parent of ``tokens[:, d, w, :]``
-        (``Frontier.index``; entries of ``frontier[:, 0]`` are < K).
-    num_nodes : int
-        N, the tree size including the root: 1 <= N <= 1 + K + (D - 1) W K and
-        N <= ``Tree.MAX_NODES`` (16384).
-    backend : str
-        "auto" or "reference" (the only implementation).
-    out : (parents, draft_tokens, scores, candidate, expanded_row, num_valid) or None
-        Preallocated contiguous outputs (``DynamicTree``'s fields; tree as its parents).
-
-    Built on the device; B = 0 gives empty outputs.  The candidates of every drafted layer are
-    ranked by (cumulative log-prob descending, candidate index ascending) and the first N - 1
-    are taken: the set is closed under ancestors (a child never outscores its parent and ties go
-    to the earlier layer), so the tree is valid by construction.  Nodes are ordered by candidate
-    index (layer, slot, child rank): ``parents[n] < n``, depth non-decreasing, siblings best
-    first (the order ``verify_tree`` tries them).  When fewer than N - 1 candidates are present,
-    the tree is padded with absent nodes after the real ones: nodes ``[num_valid, N)`` have
-    token -1 and score -inf (verification rejects them).
-
-    Returns a ``DynamicTree`` (fields documented there and in the reference)."""
     BUILD.check(root_tokens, tokens, logprobs, frontier, num_nodes, backend)
     _flat = BUILD.flat_args(root_tokens, tokens, logprobs, frontier, num_nodes)
     if _dispatch.eager():
@@ -112,3 +58,6 @@ def build_dynamic_tree(
     else:
         _r = BUILD.dispatch(_flat, backend, BUILD.out_buffers(out, _flat))
     return _dynamic_tree(_r)
+
+
+build_dynamic_tree.__doc__ = BUILD.api.doc

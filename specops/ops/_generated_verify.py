@@ -39,39 +39,6 @@ def verify_chain(
     backend: str = "auto",
     out: tuple[torch.Tensor, ...] | None = None,
 ) -> ChainResult:
-    """Chain speculative sampling: verify K drafts per request against the target, lossless.
-
-    Parameters
-    ----------
-    target_probs : [B, K+1, V] float32/float16/bfloat16
-        Row i: the target distribution for draft i; row K: for the bonus token.
-    draft_tokens : [B, K] int32/int64
-        The drafts; -1 ends a request's drafts.
-    draft_probs : [B, K, V] float or None
-        The distributions the drafts were drawn from; None: deterministic drafts.
-    num_draft : [B] int or None
-        Drafts per request (ragged batches); None: K each.
-    seed : int or [] / [B] int64
-        Philox key; a tensor [B] gives one per request.
-    offset : int or [] / [1] int64
-        Philox counter offset (a tensor: advanced on the device, CUDA-graph friendly).
-    relax : Relaxation, Grouping or None
-        LANTERN relaxed acceptance, or GSD grouped acceptance (both lossy); None: exact.
-    greedy : bool
-        Argmax verification, bit-exact with greedy decoding.
-    uniforms : [B, K+1] float32 or None
-        Replaces the Philox draws: draw i tests draft i, draw K is the final sample.
-    block : bool
-        Block verification (Sun et al. 2024): the accepted prefix decided jointly; as
-        lossless, never fewer accepted on average; not with greedy or relax.
-    backend : str
-        "auto", "cuda", "triton", "cpu" (the C++ twin) or "reference".
-    out : (tokens, num_accepted) or None
-        Preallocated contiguous outputs (CUDA graphs own them).
-
-    Returns ``ChainResult(tokens [B, K+1] int32, num_accepted [B] int32)``: the accepted drafts,
-    then one corrected/bonus token, -1 after.  Every backend is token-identical to
-    ``specops.reference.verify_chain`` except on exact rounding ties of the float64 sums."""
     # read through the module: a test switches the fast path off by patching it
     fast = _dispatch.fast_kernel(
         "verify_chain", target_probs, backend, ("cuda", "triton", "cpu", "reference")
@@ -141,6 +108,9 @@ def verify_chain(
     return ChainResult(*_r)
 
 
+verify_chain.__doc__ = CHAIN.api.doc
+
+
 @traced("verify_tree")
 def verify_tree(
     target_probs: torch.Tensor,
@@ -157,37 +127,6 @@ def verify_tree(
     backend: str = "auto",
     out: tuple[torch.Tensor, ...] | None = None,
 ) -> TreeResult:
-    """Tree speculative sampling (recursive rejection sampling, siblings in index order).
-
-    Parameters
-    ----------
-    target_probs : [B, N, V] float32/float16/bfloat16
-        Row n: the target distribution for the children of node n.
-    tree : Tree
-        N nodes, batch 1 or B; its depth D makes the outputs D+1 wide.
-    draft_tokens : [B, N] int32/int64
-        The node tokens (entry 0 ignored; -1: a padding node).
-    draft_probs : [B, N, V] float or None
-        Row n: the distribution node n's children were drawn from; None: deterministic.
-    without_replacement : bool
-        Siblings were drawn without replacement.
-    seed : int or [] / [B] int64
-        Philox key; a tensor [B] gives one per request.
-    offset : int or [] / [1] int64
-        Philox counter offset.
-    relax : Relaxation, Grouping or None
-        LANTERN relaxed acceptance, or GSD grouped acceptance (both lossy); None: exact.
-    greedy : bool
-        Argmax verification.
-    uniforms : [B, N] float32 or None
-        Replaces the draws: draw n - 1 tests node n, draw N - 1 is the final sample.
-    backend : str
-        "auto", "cuda", "cpu" (the C++ twin) or "reference".
-    out : (path, tokens, num_accepted) or None
-        Preallocated contiguous outputs.
-
-    Returns ``TreeResult(path, tokens [B, D+1] int32, num_accepted [B] int32)``.  Exact
-    semantics: ``specops.reference.verify_tree``."""
     # read through the module: a test switches the fast path off by patching it
     fast = _dispatch.fast_kernel("verify_tree", target_probs, backend, ("cuda", "cpu", "reference"))
     if (
@@ -258,6 +197,9 @@ def verify_tree(
     return TreeResult(*_r)
 
 
+verify_tree.__doc__ = TREE.api.doc
+
+
 @traced("path_acceptance")
 def path_acceptance(
     target_probs: torch.Tensor,
@@ -268,26 +210,6 @@ def path_acceptance(
     backend: str = "auto",
     out: tuple[torch.Tensor, ...] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """VSD path acceptance: per root-to-leaf path, kappa = prod_i min(1, p_i/q_i) and
-    expected_len = sum_k prod_{i<=k} min(1, p_i/q_i)  (VSD Eqs. 2, 9-11).
-
-    Parameters
-    ----------
-    target_probs : [B, N, V] float32/float16/bfloat16
-        Row n: the target distribution for the children of node n.
-    draft_probs : [B, N, V] float or None
-        Row n: the draft distribution of node n's children; None: deterministic drafts.
-    tree : Tree
-        N nodes, batch 1 or B, with P = ``tree.num_leaves`` paths.
-    draft_tokens : [B, N] int32/int64
-        The node tokens (entry 0 ignored).
-    backend : str
-        "auto", "cuda", "cpu" (the C++ twin) or "reference".
-    out : (kappa, expected_len) or None
-        Preallocated contiguous outputs.
-
-    Returns (kappa, expected_len) float32 [B, P], paths in ``Tree.paths()`` order, rows with
-    fewer leaves padded with 0."""
     # read through the module: a test switches the fast path off by patching it
     fast = _dispatch.fast_kernel(
         "path_acceptance", target_probs, backend, ("cuda", "cpu", "reference")
@@ -310,3 +232,6 @@ def path_acceptance(
     else:
         _r = PATHS.dispatch(_flat, backend, PATHS.out_buffers(out, _flat))
     return _r
+
+
+path_acceptance.__doc__ = PATHS.api.doc
