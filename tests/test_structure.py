@@ -1,5 +1,5 @@
 """The house in order: no source, test or doc file over 600 lines, module docstrings of at most
-15 lines, and no import circles between the modules of specops/, triton_kernels/, bench/ and
+15 lines, no function in specops/decode/ over 80 lines, and no import circles between the modules of specops/, triton_kernels/, bench/ and
 scripts/ (relative and function-level imports included: a circle through a lazy import is still
 two modules that each need the other)."""
 
@@ -26,6 +26,19 @@ def test_no_source_file_over_600_lines():
                 if n > MAX_LINES and rel not in KNOWN_LONG:
                     long[rel] = n
     assert not long, f"split these files (at most {MAX_LINES} lines): {long}"
+
+
+def test_no_decoding_function_over_80_lines():
+    """The decoding loop reads as it runs (gpt-fast's longest function is about 70 lines): no
+    function in specops/decode/, nested ones included, over 80 lines."""
+    long = {}
+    for path in sorted((ROOT / "specops" / "decode").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > 80:
+                    long[f"{path.name}:{node.name}"] = n
+    assert not long, f"functions over 80 lines in specops/decode (split them): {long}"
 
 
 def test_module_docstrings_are_short():

@@ -1,34 +1,14 @@
 """Coupled Jacobi drafts (MC-SJD, So et al., arXiv 2510.24211): a slot's new draft made to agree
-with its previous one as often as the two draft distributions allow.
+with its previous one as often as the two draft distributions allow, each draft still a sample of
+its own draft row (lossless).
 
-Lossless when each new draft of position t is a sample of its draft row q_t given everything
-that decided the tokens before t, as both couplings below make it: they correlate it only with
-earlier drafts of the same position t, which decided nothing (a draft of t is verified once, in
-the iteration that commits t).  A rule that keeps old tokens more often than min(1, q_new/q_old)
-(e.g. always) breaks it, and the exact-law tests catch it (tests/test_decode_coupling.py).
+- ``"maximal"``: keep the old token x w.p. min(1, q_new(x) / q_old(x)), else draw from
+  norm(max(q_new - q_old, 0)): ``verify_jacobi``'s continuation rule, no op of its own.
+- ``"gumbel"``: x_t = argmax_v (log q_t(v) + g_t(v)) with the same Gumbel noise g_t in every
+  iteration, recomputed from Philox keyed by (seed, request, position t): nothing is stored.
 
-- ``"maximal"``: the old token x ~ q_old is kept with probability min(1, q_new(x) / q_old(x)),
-  else replaced by a draw from norm(max(q_new - q_old, 0)).  Then
-  P(y) = q_old(y) min(1, q_new(y)/q_old(y)) + (1 - sum_x min(q_old(x), q_new(x))) r(y)
-       = min(q_old(y), q_new(y)) + max(q_new(y) - q_old(y), 0) = q_new(y),
-  and P(keep) = sum_x min(q_old(x), q_new(x)) = 1 - TV(q_old, q_new), the most any coupling
-  keeps.  It is ``verify_jacobi``'s continuation rule (``u q(x) < p(x)``, else the residual),
-  so it needs no op of its own.
-- ``"gumbel"``: x_t = argmax_v (log q_t(v) + g_t(v)), g_t(v) = -log(-log u_t(v)) with the same
-  uniforms u_t in every iteration: each draw is a sample of its q (the Gumbel-max trick), and
-  two draws of position t agree iff the argmax does not move.  Both argmaxes are x iff
-  g_v < g_x + log min(q_old(x)/q_old(v), q_new(x)/q_new(v)) for every v, a Gumbel-max event
-  over the weights w_v = max(q_old(v)/q_old(x), q_new(v)/q_new(x)) (w_x = 1), so
-  P(keep) = sum_x 1 / sum_v max(q_old(v)/q_old(x), q_new(v)/q_new(x)),
-  which lies between (1 - TV) / (1 + TV) and the maximal coupling's 1 - TV (TV = total
-  variation of q_old, q_new).  Its noise is a function of (seed, request, position), recomputed
-  from Philox, so nothing is stored, and a position that left the window (SJD-PAC's tree spans
-  fewer positions than its chain) is still coupled when it comes back.
-
-The noise stream: u_t(v) = ((w >> 9) + 0.5) 2^-23 (the shared stream's uniform, specops/
-reference/philox.py) of word v mod 4 of Philox4x32-10(key = seed, counter = (v div 4, request b,
-lo(T), hi(T))), T = GUMBEL_OFFSET + t: an offset block the loop's counter (1, 2, ...) never
-reaches, four uniforms per Philox call.
+Why both are lossless, their keep probabilities and the noise stream's layout:
+docs/decoding.md, "Coupled drafts".
 """
 
 from __future__ import annotations

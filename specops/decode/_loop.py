@@ -1,13 +1,17 @@
-"""What every decoding method's loop shares besides the model runners: the set-up (``start``), the
-first token, the output buffer, the Philox offset counter, compiled steps, and the window helpers
-of SJD / SJD-PAC (``init_rows``, ``select_tree``)."""
+"""The decoding loop, written once: the set-up (``begin``), the prefill (``prefill``), the steps
+(``run_steps``, with the NVTX ranges), a step's commit (``commit``) and the statistics
+(``finish``); each method supplies its step.  Also the output buffer, the Philox offset counter,
+compiled steps, and the window helpers of SJD / SJD-PAC (``init_rows``, ``select_tree``)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 import specops
-from specops.decode._runners import TargetRunner
+from specops._nvtx import nvtx_range
+from specops.decode._runners import DraftRunner, TargetRunner
 from specops.decode.hooks import current_hook
 from specops.decode.sampling import Sampling
 from specops.decode.stats import Recorder
@@ -17,6 +21,15 @@ __all__ = [
     "compiled_step",
     "Output",
     "Offsets",
+    "Run",
+    "begin",
+    "prefill",
+    "run_steps",
+    "commit",
+    "first_n",
+    "first_update",
+    "relax_on",
+    "finish",
     "select_tree",
     "start",
     "emit_first",
@@ -66,6 +79,120 @@ def start(name, model, prompt, length: int, sampling: Sampling, *, width, slack,
     eos = getattr(model, "eos_token_ids", None)  # a model may stop requests at these tokens
     out = Output(b, length, width if out_slack is None else out_slack, dev, eos=eos)
     return rec, rng, tgt, out, cap
+
+
+@dataclass
+class Run:
+    """One run's shared state: the method's ``name`` (``Stats.method``, the NVTX prefix), its
+    ``sampling``, the ``prompt`` [B, P], the statistics recorder, the Philox offsets, the target
+    runner, the output, the cache capacity and, for drafting methods, the drafter runner."""
+
+    name: str
+    sampling: Sampling
+    prompt: torch.Tensor
+    rec: Recorder
+    rng: Offsets
+    tgt: TargetRunner
+    out: Output
+    cap: int
+    dr: DraftRunner | None = None
+
+    @property
+    def rows(self) -> torch.Tensor:
+        return torch.arange(self.prompt.shape[0], device=self.prompt.device)
+
+
+def begin(name, model, prompt, length, sampling, *, width, slack, out_slack=None, drafter=None):
+    """``start`` as a ``Run``, with a ``DraftRunner`` for ``drafter`` (its cache as large)."""
+    rec, rng, tgt, out, cap = start(
+        name, model, prompt, length, sampling, width=width, slack=slack, out_slack=out_slack
+    )
+    dr = None
+    if drafter is not None:
+        dr = DraftRunner(drafter, prompt.shape[0], cap, rec, prompt.device)
+    return Run(name, sampling, prompt, rec, rng, tgt, out, cap, dr)
+
+
+def prefill(run: Run, then=None):
+    """The prefill, in the NVTX range ``<name>.prefill``: a standalone draft model reads the
+    prompt, the target reads it and commits it, s_1 ~ p(. | prompt) is emitted, then
+    ``then(probs, hidden, root, ones)`` builds the method's first state inside the range.
+    -> (root [B] int32, then's result)."""
+    with nvtx_range(f"{run.name}.prefill"):
+        if run.dr is not None:
+            run.dr.prefill(run.prompt)
+        probs, hidden = run.tgt.prefill()
+        root, ones = emit_first(probs, run.out, run.rec, run.sampling, run.rng)
+        return root, (None if then is None else then(probs, hidden, root, ones))
+
+
+def first_update(run: Run, hidden, root, drafter_prefill: bool, hide, hide_positions: str):
+    """The drafter's first update (speculative, VVS): its prefill over the prompt,
+    [e(x_{i+1}) || f_i] (HiViS Eq. 3; visual positions in ``hide`` omitted), or only
+    [e(s_1) || f_{n-1}] without ``drafter_prefill``.  -> (tokens, feats, n)."""
+    return run.dr.first_entries(
+        run.prompt, hidden, root, prefill=drafter_prefill, hide=hide,
+        keep_positions=hide_positions == "target",
+    )  # fmt: skip
+
+
+def relax_on(fn: str, relax, greedy: bool, device):
+    """LANTERN's relaxation on the run's device; an error with greedy decoding (exact)."""
+    if relax is None:
+        return None
+    if greedy:
+        raise ValueError(f"{fn}: relax (LANTERN) needs sampling; greedy (temperature=0) is exact")
+    return specops.Relaxation(relax.neighbors.to(device), relax.delta)
+
+
+def _more(out, i: int, until) -> bool:
+    """The stop check: ``"done"`` reads the host once (``out.done()``); an int (AR) runs that many
+    steps with no host read unless EOS or a progress hook asks; ``"step"``: the step decides."""
+    if until == "done":
+        return not out.done()
+    if until == "step":
+        return True
+    if i < until and out.eos is not None:
+        return not out.done()
+    out.report()
+    return i < until
+
+
+def run_steps(run: Run, step, state, *, compile_step=None, eager_first=False, until="done"):
+    """The loop: ``state = step(*state)`` in the NVTX range ``<name>.step`` until ``until`` says
+    stop (``_more``) or a step returns None.  The steps run ``compiled_step(step, compile_step)``,
+    the first one eagerly with ``eager_first`` (its inputs have other shapes).  -> the last
+    state."""
+    compiled = compiled_step(step, compile_step)
+    fn, i = (step if eager_first else compiled), 0
+    while _more(run.out, i, until):
+        with nvtx_range(f"{run.name}.step"):
+            new = fn(*state)
+        if new is None:
+            break
+        state, fn, i = new, compiled, i + 1
+    return state
+
+
+def first_n(slots: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """The first n[b] entries of each row of slots [B, M], -1 after them -> [B, M] int32."""
+    cols = torch.arange(slots.shape[1], device=slots.device)[None, :]
+    return torch.where(cols < n[:, None], slots, -1).int()
+
+
+def commit(run: Run, slots, tokens, n, charged) -> None:
+    """A step's commit: the target keeps the KV of ``slots`` [B, M] (offsets from seqlens, -1
+    dropped), the first n[b] of tokens [B, M'] are emitted, the step counted for ``charged``."""
+    run.tgt.commit(slots)
+    run.out.write(tokens, n)
+    run.rec.emitted(n, charged)
+
+
+def finish(run: Run, **extra):
+    """The run's statistics, with ``extra`` -> (tokens [B, length] int32, Stats)."""
+    stats = run.rec.finish()
+    stats.extra.update(extra)
+    return run.out.tokens(), stats
 
 
 def emit_first(probs, out, rec, sampling: Sampling, rng) -> tuple[torch.Tensor, torch.Tensor]:

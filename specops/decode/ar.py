@@ -5,9 +5,8 @@ from __future__ import annotations
 import torch
 
 import specops
-from specops._nvtx import nvtx_range
 from specops.decode._checks import prepare
-from specops.decode._loop import compiled_step, start
+from specops.decode._loop import begin, commit, finish, prefill, run_steps
 from specops.decode.sampling import Sampling
 
 __all__ = ["ar"]
@@ -28,37 +27,19 @@ def ar(
     -> (tokens [B, length] int32, Stats)."""
     sampling = Sampling.of("ar", sampling_kwargs)
     prompt, length = prepare("ar", model, classes, length)
-    dev = prompt.device
-    b = prompt.shape[0]
-    rec, rng, tgt, out, _ = start(
-        "ar", model, prompt, length, sampling, width=1, slack=1, out_slack=0
-    )
-    slot0 = torch.zeros(b, 1, dtype=torch.int32, device=dev)
-
-    def emit(probs):
-        active = out.active  # all True unless a request stopped at EOS
-        with rec.timer("specops"):
-            tok = specops.sample(probs, seed=sampling.seed, offset=rng())  # x ~ p (T = 0: argmax)
-        out.write(tok[:, None], active.long())
-        rec.emitted(active.long(), active)
-        return tok
+    run = begin("ar", model, prompt, length, sampling, width=1, slack=1, out_slack=0)
+    rec, rng, tgt, out = run.rec, run.rng, run.tgt, run.out
+    slot0 = torch.zeros(prompt.shape[0], 1, dtype=torch.int32, device=prompt.device)
 
     def step(tok):
         # feed x at position c = seqlens, commit it (slot 0), emit the next token
-        probs, _ = tgt.forward(tok[:, None], tgt.seqlens.long()[:, None], None, charged=out.active)
-        tgt.commit(slot0)
-        return emit(probs[:, 0])
+        active = out.active  # all True unless a request stopped at EOS
+        probs, _ = tgt.forward(tok[:, None], tgt.seqlens.long()[:, None], None, charged=active)
+        with rec.timer("specops"):  # x ~ p (T = 0: argmax)
+            nxt = specops.sample(probs[:, 0], seed=sampling.seed, offset=rng())
+        commit(run, slot0, nxt[:, None], active.long(), active)
+        return (nxt,)
 
-    step = compiled_step(step, compile_step)
-    with nvtx_range("ar.prefill"):
-        tok = emit(tgt.prefill()[0])  # x_1 ~ p(x_1 | prompt)
-    for _ in range(length - 1):
-        if out.eos is None:
-            out.report()
-        elif out.done():  # with EOS: the stop check, one host read per step
-            break
-        with nvtx_range("ar.step"):
-            tok = step(tok)
-    else:  # the last token's progress report (a stop check above has made it otherwise)
-        out.report()
-    return out.tokens(), rec.finish()
+    tok, _ = prefill(run)  # x_1 ~ p(x_1 | prompt)
+    run_steps(run, step, (tok,), compile_step=compile_step, until=length - 1)
+    return finish(run)

@@ -1,23 +1,12 @@
 """Speculative Jacobi Decoding (SJD, Teng et al.; SJD-PAC Sec. 3.3): the target drafts for itself.
 
-A window of L undecided tokens w_0 .. w_{L-1} follows the root s_c; w_i was drawn from q_i, the
-target distribution of slot i computed in an earlier iteration (stale: its context has changed
-since).  One iteration:
+A window of L undecided tokens follows the root; one iteration is one target pass over the root
+and the window, ``verify_jacobi`` (chain mode) accepting a prefix, and the window shifted by the
+committed tokens, its new slots drawn from the most recent distribution it has.  ``coupling``
+(MC-SJD, specops/decode/_coupling.py): how the slots after a rejection get their next draft
+("none", "maximal", "gumbel"); each is lossless.
 
-1. one target pass over [s_c, w_0 .. w_{L-2}] gives p_i = p(w_i | prefix, s_c, w_<i) for all i;
-2. ``verify_jacobi`` (chain mode, no continuation): accept w_i while u_i q_i(w_i) < p_i(w_i);
-   the first rejected slot a is resampled from norm(max(p_a - q_a, 0)); later slots are
-   resampled afresh from their p_i (they become drafts with q_i = p_i);
-3. n = min(a + 1, L) tokens are committed (their KV too: the root and w_0 .. w_{n-2}); the window
-   shifts by n and n new slots are appended, drawn from the last row p_{L-1} (the most recent
-   distribution the window has; any q is lossless as long as the token is drawn from it).
-
-``coupling`` (MC-SJD; specops/decode/_coupling.py, docs/decoding.md "Coupled drafts"): how the
-slots after the rejection get their next draft from p_i.  "none": afresh (above); "maximal":
-the old w_i is kept with probability min(1, p_i(w_i) / q_i(w_i)), else redrawn from
-norm(max(p_i - q_i, 0)) (``verify_jacobi``'s continuation); "gumbel": every slot of position t
-is argmax(log q + g_t), the Gumbel noise g_t the same in every iteration (keyed by the request
-and t on the Philox stream, recomputed, never stored).  Each is a sample of p_i: lossless.
+The iteration step by step and the couplings' maths: docs/decoding.md, "SJD" and "Coupled drafts".
 """
 
 from __future__ import annotations
@@ -28,7 +17,7 @@ import specops
 from specops._nvtx import nvtx_range
 from specops.decode._checks import check_width, prepare
 from specops.decode._coupling import check_coupling, gumbel_draw
-from specops.decode._loop import compiled_step, emit_first, init_rows, start
+from specops.decode._loop import begin, commit, finish, first_n, init_rows, prefill, run_steps
 from specops.decode.sampling import Sampling
 
 __all__ = ["sjd", "shift_window"]
@@ -78,28 +67,21 @@ def sjd(
     L = check_width("sjd", "window", window)
     prompt, length = prepare("sjd", model, classes, length)
     b, dev = prompt.shape[0], prompt.device
-    rec, rng, tgt, out, _ = start("sjd", model, prompt, length, sampling, width=L, slack=2 * L + 1)
-    rows = torch.arange(b, device=dev)
-    cols = torch.arange(L, device=dev)[None, :]
+    run = begin("sjd", model, prompt, length, sampling, width=L, slack=2 * L + 1)
+    rec, rng, tgt, out = run.rec, run.rng, run.tgt, run.out
+    rows, cols = run.rows, torch.arange(L, device=dev)[None, :]
     key = torch.tensor(seed, dtype=torch.int64, device=dev)  # the Gumbel noise's Philox key
 
     def gumbel_at(first):  # the window's slot i holds position first + i ([B] int64)
         return (first[:, None] + cols, key) if coupling == "gumbel" else None
 
-    with nvtx_range("sjd.prefill"):
-        p0, _ = tgt.prefill()
-        root, ones = emit_first(p0, out, rec, sampling, rng)
-        # initial window: every slot drawn from the only distribution there is, p(s_1)
+    def first_window(p0, hidden, root, ones):
+        # every slot drawn from the only distribution there is, p(s_1) (or as ``init`` says)
         with nvtx_range("draft"), rec.timer("specops"):
-            w, q = shift_window(
-                torch.zeros(b, L, dtype=torch.int32, device=dev),
-                None,
-                ones * L,
-                init_rows(init, p0),
-                seed,
-                rng(),
-                gumbel_at(tgt.seqlens.long() + 1),  # the root s_1 is at seqlens
-            )
+            empty = torch.zeros(b, L, dtype=torch.int32, device=dev)
+            first = tgt.seqlens.long() + 1  # the root s_1 is at seqlens
+            return shift_window(empty, None, ones * L, init_rows(init, p0), seed, rng(),
+                                gumbel_at(first))  # fmt: skip
 
     def step(root, w, q):
         active = out.active
@@ -112,9 +94,8 @@ def sjd(
             )
         n = (r.num_accepted.long() + 1).clamp(max=L)
         n_emit = torch.where(active, n, 0)
-        tgt.commit(torch.where(cols < n_emit[:, None], cols, -1).int())  # root, w_0 .. w_{n-2}
-        out.write(r.next_window, n_emit)
-        rec.emitted(n_emit, active)
+        # root, w_0 .. w_{n-2}
+        commit(run, first_n(cols.expand(b, L), n_emit), r.next_window, n_emit, active)
         root = torch.where(active, r.next_window[rows, n - 1], root)
         # slots after the committed ones were drawn from their p_i: they are next drafts (gumbel:
         # redrawn with their positions' noise; old slot n + j, at pos[:, n + j + 1], is new j)
@@ -123,8 +104,6 @@ def sjd(
             w, q = shift_window(r.next_window, p, n, p[:, L - 1], seed, rng(), g)
         return root, w, q
 
-    step = compiled_step(step, compile_step)
-    while not out.done():
-        with nvtx_range("sjd.step"):
-            root, w, q = step(root, w, q)
-    return out.tokens(), rec.finish()
+    root, (w, q) = prefill(run, first_window)
+    run_steps(run, step, (root, w, q), compile_step=compile_step)
+    return finish(run)

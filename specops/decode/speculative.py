@@ -19,7 +19,16 @@ import torch
 import specops
 from specops._nvtx import nvtx_range
 from specops.decode._checks import check_branch, check_hide, check_int, prepare
-from specops.decode._loop import compiled_step, emit_first, start
+from specops.decode._loop import (
+    begin,
+    commit,
+    finish,
+    first_n,
+    first_update,
+    prefill,
+    relax_on,
+    run_steps,
+)
 from specops.decode._runners import DraftRunner
 from specops.decode.sampling import Sampling
 from specops.tree import MAX_NODES, Tree, chain_bits, pack_bits
@@ -237,7 +246,6 @@ def speculative(
     entries, runs eagerly; every later step has the same shapes).
     -> (tokens [B, length], Stats)."""
     sampling = Sampling.of("speculative", sampling_kwargs)
-    seed, greedy = sampling.seed, sampling.greedy
     tree_sizes("speculative", model, branch, depth, num_nodes)
     num_draft = check_int("speculative", "num_draft", num_draft, 1, MAX_NODES - 1,
                           " (Tree.MAX_NODES - 1)")  # fmt: skip
@@ -247,18 +255,40 @@ def speculative(
             f"{type(tree).__name__}"
         )
     prompt, length = prepare("speculative", model, classes, length)
-    dev = prompt.device
     hide = check_hide("speculative", prompt, hide, drafter_prefill, hide_positions, drafter)
-    if relax is not None:
-        if greedy:
-            raise ValueError("speculative: relax (LANTERN) needs sampling; greedy is exact")
-        relax = specops.Relaxation(relax.neighbors.to(dev), relax.delta)
-    b = prompt.shape[0]
-    if block and (tree is not None or greedy or relax is not None):
+    relax = relax_on("speculative", relax, sampling.greedy, prompt.device)
+    if block and (tree is not None or sampling.greedy or relax is not None):
         raise ValueError("speculative: block=True verifies a sampled chain (tree=None, no relax)")
+    mode, width, nodes = _mode(tree, num_draft, depth, num_nodes, confidence)
+    name = _NAMES[mode]
+    run = begin(name, model, prompt, length, sampling, width=width, slack=width + nodes + 1,
+                drafter=drafter)  # fmt: skip
+    spec = _Spec(run, mode, width, tree=tree, num_draft=num_draft, branch=branch, depth=depth,
+                 num_nodes=num_nodes, without_replacement=without_replacement, relax=relax,
+                 block=block)  # fmt: skip
+    if mode == "confidence":
+        spec.narrow = lambda lg: confident(lg, confidence, threshold)
+    then = lambda p, hidden, root, ones: first_update(  # noqa: E731
+        run, hidden, root, drafter_prefill, hide, hide_positions
+    )
+    root, upd = prefill(run, then)
+    run_steps(run, spec.step, (root, *upd), compile_step=compile_step, eager_first=True)
+    tokens, stats = finish(run, drafter_prefill=float(upd[2].float().mean()))
+    if mode in ("dynamic", "confidence"):
+        steps = sum(stats.passes_per_request) - prompt.shape[0]  # the prefill is no tree step
+        stats.extra["mean_tree_nodes"] = int(spec.node_sum) / max(steps, 1)
+    return tokens, stats
+
+
+_NAMES = {"chain": "spec-chain", "dynamic": "spec-tree", "confidence": "spec-conf",
+          "static": "spec-static"}  # fmt: skip
+
+
+def _mode(tree, num_draft, depth, num_nodes, confidence):
+    """-> (mode, the most tokens a step emits, the nodes of a drafted tree) of ``tree``."""
     if tree is None:
-        mode, width, nodes = "chain", num_draft + 1, num_draft + 1
-    elif isinstance(tree, str):
+        return "chain", num_draft + 1, num_draft + 1
+    if isinstance(tree, str):
         if tree not in ("dynamic", "confidence"):
             raise ValueError(
                 f"speculative: tree must be None, 'dynamic', 'confidence' or a Tree, got {tree!r}"
@@ -267,109 +297,66 @@ def speculative(
             raise ValueError(
                 f"speculative: confidence must be 'entropy' or 'top1', got {confidence!r}"
             )
-        mode, width, nodes = tree, min(depth + 1, num_nodes), num_nodes
-    else:
-        mode, width, nodes = "static", tree.max_depth() + 1, tree.num_nodes
-        plan = StaticPlan(tree, dev)
-    name = {
-        "chain": "spec-chain",
-        "dynamic": "spec-tree",
-        "confidence": "spec-conf",
-        "static": "spec-static",
-    }[mode]
-    narrow = None
-    if mode == "confidence":
-        narrow = lambda lg: confident(lg, confidence, threshold)
-    rec, rng, tgt, out, cap = start(
-        name, model, prompt, length, sampling, width=width, slack=width + nodes + 1
-    )
-    dr = DraftRunner(drafter, b, cap, rec, dev)
-    rows = torch.arange(b, device=dev)
-    cols = torch.arange(width, device=dev)[None, :]
+        return tree, min(depth + 1, num_nodes), num_nodes
+    return "static", tree.max_depth() + 1, tree.num_nodes
 
-    with nvtx_range(f"{name}.prefill"):
-        dr.prefill(prompt)  # a standalone draft model reads the prompt
-        probs, hidden = tgt.prefill()
-        root, _ = emit_first(probs, out, rec, sampling, rng)
-        # the drafter's first update: its prefill over the prompt, [e(x_{i+1}) || f_i] (HiViS
-        # Eq. 3; visual positions in ``hide`` omitted), or only [e(s_1) || f_{n-1}] without
-        # drafter_prefill
-        upd_tok, upd_feat, upd_n = dr.first_entries(
-            prompt, hidden, root, prefill=drafter_prefill, hide=hide,
-            keep_positions=hide_positions == "target",
-        )  # fmt: skip
-    upd_n0 = upd_n  # the drafter's prefill length
-    node_sum = torch.zeros((), dtype=torch.long, device=dev)
 
-    def draft(root, upd_tok, upd_feat, upd_n, active):
+class _Spec:
+    """One speculative run's drafting settings, its step and its drafting."""
+
+    def __init__(self, run, mode, width, *, tree, **opts):
+        self.run, self.mode, self.narrow = run, mode, None
+        self.__dict__.update(opts)
+        dev = run.prompt.device
+        self.plan = StaticPlan(tree, dev) if mode == "static" else None
+        self.rows, self.cols = run.rows, torch.arange(width, device=dev)[None, :]
+        self.node_sum = torch.zeros((), dtype=torch.long, device=dev)
+
+    def draft(self, root, upd_tok, upd_feat, upd_n, active):
         """The drafter's update with the last committed entries, then the draft."""
+        run, dr, mode = self.run, self.run.dr, self.mode
+        smp, rng, rec = run.sampling, run.rng, run.rec
         logits, g = dr.update(upd_tok, upd_feat, upd_n)
         if mode == "chain":
-            return draft_chain(dr, root, logits, g, num_draft, sampling, rng, rec)
+            return draft_chain(dr, root, logits, g, self.num_draft, smp, rng, rec)
         if mode == "static":
-            return draft_static(dr, root, logits, g, plan, without_replacement, sampling, rng, rec)
-        dft = draft_dynamic(dr, root, logits, g, branch, depth, num_nodes, rec, narrow)
-        node_sum.add_(torch.where(active, (dft.tokens >= 0).sum(-1), 0).sum())
+            wor = self.without_replacement
+            return draft_static(dr, root, logits, g, self.plan, wor, smp, rng, rec)
+        dft = draft_dynamic(dr, root, logits, g, self.branch, self.depth, self.num_nodes, rec,
+                            self.narrow)  # fmt: skip
+        self.node_sum.add_(torch.where(active, (dft.tokens >= 0).sum(-1), 0).sum())
         return dft
 
-    def step(root, upd_tok, upd_feat, upd_n):
-        active = out.active
+    def verify(self, probs, dft):
+        """-> (verification result, its path [B, width]: slots of the root and accepted nodes)."""
+        smp, cols = self.run.sampling, self.cols
+        kw = dict(seed=smp.seed, offset=self.run.rng(), relax=self.relax, greedy=smp.greedy)
+        if self.mode == "chain":
+            r = specops.verify_chain(probs, dft.tokens[:, 1:], dft.draft_probs, block=self.block,
+                                     **kw)  # fmt: skip
+            return r, torch.where(cols <= r.num_accepted[:, None], cols, -1)
+        wor = self.without_replacement and self.mode == "static"
+        r = specops.verify_tree(probs, dft.tree, dft.tokens, dft.draft_probs,
+                                without_replacement=wor, **kw)  # fmt: skip
+        return r, r.path
+
+    def step(self, root, upd_tok, upd_feat, upd_n):
+        run, tgt = self.run, self.run.tgt
+        active = run.out.active
         with nvtx_range("draft"):
-            dft = draft(root, upd_tok, upd_feat, upd_n, active)
-        depth_of = cols if mode == "chain" else dft.tree.depth
+            dft = self.draft(root, upd_tok, upd_feat, upd_n, active)
+        depth_of = self.cols if self.mode == "chain" else dft.tree.depth
         positions = tgt.seqlens.long()[:, None] + depth_of
         # padding nodes (-1: absent candidates) go through the target as token 0, never accepted
         probs, hidden = tgt.forward(dft.tokens.clamp(min=0), positions, dft.tree, charged=active)
-        with nvtx_range("verify"), rec.timer("specops"):
-            if mode == "chain":
-                r = specops.verify_chain(
-                    probs,
-                    dft.tokens[:, 1:],
-                    dft.draft_probs,
-                    seed=seed,
-                    offset=rng(),
-                    relax=relax,
-                    greedy=greedy,
-                    block=block,
-                )
-                path = torch.where(cols <= r.num_accepted[:, None], cols, -1)
-            else:
-                r = specops.verify_tree(
-                    probs,
-                    dft.tree,
-                    dft.tokens,
-                    dft.draft_probs,
-                    without_replacement=without_replacement and mode == "static",
-                    seed=seed,
-                    offset=rng(),
-                    relax=relax,
-                    greedy=greedy,
-                )
-                path = r.path
+        with nvtx_range("verify"), run.rec.timer("specops"):
+            r, path = self.verify(probs, dft)
         a = r.num_accepted.long()
         n_emit = torch.where(active, a + 1, 0)
         # keep the KV of the root and the accepted nodes: slots path[0 .. a]
-        tgt.commit(torch.where((cols < n_emit[:, None]), path, -1).int())
-        out.write(r.tokens, n_emit)
-        rec.emitted(n_emit, active)
-        root = torch.where(active, r.tokens[rows, a], root)
+        commit(run, first_n(path, n_emit), r.tokens, n_emit, active)
+        root = torch.where(active, r.tokens[self.rows, a], root)
         # the drafter's next entries: [e(s_{i+1}) || f_i] for the committed positions i
-        upd_tok = r.tokens
-        with rec.timer("specops"):
+        with run.rec.timer("specops"):
             upd_feat = specops.gather_rows(hidden, path)
-        upd_n = n_emit
-        return root, upd_tok, upd_feat, upd_n
-
-    compiled = compiled_step(step, compile_step)
-    state = (root, upd_tok, upd_feat, upd_n)
-    first = True
-    while not out.done():
-        with nvtx_range(f"{name}.step"):
-            state = (step if first else compiled)(*state)
-        first = False
-    stats = rec.finish()
-    stats.extra["drafter_prefill"] = float(upd_n0.float().mean())
-    if mode in ("dynamic", "confidence"):
-        steps = sum(stats.passes_per_request) - b  # the prefill is no tree step
-        stats.extra["mean_tree_nodes"] = int(node_sum) / max(steps, 1)
-    return out.tokens(), stats
+        return root, r.tokens, upd_feat, n_emit

@@ -20,8 +20,15 @@ import torch
 import specops
 from specops._nvtx import nvtx_range
 from specops.decode._checks import check_hide, check_int, prepare
-from specops.decode._loop import compiled_step, emit_first, start
-from specops.decode._runners import DraftRunner
+from specops.decode._loop import (
+    begin,
+    compiled_step,
+    finish,
+    first_update,
+    prefill,
+    relax_on,
+    run_steps,
+)
 from specops.decode.sampling import Sampling
 from specops.decode.speculative import draft_dynamic, tree_sizes
 from specops.reference.verify import Relaxation
@@ -150,86 +157,131 @@ def vvs(
     outcome of the decision), each compiled once per run.  ``sampling_kwargs``: the ``Sampling``
     settings (temperature, top_k, top_p, cfg_scale, seed)."""
     sampling = Sampling.of("vvs", sampling_kwargs)
-    seed, greedy = sampling.seed, sampling.greedy
     if schedule not in ("similarity", "interval"):
         raise ValueError(f"vvs: schedule must be 'similarity' or 'interval', got {schedule!r}")
     if paths not in ("tree", "frontier"):
         raise ValueError(f"vvs: paths must be 'tree' or 'frontier', got {paths!r}")
-    if relax is not None and greedy:
-        raise ValueError("vvs: relax (LANTERN) needs sampling; greedy (temperature=0) is exact")
     tree_sizes("vvs", model, branch, depth, num_nodes)
     check_int("vvs", "interval", interval, 1)
     check_int("vvs", "stride", stride, 1)
     prompt, length = prepare("vvs", model, classes, length)
-    dev = prompt.device
     hide = check_hide("vvs", prompt, hide, drafter_prefill, hide_positions, drafter)
-    b = prompt.shape[0]
-    G, D, N = depth, depth, num_nodes
-    width = D + 1
-    rec, rng, tgt, out, cap = start(
-        "vvs", model, prompt, length, sampling, width=width + G, slack=G + N + width + 2
+    relax = relax_on("vvs", relax, sampling.greedy, prompt.device)
+    G, N = depth, num_nodes
+    run = begin("vvs", model, prompt, length, sampling, width=2 * G + 1, slack=2 * G + N + 3,
+                drafter=drafter)  # fmt: skip
+    v = _Vvs(run, codebook.to(prompt.device), G, N, schedule=schedule, paths=paths,
+             threshold=threshold, interval=interval, alpha=alpha, stride=stride, branch=branch,
+             relax=relax)  # fmt: skip
+
+    def then(probs, hidden, root, ones):
+        v.start(hidden)
+        return first_update(run, hidden, root, drafter_prefill, hide, hide_positions)
+
+    root, upd = prefill(run, then)
+    # compiled: the drafting half once its inputs have the steady shapes (the first update reads
+    # the prompt's entries), and each finishing half (a separate function per branch of the
+    # host decision, so neither recompiles when the decision flips)
+    v.compile(compile_step)
+    run_steps(run, v.step, v.first_state(root, upd), until="step")
+    return finish(
+        run,
+        skipped_steps=int(v.skipped_steps),
+        skipped_tokens=int(v.skipped_tokens),
+        mean_feature_age=float(v.age_sum) / max(int(v.age_cnt), 1),
+        ride_along_rows=int(v.ride_along),
+        drafter_prefill=float(upd[2].float().mean()),
     )
-    dr = DraftRunner(drafter, b, cap, rec, dev)
-    codebook = codebook.to(dev)
-    if relax is not None:
-        relax = Relaxation(relax.neighbors.to(dev), relax.delta)
-    rows = torch.arange(b, device=dev)
-    M = G + width  # widest drafter update: gamma stale entries redone + a + 1
-    jm = torch.arange(M, device=dev)[None, :]
 
-    with nvtx_range("vvs.prefill"):
-        dr.prefill(prompt)  # a standalone draft model reads the prompt
-        probs, hidden = tgt.prefill()
-        fcache = specops.FeatureCache(b, cap, hidden.shape[-1], dtype=hidden.dtype, device=dev)
-        with rec.timer("specops"):
-            fcache.write(torch.arange(prompt.shape[1], device=dev).expand(b, -1), hidden, 0)
-        root, _ = emit_first(probs, out, rec, sampling, rng)
-        # the drafter's first update: its prefill over the prompt, [e(x_{i+1}) || f_i] (HiViS
-        # Eq. 3; visual positions in ``hide`` omitted), or only [e(s_1) || f_{n-1}] without
-        # drafter_prefill
-        upd_tok, upd_feat, upd_n = dr.first_entries(
-            prompt, hidden, root, prefill=drafter_prefill, hide=hide,
-            keep_positions=hide_positions == "target",
-        )  # fmt: skip
-    gamma = torch.zeros(b, dtype=torch.long, device=dev)  # unverified tokens pending
-    unver = torch.full((b, G), -1, dtype=torch.int32, device=dev)  # x°, left-aligned
-    droot = root.clone()  # the drafting root: last emitted token
-    since = torch.zeros(b, dtype=torch.long, device=dev)  # verified steps since the last skip
-    upd_n0 = upd_n  # the drafter's prefill length
-    rewind = torch.zeros(b, dtype=torch.long, device=dev)
-    skipped_steps = torch.zeros((), dtype=torch.long, device=dev)
-    skipped_tokens = torch.zeros((), dtype=torch.long, device=dev)
-    age_sum = torch.zeros((), dtype=torch.long, device=dev)
-    age_cnt = torch.zeros((), dtype=torch.long, device=dev)
-    ride_along = torch.zeros((), dtype=torch.long, device=dev)
-    step_no = torch.zeros((), dtype=torch.long, device=dev)  # FeatureCache stamps: a device count
 
-    def draft(rewind, upd_tok, upd_feat, upd_n, droot, gamma, since):
+class _Vvs:
+    """One VVS run: its settings and device counters, the step's two halves around the host
+    decision (``draft``, ``finish``) and the step."""
+
+    def __init__(self, run, codebook, G, N, **opts):
+        self.run, self.codebook, self.G, self.N = run, codebook, G, N
+        self.__dict__.update(opts)
+        dev = run.prompt.device
+        self.rows = run.rows
+        self.M = 2 * G + 1  # widest drafter update: gamma stale entries redone + a + 1
+        self.jm = torch.arange(self.M, device=dev)[None, :]
+        zero = lambda: torch.zeros((), dtype=torch.long, device=dev)  # noqa: E731
+        self.skipped_steps, self.skipped_tokens, self.ride_along = zero(), zero(), zero()
+        self.age_sum, self.age_cnt = zero(), zero()
+        self.step_no = zero()  # FeatureCache stamps: a device count
+        self.first = True
+
+    def start(self, hidden):
+        """The prefill's features into the run's FeatureCache."""
+        run, b = self.run, hidden.shape[0]
+        dev = hidden.device
+        self.hidden_shape = hidden.shape[-1], hidden.dtype
+        self.fcache = specops.FeatureCache(b, run.cap, hidden.shape[-1], dtype=hidden.dtype,
+                                           device=dev)  # fmt: skip
+        with run.rec.timer("specops"):
+            pos = torch.arange(run.prompt.shape[1], device=dev).expand(b, -1)
+            self.fcache.write(pos, hidden, 0)
+
+    def first_state(self, root, upd):
+        """-> the loop's state after the prefill: (rewind, upd, root, droot, gamma, unver,
+        since) with gamma = unverified tokens pending, unver = x° (left-aligned), droot = the
+        drafting root (the last emitted token), since = verified steps since the last skip."""
+        b, dev, G = root.shape[0], root.device, self.G
+        zeros = lambda: torch.zeros(b, dtype=torch.long, device=dev)  # noqa: E731 (unaliased)
+        unver = torch.full((b, G), -1, dtype=torch.int32, device=dev)
+        return zeros(), upd, root, root.clone(), zeros(), unver, zeros()
+
+    def compile(self, how):
+        self.draft_c = compiled_step(self.draft, how)
+        self.finish_v = compiled_step(lambda *a: self.finish(True, *a), how)
+        self.finish_s = compiled_step(lambda *a: self.finish(False, *a), how)
+
+    def step(self, rewind, upd, root, droot, gamma, unver, since):
+        """One step: the drafting half, the step's one host read (stop when every request is
+        done; run no target pass at all when every active request skips verification), then
+        the finishing half.  -> the next state, or None when done."""
+        with nvtx_range("draft"):
+            draft = self.draft if self.first else self.draft_c
+            drafted, flags = draft(rewind, *upd, droot, gamma, since)
+        self.first = False
+        finished, any_verify = flags.tolist()
+        self.run.out.report()
+        if finished:
+            return None
+        fin = self.finish_v if any_verify else self.finish_s
+        return fin(drafted, root, droot, gamma, unver, since)
+
+    def skip_decision(self, dft, active, gamma, since):
+        """VVS Algorithm 1, only right after a verified step -> (skip, verify) [B] bool."""
+        if self.schedule == "similarity":
+            with self.run.rec.timer("specops"):
+                if self.paths == "tree":
+                    sim = tree_path_similarity(dft.tree, dft.tokens, self.codebook, self.G,
+                                               alpha=self.alpha, stride=self.stride)  # fmt: skip
+                else:
+                    sim = specops.path_similarity(dft.beams, self.codebook, alpha=self.alpha,
+                                                  stride=self.stride)  # fmt: skip
+            want = sim >= self.threshold
+        else:
+            want = since >= self.interval - 1
+        skip = active & (gamma == 0) & want
+        return skip, active & ~skip
+
+    def draft(self, rewind, upd_tok, upd_feat, upd_n, droot, gamma, since):
         """The drafting half of a step: drafter update, EAGLE-2 tree, skip decision, the skipped
         rows' path.  -> (what ``finish`` needs, [finished, any_verify] for the host read)."""
-        step_no.add_(1)
-        active = out.active
-        dr.rewind(rewind)
-        logits, g = dr.update(upd_tok, upd_feat, upd_n)
-        dft = draft_dynamic(dr, droot, logits, g, branch, D, N, rec)
+        run, G, rows = self.run, self.G, self.rows
+        self.step_no.add_(1)
+        active = run.out.active
+        run.dr.rewind(rewind)
+        logits, g = run.dr.update(upd_tok, upd_feat, upd_n)
+        dft = draft_dynamic(run.dr, droot, logits, g, self.branch, G, self.N, run.rec)
         tree = dft.tree
-        # --- skip decision (Algorithm 1): only right after a verified step
-        if schedule == "similarity":
-            with rec.timer("specops"):
-                if paths == "tree":
-                    sim = tree_path_similarity(
-                        tree, dft.tokens, codebook, D, alpha=alpha, stride=stride
-                    )
-                else:
-                    sim = specops.path_similarity(dft.beams, codebook, alpha=alpha, stride=stride)
-            want = sim >= threshold
-        else:
-            want = since >= interval - 1
-        skip = active & (gamma == 0) & want
-        verify = active & ~skip
+        skip, verify = self.skip_decision(dft, active, gamma, since)
         # --- skipped rows: a uniformly drawn path, truncated to the mean leaf depth (Eq. 1)
-        with rec.timer("specops"):
-            leaf = specops.sample(tree.is_leaf.float(), seed=seed, offset=rng()).long()
+        with run.rec.timer("specops"):
+            seed = run.sampling.seed
+            leaf = specops.sample(tree.is_leaf.float(), seed=seed, offset=run.rng()).long()
         dep = tree.depth.long()
         mean_len = (dep * tree.is_leaf).sum(-1) / tree.is_leaf.sum(-1)
         gam_new = torch.minimum(dep[rows, leaf], mean_len.floor().long()).clamp(min=1)
@@ -237,91 +289,94 @@ def vvs(
         path_nodes = torch.stack(
             [(anc_leaf & (dep == j)).int().argmax(-1) for j in range(1, G + 1)], 1
         )
-        jg = torch.arange(G, device=dev)[None, :]
+        jg = torch.arange(G, device=droot.device)[None, :]
         new_unver = torch.where(jg < gam_new[:, None], dft.tokens.gather(1, path_nodes), -1)
         flags = torch.stack([~active.any(), verify.any()])
         drafted = (active, skip, verify, gam_new, new_unver, dft.tokens, *_tree_tensors(tree))
         return drafted, flags
 
-    def finish(verified, drafted, root, droot, gamma, unver, since):
-        """The rest of the step: with ``verified`` (some active request verifies) one target
-        pass over [root, x°] + the new tree (post verification), then the skipped rows' output
-        and every row's next state."""
-        active, skip, verify, gam_new, new_unver, dtokens, *tt = drafted
-        tree = _tree_from(tt, min(D + 1, N))  # draft_dynamic's path width
-        dep = tree.depth.long()
+    def verified(self, tree, dtokens, active, skip, verify, root, droot, gamma, unver):
+        """Post verification: one target pass over [root, x°] + the new tree, verification of
+        the tree, the commit of the verified rows.  -> (n_commit, bonus, drafter tokens,
+        fresh features) for the verified rows."""
+        run, tgt, G, jm, b = self.run, self.run.tgt, self.G, self.jm, root.shape[0]
         c = tgt.seqlens.long()
+        bits = pack_bits(_combined_mask(tree, gamma, G))
+        jc = torch.arange(G + 1, device=root.device)[None, :]
+        lo = G - gamma[:, None]  # first real chain slot
+        chain_tok = torch.where(
+            jc == lo, root[:, None], unver.gather(1, (jc - lo - 1).clamp(0, G - 1))
+        )
+        chain_tok = torch.where(jc < lo, 0, chain_tok)
+        chain_tok[:, G] = droot  # the tree root = last chain token
+        tokens = torch.cat([chain_tok.int(), dtokens[:, 1:]], 1)
+        chain_pos = c[:, None] + (jc - lo).clamp(min=0)
+        tree_pos = c[:, None] + gamma[:, None] + tree.depth.long()[:, 1:]
+        p, h = tgt.forward(tokens, torch.cat([chain_pos, tree_pos], 1), bits, charged=verify)
+        with nvtx_range("verify"), run.rec.timer("specops"):
+            smp = run.sampling
+            r = specops.verify_tree(
+                p[:, G:].contiguous(), tree, dtokens, None, seed=smp.seed, offset=run.rng(),
+                relax=self.relax, greedy=smp.greedy,
+            )  # fmt: skip
+        self.ride_along.add_((active & skip).sum())
+        a = r.num_accepted.long()
+        # committed slots: chain G - gamma .. G, then G + path[1 .. a]
+        path_pad = torch.cat([r.path.long(), r.path.new_full((b, self.M), -1).long()], 1)
+        sl = torch.where(
+            jm <= gamma[:, None],
+            G - gamma[:, None] + jm,
+            G + path_pad.gather(1, (jm - gamma[:, None]).clamp(0, path_pad.shape[1] - 1)),
+        )
+        n_commit = gamma + a + 1
+        sl = torch.where((jm < n_commit[:, None]) & verify[:, None], sl, -1)
+        tgt.commit(sl.int())
+        fresh_feat = torch.where((sl >= 0)[..., None], specops.gather_rows(h, sl), 0)
+        with run.rec.timer("specops"):
+            at = torch.where(sl >= 0, c[:, None] + jm, -1).int()
+            self.fcache.write(at, fresh_feat, self.step_no)
+        n_emit = torch.where(verify, a + 1, 0)
+        run.out.write(r.tokens, n_emit)
+        run.rec.emitted(n_emit, verify)
+        # drafter: redo the gamma stale entries, then the accepted ones:
+        # tokens s_{i+1} = x°_1 .. x°_gamma, accepted tokens, bonus; features = fresh
+        ver_tok = torch.where(
+            jm < gamma[:, None],
+            unver.gather(1, jm.clamp(max=G - 1).expand(b, -1)),
+            r.tokens.gather(1, (jm - gamma[:, None]).clamp(0, r.tokens.shape[1] - 1)),
+        )
+        ver_tok = torch.where(jm < n_commit[:, None], ver_tok, -1)
+        return n_commit, r.tokens[self.rows, a], ver_tok, fresh_feat
+
+    def finish(self, verified, drafted, root, droot, gamma, unver, since):
+        """The rest of the step: with ``verified`` (some active request verifies) the target
+        pass and its verification (``verified``), then the skipped rows' output and every
+        row's next state."""
+        active, skip, verify, gam_new, new_unver, dtokens, *tt = drafted
+        tree = _tree_from(tt, min(self.G + 1, self.N))  # draft_dynamic's path width
+        run, G, jm, rows, b = self.run, self.G, self.jm, self.rows, root.shape[0]
+        c = run.tgt.seqlens.long()
         if verified:
-            mask = _combined_mask(tree, gamma, G)
-            bits = pack_bits(mask)
-            jc = torch.arange(G + 1, device=dev)[None, :]
-            chain_tok = torch.where(
-                jc == G - gamma[:, None],
-                root[:, None],
-                unver.gather(1, (jc - (G - gamma[:, None]) - 1).clamp(0, G - 1)),
+            n_commit, bonus, ver_tok, fresh_feat = self.verified(
+                tree, dtokens, active, skip, verify, root, droot, gamma, unver
             )
-            chain_tok = torch.where(jc < G - gamma[:, None], 0, chain_tok)
-            chain_tok[:, G] = droot  # the tree root = last chain token
-            tokens = torch.cat([chain_tok.int(), dtokens[:, 1:]], 1)
-            chain_pos = c[:, None] + (jc - (G - gamma[:, None])).clamp(min=0)
-            tree_pos = c[:, None] + gamma[:, None] + dep[:, 1:]
-            pos = torch.cat([chain_pos, tree_pos], 1)
-            p, h = tgt.forward(tokens, pos, bits, charged=verify)
-            with nvtx_range("verify"), rec.timer("specops"):
-                r = specops.verify_tree(
-                    p[:, G:].contiguous(),
-                    tree,
-                    dtokens,
-                    None,
-                    seed=seed,
-                    offset=rng(),
-                    relax=relax,
-                    greedy=greedy,
-                )
-            ride_along.add_((active & skip).sum())
-            a = r.num_accepted.long()
-            # committed slots: chain G - gamma .. G, then G + path[1 .. a]
-            path_pad = torch.cat([r.path.long(), r.path.new_full((b, M), -1).long()], 1)
-            sl = torch.where(
-                jm <= gamma[:, None],
-                G - gamma[:, None] + jm,
-                G + path_pad.gather(1, (jm - gamma[:, None]).clamp(0, path_pad.shape[1] - 1)),
-            )
-            n_commit = gamma + a + 1
-            sl = torch.where((jm < n_commit[:, None]) & verify[:, None], sl, -1)
-            tgt.commit(sl.int())
-            fresh_feat = torch.where((sl >= 0)[..., None], specops.gather_rows(h, sl), 0)
-            with rec.timer("specops"):
-                fcache.write(torch.where(sl >= 0, c[:, None] + jm, -1).int(), fresh_feat, step_no)
-            n_emit = torch.where(verify, a + 1, 0)
-            out.write(r.tokens, n_emit)
-            rec.emitted(n_emit, verify)
-            bonus = r.tokens[rows, a]
-            # drafter: redo the gamma stale entries, then the accepted ones:
-            # tokens s_{i+1} = x°_1 .. x°_gamma, accepted tokens, bonus; features = fresh
-            ver_tok = torch.where(
-                jm < gamma[:, None],
-                unver.gather(1, jm.clamp(max=G - 1).expand(b, -1)),
-                r.tokens.gather(1, (jm - gamma[:, None]).clamp(0, r.tokens.shape[1] - 1)),
-            )
-            ver_tok = torch.where(jm < n_commit[:, None], ver_tok, -1)
         else:
-            n_commit = torch.zeros_like(gamma)
-            bonus = root
-            ver_tok = torch.full((b, M), -1, dtype=torch.int32, device=dev)
-            fresh_feat = torch.zeros(b, M, hidden.shape[-1], dtype=hidden.dtype, device=dev)
+            n_commit, bonus = torch.zeros_like(gamma), root
+            ver_tok = torch.full((b, self.M), -1, dtype=torch.int32, device=root.device)
+            h, dtype = self.hidden_shape
+            fresh_feat = torch.zeros(b, self.M, h, dtype=dtype, device=root.device)
 
         # skipped rows: emit x°, feed the drafter stale features (the gamma most recent ones)
         n_skip = torch.where(skip, gam_new, 0)
-        out.write(new_unver, n_skip)
-        with rec.timer("specops"):
-            spos = fcache.recent_positions(c, n_skip, M)
-            stale = fcache.read(spos)
-            age = fcache.age(spos, step_no)
-        age_sum.add_(torch.where(age >= 0, age, 0).sum())
-        age_cnt.add_((age >= 0).sum())
-        skipped_steps.add_(skip.sum())
-        skipped_tokens.add_(n_skip.sum())
+        run.out.write(new_unver, n_skip)
+        with run.rec.timer("specops"):
+            spos = self.fcache.recent_positions(c, n_skip, self.M)
+            stale = self.fcache.read(spos)
+            age = self.fcache.age(spos, self.step_no)
+        self.age_sum.add_(torch.where(age >= 0, age, 0).sum())
+        self.age_cnt.add_((age >= 0).sum())
+        self.skipped_steps.add_(skip.sum())
+        self.skipped_tokens.add_(n_skip.sum())
         skip_tok = torch.where(jm < n_skip[:, None], new_unver.gather(1, jm.clamp(max=G - 1)), -1)
 
         # next step's drafter update and state, per row
@@ -337,36 +392,3 @@ def vvs(
         gamma = torch.where(skip, gam_new, torch.where(verify, 0, gamma))
         since = torch.where(skip, 0, since + verify.long())
         return rewind, (upd_tok, upd_feat, upd_n), root, droot, gamma, unver, since
-
-    # compiled: the drafting half once its inputs have the steady shapes (the first update reads
-    # the prompt's entries), and each finishing half (a separate function per branch of the
-    # host decision, so neither recompiles when the decision flips)
-    draft_c = compiled_step(draft, compile_step)
-    finish_v = compiled_step(lambda *a: finish(True, *a), compile_step)
-    finish_s = compiled_step(lambda *a: finish(False, *a), compile_step)
-    upd = (upd_tok, upd_feat, upd_n)
-    first = True
-    while True:
-        with nvtx_range("vvs.step"):
-            with nvtx_range("draft"):
-                drafted, flags = (draft if first else draft_c)(rewind, *upd, droot, gamma, since)
-            first = False
-            # the step's one host read: stop when every request is done; run no target pass at
-            # all when every active request skips verification
-            finished, any_verify = flags.tolist()
-            out.report()
-            if finished:
-                break
-            fin = finish_v if any_verify else finish_s
-            rewind, upd, root, droot, gamma, unver, since = fin(
-                drafted, root, droot, gamma, unver, since
-            )
-    stats = rec.finish()
-    stats.extra.update(
-        skipped_steps=int(skipped_steps),
-        skipped_tokens=int(skipped_tokens),
-        mean_feature_age=float(age_sum) / max(int(age_cnt), 1),
-        ride_along_rows=int(ride_along),
-        drafter_prefill=float(upd_n0.float().mean()),
-    )
-    return out.tokens(), stats
