@@ -1,26 +1,15 @@
-"""GSD grouped acceptance (So et al., "Grouped Speculative Decoding for Autoregressive Image
-Generation", ICCV 2025, arXiv 2508.07747): ``relax=Grouping(codebook, ...)``.  LOSSY.
+"""GSD grouped acceptance (So et al., ICCV 2025, arXiv 2508.07747): ``relax=Grouping(codebook,
+...)``.  LOSSY.
 
-A draft ``x`` is judged with a group of tokens around it rather than alone.  With ``p`` the
-current target row (mass-read: NaN, negative and +inf entries are 0), order the vocabulary by
-the key ``(p(y), y)`` (probability, then token id: ties in probability are broken by the id).
-The window of ``x`` is the ``w`` nearest keys below ``x``'s and the ``w`` nearest above (fewer
-at the ends of the order): the +-w neighbours of ``x`` in the target's logit order (softmax is
-monotone, so probability order is logit order).  A window member ``y`` joins the group when
-
-* ``|p(y) - p(x)| < p_threshold`` (the difference in float32, the threshold rounded to
-  float32), and
-* ``y`` and ``x`` are both image tokens (ids in ``image_range = [start, start + V_img)``, the
-  whole vocabulary by default) whose VQ code embeddings ``e = codebook[id - start]`` are close:
-  ``d(x, y) = sum_c (e_x[c] - e_y[c])^2 < d_threshold`` (squared Euclidean, float64, c in order).
-
-``G = {x} + those members``; ``P = sum_{y in G} p(y)`` and ``Q = sum_{y in G} q(y)`` (float64
-sums in the order x, the below neighbours nearest first, the above neighbours nearest first;
-rounded to float32; ``q`` one-hot of ``x`` for deterministic drafts, so ``Q = 1``).  ``x`` is
-accepted iff ``u * Q < P`` (float32), i.e. with probability ``min(1, P / Q)``; a rejected
-position is resampled from ``max(p - q, 0)`` of the unrelaxed ``p`` as always.  A draft outside
-``[0, V)`` has ``P = Q = 0`` and is rejected; a draft outside the image range is judged alone
-(``G = {x}``: the exact test).  The rows are never sorted: the window is a selection."""
+A draft ``x`` is judged with a group: the ``w`` nearest tokens below and above it in the key
+order ``(p(y), y)`` (probability, then id: the target's logit order, ties by id), kept where
+``|p(y) - p(x)| < p_threshold`` and, both being image tokens, their VQ codes' squared distance
+is below ``d_threshold``.  ``x`` is accepted iff ``u * Q < P`` with ``P``, ``Q`` the group's
+target and draft masses, i.e. with probability ``min(1, P / Q)``; a rejected position is
+resampled from ``max(p - q, 0)`` as always.  The row is never sorted: the window is a selection.
+Every rounding, order and edge case (drafts outside the vocabulary or the image range, the
+float32/float64 sums and their order, how this differs from the authors' code):
+docs/reference_semantics.md, "Verification", grouped acceptance."""
 
 from __future__ import annotations
 

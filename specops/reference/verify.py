@@ -10,9 +10,8 @@ Acceptance test: accept ``x`` iff ``u * q(x) < p(x)`` (float32; ``q`` one-hot of
 deterministic drafts); residual ``max(p - q, 0)``; draws by ``inverse_cdf`` with float64 sums.
 NaN, negative and +inf probabilities count as 0 (``mass``); -1 draft ids are padding.
 
-The conventions shared by all ops here (NaN policy, residuals, inverse CDF, draft ids,
-randomness, LANTERN's relaxed acceptance, GSD's grouped acceptance):
-docs/reference_semantics.md, "Verification".
+Shared conventions (NaN policy, residuals, inverse CDF, draft ids, randomness, LANTERN's and
+GSD's relaxations): docs/reference_semantics.md, "Verification".
 """
 
 from __future__ import annotations
