@@ -137,11 +137,17 @@ def first_update(run: Run, hidden, root, drafter_prefill: bool, hide, hide_posit
 
 
 def relax_on(fn: str, relax, greedy: bool, device):
-    """LANTERN's relaxation on the run's device; an error with greedy decoding (exact)."""
+    """LANTERN's relaxation or GSD's grouping on the run's device; an error with greedy decoding
+    (exact) or another kind of ``relax``."""
     if relax is None:
         return None
     if greedy:
         raise ValueError(f"{fn}: relax (LANTERN) needs sampling; greedy (temperature=0) is exact")
+    if isinstance(relax, specops.Grouping):
+        return relax._replace(codebook=relax.codebook.to(device))
+    if not isinstance(relax, specops.Relaxation):
+        raise TypeError(f"{fn}: relax must be a specops.Relaxation or specops.Grouping, got "
+                        f"{type(relax).__name__}")  # fmt: skip
     return specops.Relaxation(relax.neighbors.to(device), relax.delta)
 
 

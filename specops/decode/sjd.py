@@ -15,6 +15,7 @@ import torch
 
 import specops
 from specops._nvtx import nvtx_range
+from specops.decode import _loop
 from specops.decode._checks import check_width, prepare
 from specops.decode._coupling import check_coupling, gumbel_draw
 from specops.decode._loop import begin, commit, finish, first_n, init_rows, prefill, run_steps
@@ -51,6 +52,7 @@ def sjd(
     window: int = 16,
     init="target",
     coupling: str = "none",
+    relax=None,
     length: int | None = None,
     compile_step=None,
     **sampling_kwargs,
@@ -58,7 +60,9 @@ def sjd(
     """SJD with a window of ``window`` slots.  ``init``: the first window's draws, "target" (from
     p(s_1)), "uniform" (uniform over the vocabulary, as SJD-PAC's authors initialise) or a [V]
     bool mask of the image tokens.  ``coupling``: "none", "maximal" or "gumbel" (MC-SJD: how a
-    slot's next draft is coupled with its last; sampling only).  ``sampling_kwargs``: the
+    slot's next draft is coupled with its last; sampling only).  ``relax``: a lossy acceptance
+    for ``verify_jacobi``, LANTERN's ``Relaxation`` or GSD's ``Grouping`` (sampling only; None:
+    exact).  ``sampling_kwargs``: the
     ``Sampling`` settings (temperature, top_k, top_p, cfg_scale, seed).  ``compile_step``: see
     ``specops.decode.compiled_step``.  -> (tokens [B, length] int32, Stats)."""
     sampling = Sampling.of("sjd", sampling_kwargs)
@@ -67,6 +71,7 @@ def sjd(
     L = check_width("sjd", "window", window)
     prompt, length = prepare("sjd", model, classes, length)
     b, dev = prompt.shape[0], prompt.device
+    relax = _loop.relax_on("sjd", relax, sampling.greedy, prompt.device)
     run = begin("sjd", model, prompt, length, sampling, width=L, slack=2 * L + 1)
     rec, rng, tgt, out = run.rec, run.rng, run.tgt, run.out
     rows, cols = run.rows, torch.arange(L, device=dev)[None, :]
@@ -90,7 +95,13 @@ def sjd(
         p, _ = tgt.forward(inp, pos, None, charged=active)  # p[:, i] = dist of slot i
         with nvtx_range("verify"), rec.timer("specops"):
             r = specops.verify_jacobi(
-                p, w, q, continue_after_reject=coupling == "maximal", seed=seed, offset=rng()
+                p,
+                w,
+                q,
+                continue_after_reject=coupling == "maximal",
+                seed=seed,
+                offset=rng(),
+                relax=relax,
             )
         n = (r.num_accepted.long() + 1).clamp(max=L)
         n_emit = torch.where(active, n, 0)
