@@ -264,6 +264,18 @@ def vsd_paper(length=None) -> Paper:
     )
 
 
+def _gsd(m):
+    """GSD's grouping over the demo's 512 VQ codes: the authors' window 7 and probability
+    threshold 0.15; d 2.5 is the median squared distance from a code to its 16th nearest (the
+    authors' 0.5 is on their codebook's scale), so a group's codes are about as near as
+    LANTERN's 16 neighbours."""
+    return specops.Grouping(m.vq.latents, window=7, p_threshold=0.15, d_threshold=2.5)
+
+
+def _lantern(m):
+    return lantern(m.vq.latents, delta=0.2)
+
+
 def mc_sjd_paper(length=None) -> Paper:
     # MC-SJD couples each Jacobi slot's redraw with its last draft (issue 48); its paper is not
     # among shared/papers: the headline is the issue's summary of it.  Same window and tree as
@@ -284,19 +296,28 @@ def mc_sjd_paper(length=None) -> Paper:
             )
             name = "SJD-PAC (L 64, K 4, D 3)" + ("" if coupling == "none" else f" + {coupling}")
             runs.append(Run(name + tag, fn))
+        for name, relax, claim in (
+            ("SJD (L 64) + GSD (w 7, p 0.15, d 2.5)", _gsd, "3.7x over AR (Lumina-mGPT)"),
+            ("SJD (L 64) + LANTERN (k 16, delta 0.2)", _lantern, ""),
+        ):  # the lossy ones: same window, same prompts and seeds
+            fn = lambda m, c, s, kw=kw, r=relax: sjd(  # noqa: E731
+                m.target, c, window=64, relax=r(m), seed=s, **kw
+            )
+            runs.append(Run(name + tag, fn, claim))
     per_run = lambda attr: lambda st: f"{sum(getattr(s, attr) for s in st) / len(st):.2f}"  # noqa: E731
     return Paper(
         "mc-sjd",
-        "MC-SJD: coupled Jacobi drafts (arXiv 2510.24211, issue 48)",
+        "MC-SJD: coupled Jacobi drafts (arXiv 2510.24211), beside GSD and LANTERN (issue 48)",
         "temperature 1, the demo's sampling (no CFG, no top-k), then CFG 3 with top-k 125 as in "
         "the SJD-PAC table; window L = 64, SJD-PAC with K = 4, D = 3.  SJD redraws the slots after "
         "a rejection afresh (none), keeps each old token with probability min(1, p/q) else draws "
         "from the residual (maximal), or draws every slot by Gumbel-max with noise keyed by its "
         "position, the same in every iteration (gumbel); SJD-PAC's continuation already is the "
         "maximal coupling, its fresh slots take Gumbel's.  All lossless "
-        "(tests/test_decode_coupling.py).  s / run and specops s / run: wall and specops-op "
-        "time of one run of all the prompts, mean over the seeds (Gumbel's noise is computed in "
-        "PyTorch, in specops time).",
+        "(tests/test_decode_coupling.py) but the last two rows: SJD with GSD's grouped "
+        "acceptance and with LANTERN's relaxed acceptance, both lossy.  s / run and specops "
+        "s / run: wall and specops-op time of one run of all the prompts, mean over the seeds "
+        "(Gumbel's noise is computed in PyTorch, in specops time).",
         "coupled drafts up to 4.2x over AR on images (issue 48's summary of the paper, which is "
         "not in shared/papers); SJD-PAC's Table 1 puts plain SJD at 2.05x.",
         runs,
