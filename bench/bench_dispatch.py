@@ -104,7 +104,8 @@ def run(device: str, quick: bool) -> list[Row]:
         o1, o2 = torch.empty(2, 5, dtype=torch.int32), torch.empty(2, dtype=torch.int32)
         bind = _build._C.verify_chain_cpu
         given = {"target_probs": t, "draft_tokens": tok, "seed_value": 1, "offset_value": 0,
-                 "delta": 0.0, "greedy": False, "block": False, "out_tokens": o1,
+                 "delta": 0.0, "group_window": 0, "group_p": 0.0, "group_d": 0.0,
+                 "image_start": 0, "greedy": False, "block": False, "out_tokens": o1,
                  "out_num_accepted": o2}  # fmt: skip
         names = specops.declaration("verify_chain").binding_names  # the order the op declares
         args = tuple(given.get(n) for n in names)  # None: the optional tensors

@@ -158,3 +158,8 @@ def aot_compile(script: str, *args: str, timeout: int = 300) -> str:
         pytest.skip("no ptxas for ahead-of-time compilation")
     assert res.returncode == 0 and "compiled" in res.stdout, res.stderr[-3000:]
     return res.stdout
+
+
+# The raw ops' grouped-acceptance arguments when there is no grouping (relax=None or LANTERN):
+# codebook, group_window, group_p, group_d, image_start, between delta and the next argument.
+NO_GROUP = (None, 0, 0.0, 0.0, 0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import gen, random_probs
+from helpers import NO_GROUP, gen, random_probs
 
 import specops
 from specops import Tree, _build
@@ -105,6 +105,7 @@ def _chain_args(b=2, k=3, v=8):
     out_n = torch.empty(b, dtype=torch.int32)
     return dict(target_probs=target, draft_tokens=tokens, draft_probs=None, num_draft=None,
                 seed=None, seed_value=0, offset=None, offset_value=0, neighbors=None, delta=0.0,
+                codebook=None, group_window=0, group_p=0.0, group_d=0.0, image_start=0,
                 greedy=False, uniforms=None, block=False, out_tokens=out_t,
                 out_num_accepted=out_n)  # fmt: skip
 
@@ -183,7 +184,8 @@ def test_eager_calls_skip_the_dispatcher_and_traced_calls_do_not():
     g = gen(4)
     target = random_probs(2, 4, 8, generator=g)
     tokens = torch.zeros(2, 3, dtype=torch.int64)
-    args = (target, tokens, None, None, None, 0, None, 0, None, 0.0, False, None, False, "cpu")
+    args = (target, tokens, None, None, None, 0, None, 0, None, 0.0, *NO_GROUP, False, None,
+            False, "cpu")  # fmt: skip
     assert _dispatched(lambda: torch.ops.specops.verify_chain(*args))  # the probe works
     assert not _dispatched(lambda: specops.verify_chain(target, tokens, backend="cpu"))
     with specops.validation(False), FakeTensorMode() as mode:

@@ -13,7 +13,14 @@ import itertools
 
 import pytest
 import torch
-from helpers import CUDA_SIM, KERNEL_BACKENDS, chi2_pvalue, one_torch_thread_fixture, random_probs
+from helpers import (
+    CUDA_SIM,
+    KERNEL_BACKENDS,
+    NO_GROUP,
+    chi2_pvalue,
+    one_torch_thread_fixture,
+    random_probs,
+)
 from helpers import gen as _gen
 from helpers import to_device as _to
 from verify_stats import (
@@ -327,6 +334,7 @@ def test_tree_cuda_orchestration_emulated_on_cpu():
                     0,
                     None,
                     0.0,
+                    *NO_GROUP,
                     None,
                     emulate_cuda=True,
                 )
@@ -440,9 +448,11 @@ def test_cpu_is_auto_on_cpu_and_opcheck():
     b = specops.verify_jacobi(p, x, q, seed=3, backend="cpu")
     assert torch.equal(a.next_window, b.next_window)
     t = Tree.kary_chain(2, 2, 5)
-    args = (p, x, q, t.first_child, t.next_sibling, True, 2, None, 3, None, 0, None, 0.0, None)
+    args = (p, x, q, t.first_child, t.next_sibling, True, 2, None, 3, None, 0, None, 0.0,
+            *NO_GROUP, None)  # fmt: skip
     torch.library.opcheck(torch.ops.specops.verify_jacobi.default, (*args, "cpu"))
-    chain_args = (p, x, q, None, None, False, 3, None, 3, None, 0, None, 0.0, None, "cpu")
+    chain_args = (p, x, q, None, None, False, 3, None, 3, None, 0, None, 0.0, *NO_GROUP, None,
+                  "cpu")  # fmt: skip
     torch.library.opcheck(torch.ops.specops.verify_jacobi.default, chain_args)
 
 

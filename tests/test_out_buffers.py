@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import gen, random_probs
+from helpers import NO_GROUP, gen, random_probs
 
 import specops
 from specops import Tree, _build
@@ -179,13 +179,14 @@ def test_out_ops_pass_opcheck():
     (t, tok, d), _ = _chain()
     b, k1 = t.shape[:2]
     outs = (torch.empty(b, k1, dtype=torch.int32), torch.empty(b, dtype=torch.int32))
-    args = (t, tok, d, None, None, 5, None, 0, None, 0.0, False, None, False, "cpu", *outs)
+    args = (t, tok, d, None, None, 5, None, 0, None, 0.0, *NO_GROUP, False, None, False, "cpu",
+            *outs)  # fmt: skip
     torch.library.opcheck(torch.ops.specops.verify_chain_out.default, args)
     (t, tree, tok, d), _ = _tree()
     i32 = torch.int32
     outs = (torch.empty(2, 3, dtype=i32), torch.empty(2, 3, dtype=i32), torch.empty(2, dtype=i32))
     args = (t, tree.first_child, tree.next_sibling, 3, tok, d, False, None, 6, None, 0, None,
-            0.0, False, None, "cpu", *outs)  # fmt: skip
+            0.0, *NO_GROUP, False, None, "cpu", *outs)  # fmt: skip
     torch.library.opcheck(torch.ops.specops.verify_tree_out.default, args)
 
 

@@ -8,8 +8,8 @@ import os
 
 import pytest
 import torch
+from helpers import NO_GROUP, random_probs
 from helpers import gen as _gen
-from helpers import random_probs
 
 import specops
 from specops import Relaxation, Tree
@@ -248,26 +248,43 @@ def test_opcheck():
     nb = torch.randint(-1, 10, (10, 2), generator=_gen(6), dtype=torch.int64).int()
     torch.library.opcheck(
         torch.ops.specops.verify_chain.default,
-        (p, x, q, None, None, 1, None, 0, nb, 0.1, False, None, False, "reference"),
+        (p, x, q, None, None, 1, None, 0, nb, 0.1, *NO_GROUP, False, None, False, "reference"),
         test_utils=tu,
     )
     pt, t, tok, qt = tree_case()
     torch.library.opcheck(
         torch.ops.specops.verify_tree.default,
-        (pt, t.first_child, t.next_sibling, 4, tok, qt, True, None, 3, None, 0, None, 0.0, False,
-         None, "reference"),
+        (pt, t.first_child, t.next_sibling, 4, tok, qt, True, None, 3, None, 0, None, 0.0,
+         *NO_GROUP, False, None, "reference"),
         test_utils=tu,
     )  # fmt: skip
     kc = Tree.kary_chain(2, 2, 8)
     torch.library.opcheck(
         torch.ops.specops.verify_jacobi.default,
         (pt, tok, qt, kc.first_child, kc.next_sibling, True, 3, None, 3, None, 0, None, 0.0,
-         None, "reference"),
+         *NO_GROUP, None, "reference"),
         test_utils=tu,
     )  # fmt: skip
     torch.library.opcheck(
         torch.ops.specops.verify_jacobi.default,
-        (pt, tok, None, None, None, False, 1, None, 3, None, 0, None, 0.0, None, "reference"),
+        (
+            pt,
+            tok,
+            None,
+            None,
+            None,
+            False,
+            1,
+            None,
+            3,
+            None,
+            0,
+            None,
+            0.0,
+            *NO_GROUP,
+            None,
+            "reference",
+        ),
         test_utils=tu,
     )
     torch.library.opcheck(

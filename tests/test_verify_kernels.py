@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import KERNEL_BACKENDS, one_torch_thread_fixture, random_probs
+from helpers import KERNEL_BACKENDS, NO_GROUP, one_torch_thread_fixture, random_probs
 from helpers import gen as _gen
 from helpers import to_device as _to
 from verify_stats import (
@@ -104,7 +104,7 @@ def opcheck_chain(be, dev, gen):
     p, x, q, nb = p.to(dev), x.to(dev), q.to(dev), nb.to(dev)
     torch.library.opcheck(
         torch.ops.specops.verify_chain.default,
-        (p, x, q, None, None, 1, None, 0, nb, 0.1, False, None, False, be),
+        (p, x, q, None, None, 1, None, 0, nb, 0.1, *NO_GROUP, False, None, False, be),
         test_utils=("test_schema", "test_faketensor"),
     )
 
@@ -320,7 +320,23 @@ def test_tree_garbage_links_stay_in_bounds(be):
             ns = torch.arange(n, device=dev).int().expand(b, -1).contiguous()  # self loops
         for dp, wor, greedy in ((q, True, False), (None, False, False), (None, False, True)):
             path, out, num = torch.ops.specops.verify_tree.default(
-                p, fc, ns, 4, tok, dp, wor, None, trial, None, 0, None, 0.0, greedy, None, be
+                p,
+                fc,
+                ns,
+                4,
+                tok,
+                dp,
+                wor,
+                None,
+                trial,
+                None,
+                0,
+                None,
+                0.0,
+                *NO_GROUP,
+                greedy,
+                None,
+                be,
             )
             assert ((path >= -1) & (path < n)).all() and ((out >= -1) & (out < v)).all()
             assert ((num >= 0) & (num <= n)).all()
@@ -469,7 +485,7 @@ def test_opcheck_compiled_backends(be):
         torch.library.opcheck(
             torch.ops.specops.verify_tree.default,
             (pt, t.first_child, t.next_sibling, 3, tok, qt, wor, None, 3, None, 0, None, 0.0,
-             False, None, be),
+             *NO_GROUP, False, None, be),
             test_utils=tu,
         )  # fmt: skip
 

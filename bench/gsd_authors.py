@@ -6,7 +6,7 @@ continue_after_reject=True, backend="cpu")`` (every slot tested, one call).  The
 tests/test_reference_grouped.py ``authors_accept`` (a full sort of the row per position, as
 github junhyukso/GSD does) over the same 128 positions.  Decisions are checked equal.
 
-    .venv/bin/python -m bench.bench_gsd [--threads 1 2]
+    .venv/bin/python -m bench.gsd_authors [--threads 1 2]
 """
 
 from __future__ import annotations
