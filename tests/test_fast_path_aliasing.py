@@ -7,7 +7,7 @@ import pytest
 import torch
 from fast_path_cases import _I32, B, K, V
 from fast_path_table import _ALIAS, _head, _kwargs
-from helpers import CUDA_SIM, gen, random_probs
+from helpers import CUDA_SIM, NO_GROUP, gen, random_probs
 
 import specops
 from specops import _build
@@ -39,7 +39,7 @@ def test_bindings_reject_aliased_outputs():
         _build._C.sample_cpu(probs, None, 1, None, 0, None, _head(probs, (B,)))
     buf = torch.zeros(B, K + 1, dtype=_I32)
     target, chain = random_probs(B, K + 1, V, generator=gen(0)), _build._C.verify_chain_cpu
-    rest = (None, None, None, 1, None, 0, None, 0.0, False, None, False)  # the declared order
+    rest = (None, None, None, 1, None, 0, None, 0.0, *NO_GROUP, False, None, False)  # declared
     with pytest.raises(ValueError, match="out_tokens shares memory with draft_tokens"):
         chain(target, buf[:, :K], *rest, buf, None)
     with pytest.raises(ValueError, match="out_num_accepted shares memory with out_tokens"):
