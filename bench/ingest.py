@@ -65,15 +65,10 @@ def ingest(src: str, data: dict, results: str = RESULTS) -> dict:
 def _write_table(src, build, stages, path) -> None:
     with open(os.path.join(src, "table.md")) as f:
         table = f.read()
-    head = (
+    head = (  # the table ends with its stages' line (lease_table.stage_summary)
         f"# Lease of {stages['commit']} on {build.get('gpu')} ({build.get('nvidia_smi', '')}); "
         f"torch {build.get('torch')}, CUDA build {build.get('cuda_build_version')}, "
-        f"Triton {build.get('triton')}\n\nStages: "
-        + ", ".join(
-            f"{k} {v['seconds']} s {'ok' if v['ok'] else 'FAILED'}"
-            for k, v in stages["stages"].items()
-        )  # fmt: skip
-        + "\n\n"
+        f"Triton {build.get('triton')}\n\n"
     )
     with open(path, "w") as f:
         f.write(head + table)
@@ -98,7 +93,7 @@ def _update_ledger(data, stages, build, commit, rel_csv, src):
     timed = _timed(os.path.join(src, "bench.csv"))
     per_entry = stages["stages"].get("tests", {}).get("per_entry", {})
     closed, kept = [], []
-    for e in lease_table.open_entries(data):
+    for e in ledger.open_entries(data):
         t = per_entry.get(e["id"], {})
         tests_ok = bool(t) and t.get("failed", 1) == 0 and t.get("passed", 0) > 0
         cases_ok = all((c["op"], c["backend"], c["shape"]) in timed for c in e["bench"])
@@ -130,12 +125,9 @@ def write_doc(table_md: str, name: str, path: str = GPU_COST) -> bool:
     return new != text
 
 
-def refit_from_lease(csv_path: str, data: dict) -> tuple:
-    """Refit on the calibration rows plus a lease's rows of the counted cases (their launches
-    counted again here, at the lease's shapes); writes PARAMS_JSON.  Cases whose kernels changed
-    between the traffic counts and the lease are left out (their counts would be of other code)."""
-    import csv
-
+def refit_from_lease(csv_path: str, cases: list[tuple[dict, list]]) -> tuple:
+    """Refit on the calibration rows plus a lease's rows of the counted ``cases`` (their launches
+    counted again here, at the lease's shapes); writes PARAMS_JSON."""
     from . import bench_traffic
     from .traffic_model import (
         COMPUTE_BOUND,
@@ -151,10 +143,9 @@ def refit_from_lease(csv_path: str, data: dict) -> tuple:
         for r in csv.DictReader(f):
             if r["shape"] != "-":
                 measured[(r["op"], r["backend"], r["shape"])] = float(r["median_us"])
-    stale = {s.split(":", 1)[0] for s in ledger.stale_counts(data)}
     wanted = {
         (c["op"], c["backend"], c["shape"])
-        for c, _ in lease_table.ncu_cases(data)
+        for c, _ in cases
         if (c["op"], c["backend"], c["shape"]) in measured
     }
     counted = bench_traffic.count_cuda(False) if any(k[1] == "cuda" for k in wanted) else []
@@ -163,7 +154,7 @@ def refit_from_lease(csv_path: str, data: dict) -> tuple:
     calls: dict = {}
     for op, shape, t, _ in counted:
         key = (op, t.backend, shape)
-        if key in wanted and f"{t.backend}:{op}" not in stale:
+        if key in wanted:
             calls.setdefault(key, []).append(t)
     rows = _calibration_traffic() + _old_commit_traffic()
     rows += [(f"{k[0]}:{k[1]}", k[2], measured[k], ts) for k, ts in calls.items()]
@@ -184,6 +175,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-refit", action="store_true", help="leave the time model as it is")
     args = ap.parse_args(argv)
     data = ledger.load()
+    # what the lease answered, read before ingest closes the entries it measured; cases of kernel
+    # units changed after the traffic counts are left out (their counts are of other code)
+    stale = ledger.stale_units(data)
+    cases = [(c, n) for c, n in lease_table.ncu_cases(data)
+             if ledger.unit_of(data, c["op"], c["backend"]) not in stale]  # fmt: skip
     try:
         done = ingest(args.src, data)
     except (OSError, ValueError, KeyError) as e:
@@ -192,7 +188,7 @@ def main(argv=None) -> int:
     ledger.save(data)
     print(f"ingest: rows -> {done['csv']}; closed {done['closed']}; still open {done['kept']}")
     if not args.no_refit:
-        refit_from_lease(os.path.join(ledger.ROOT, done["csv"]), data)
+        refit_from_lease(os.path.join(ledger.ROOT, done["csv"]), cases)
     with open(os.path.join(RESULTS, f"{done['name']}.md")) as f:
         write_doc(f.read().replace("# Lease", "Lease", 1), done["name"])
     ledger.write_readme(data)

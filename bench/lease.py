@@ -53,6 +53,7 @@ class Lease:
         self.out = args.out
         self.plan = data["lease"]
         self.stages: dict[str, dict] = {}
+        self._lock = threading.Lock()  # the checks stage records from five threads
         os.makedirs(self.out, exist_ok=True)
         self._log = open(os.path.join(self.out, "lease.log"), "a", buffering=1)
 
@@ -66,10 +67,11 @@ class Lease:
         return os.path.join(self.out, name)
 
     def record(self, stage: str, t0: float, ok: bool, **info) -> bool:
-        self.stages[stage] = {"seconds": round(time.time() - t0, 1), "ok": ok, **info}
-        with open(self.path("stages.json"), "w") as f:
-            json.dump({"commit": self.args.commit, "dry_run": self.dry, "stages": self.stages}, f,
-                      indent=1)  # fmt: skip
+        with self._lock:
+            self.stages[stage] = {"seconds": round(time.time() - t0, 1), "ok": ok, **info}
+            with open(self.path("stages.json"), "w") as f:
+                json.dump({"commit": self.args.commit, "dry_run": self.dry, "stages": self.stages},
+                          f, indent=1)  # fmt: skip
         self.log(f"== {stage}: {'ok' if ok else 'FAILED'} in {self.stages[stage]['seconds']} s")
         return ok
 
@@ -77,7 +79,8 @@ class Lease:
         return int(self.plan["stages"][stage]["timeout_s"])
 
     def run(self, cmd, log_name, timeout, env=None, prefix=""):
-        """Run ``cmd``, its output appended line by line to ``log_name`` (and lease.log)."""
+        """Run ``cmd``, its output appended line by line to ``log_name``; -> its exit code (124
+        when killed at ``timeout`` seconds, 127 when it cannot start)."""
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         with open(self.path(log_name), "a", buffering=1) as f:
             f.write(f"{prefix}$ {' '.join(cmd)}\n")
@@ -114,6 +117,10 @@ class Lease:
         total = lease_table.plan_seconds(self.plan)
         if total > self.plan["budget_s"]:
             problems.append(f"the plan's timeouts add up to {total} s > {self.plan['budget_s']} s")
+        recorded = lease_table.recorded_seconds(self.plan)
+        if recorded > self.plan["budget_s"]:
+            problems.append(f"the stages' recorded times add up to {recorded} s > "
+                            f"{self.plan['budget_s']} s")  # fmt: skip
         for p in problems:
             self.log(f"plan: {p}")
         return self.record("plan", t0, not problems, planned_s=total)
@@ -187,7 +194,8 @@ class Lease:
         if self.dry:
             rc = self.run([py, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                            *tests], "tests.log", self.timeout("checks"))  # fmt: skip
-            missing = lease_table.uncollected(tests, open(self.path("tests.log")).read())
+            with open(self.path("tests.log")) as f:
+                missing = lease_table.uncollected(tests, f.read())
             for m in missing:
                 self.log(f"tests: {m} collects nothing")
             san = _sanitizer()
@@ -208,6 +216,8 @@ class Lease:
     def _tests(self, tests) -> None:
         t0 = time.time()
         junit = os.path.join("/tmp", "specops_lease_junit.xml")
+        if os.path.exists(junit):  # another run's results must not count as this one's
+            os.remove(junit)
         xdist = ["-n", "8"] if _has("xdist") else []
         cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", *xdist,
                f"--junitxml={junit}", *tests]  # fmt: skip

@@ -42,7 +42,7 @@ def build_problems(info: dict, data: dict, gpu: bool) -> list[str]:
     if "90" not in [str(a) for a in info.get("cuda_archs") or []]:
         out.append(f"no sm_90 in the build's CUDA archs {info.get('cuda_archs')}")
     have = set(info.get("cuda_kernels") or [])
-    for unit in sorted({k for e in open_entries(data) for k in e["kernels"]}):
+    for unit in sorted({k for e in ledger.open_entries(data) for k in e["kernels"]}):
         backend, op = unit.split(":")
         if backend == "cuda" and op not in have:
             out.append(f"ledger kernel {unit} is not in the build's cuda_kernels")
@@ -53,15 +53,11 @@ def build_problems(info: dict, data: dict, gpu: bool) -> list[str]:
     return out
 
 
-def open_entries(data: dict) -> list[dict]:
-    return [e for e in data["entries"] if e["status"] == "open"]
-
-
 # ---- tests ------------------------------------------------------------------------------------
 def test_ids(data: dict) -> list[str]:
     """The open entries' GPU test ids, each once, a file's own ids dropped when the whole file is
     listed."""
-    ids = list(dict.fromkeys(t for e in open_entries(data) for t in e["tests"]))
+    ids = list(dict.fromkeys(t for e in ledger.open_entries(data) for t in e["tests"]))
     files = {t for t in ids if "::" not in t}
     return [t for t in ids if "::" not in t or t.split("::")[0] not in files]
 
@@ -70,18 +66,22 @@ def sanitizer_files(data: dict) -> list[str]:
     """The test files of the open entries that touch a CUDA kernel."""
     files = [
         t.split("::")[0]
-        for e in open_entries(data)
+        for e in ledger.open_entries(data)
         if any(k.startswith("cuda:") for k in e["kernels"])
         for t in e["tests"]
     ]
     return list(dict.fromkeys(files))
 
 
+def _covers(test_id: str, nodeid: str) -> bool:
+    """Whether the ledger's test id (a file, a test, or one parametrization) selects ``nodeid``."""
+    return nodeid == test_id or nodeid.startswith((test_id + "::", test_id + "["))
+
+
 def uncollected(ids: list[str], collect_output: str) -> list[str]:
     """The ids a ``pytest --collect-only -q`` output holds no test of."""
     got = [ln.strip() for ln in collect_output.splitlines() if "::" in ln]
-    return [i for i in ids if not any(g == i or g.startswith(i + "::") or
-                                      g.startswith(i + "[") for g in got)]  # fmt: skip
+    return [i for i in ids if not any(_covers(i, g) for g in got)]
 
 
 def junit_by_entry(path: str, data: dict) -> dict[str, dict[str, int]]:
@@ -101,11 +101,10 @@ def junit_by_entry(path: str, data: dict) -> dict[str, dict[str, int]]:
             state = "skipped"
         cases.append((nodeid, state))
     out = {}
-    for e in open_entries(data):
+    for e in ledger.open_entries(data):
         n = {"passed": 0, "failed": 0, "skipped": 0}
         for nodeid, state in cases:
-            if any(nodeid == t or nodeid.startswith(t + "::") or nodeid.startswith(t + "[")
-                   for t in e["tests"]):  # fmt: skip
+            if any(_covers(t, nodeid) for t in e["tests"]):
                 n[state] += 1
         out[e["id"]] = n
     return out
@@ -159,10 +158,10 @@ def ncu_ratios(t: dict, n: dict) -> tuple[float, float]:
     return dram / counted if counted else 0.0, spr / c_spr if c_spr else 0.0
 
 
-def ncu_cases(data: dict, root: str = ledger.ROOT) -> list[tuple[dict, list[dict]]]:
+def ncu_cases(data: dict, rows: list[dict] | None = None) -> list[tuple[dict, list[dict]]]:
     """The open cases the traffic bench counted, each with its counted launches (the ncu
-    driver's order)."""
-    rows = ledger.traffic_rows(data, root)
+    driver's order); ``rows``: the traffic CSV's, read here when not given."""
+    rows = ledger.traffic_rows(data) if rows is None else rows
     out = []
     for case in unique_cases(data):
         launches = ledger.counted(case, rows)
@@ -173,7 +172,7 @@ def ncu_cases(data: dict, root: str = ledger.ROOT) -> list[tuple[dict, list[dict
 
 def unique_cases(data: dict) -> list[dict]:
     seen, out = set(), []
-    for e in open_entries(data):
+    for e in ledger.open_entries(data):
         for c in e["bench"]:
             key = (c["op"], c["backend"], c["shape"])
             if key not in seen:
@@ -203,20 +202,20 @@ def table(data: dict, out_dir: str, stages: dict) -> str:
     """The lease's one table, a row per (entry, case); an entry without cases gets one row."""
     times = _bench_rows(os.path.join(out_dir, "bench.csv"))
     traffic = ledger.traffic_rows(data)
-    counted = ncu_cases(data)
+    counted = ncu_cases(data, traffic)
     pairs = match_ncu(counted, read_ncu(os.path.join(out_dir, "ncu.csv")))
     ncu_of = {(c["op"], c["backend"], c["shape"]): pairs[i] for i, (c, _) in enumerate(counted)}
     tests = stages.get("tests", {}).get("per_entry", {})
     lines = [HEAD, "|" + " --- |" * HEAD.count(" | ") + " --- |"]
-    for e in open_entries(data):
+    for e in ledger.open_entries(data):
         t = tests.get(e["id"])
-        tcell = f"{t['passed']} passed, {t['failed']} failed" if t else "not run"
         for c in e["bench"] or [None]:
             if c is None:
-                check = "FAIL (tests)" if t and t["failed"] else ("ok" if t else "not measured")
-                lines.append(f"| {e['id']} | tests only | {tcell} |" + " - |" * 7 + f" {check} |")
+                check = _tests_check(t, measured=t is not None)
+                lines.append(f"| {e['id']} | tests only | {_tests_cell(t)} |" + " - |" * 7
+                             + f" {check} |")  # fmt: skip
                 continue
-            lines.append(_case_line(e, c, tcell, times, traffic, ncu_of))
+            lines.append(_case_line(e, c, t, times, traffic, ncu_of))
     return "\n".join(lines + ["", stage_summary(stages)])
 
 
@@ -230,7 +229,18 @@ def stage_summary(stages: dict) -> str:
     return "Stages: " + "; ".join(parts) if parts else "Stages: none ran"
 
 
-def _case_line(e, c, tcell, times, traffic, ncu_of) -> str:
+def _tests_cell(t: dict | None) -> str:
+    return f"{t['passed']} passed, {t['failed']} failed" if t else "not run"
+
+
+def _tests_check(t: dict | None, measured: bool) -> str:
+    """The check column before ncu: the entry's tests failed, nothing ran, or ok."""
+    if t and t["failed"]:
+        return "FAIL (tests)"
+    return "ok" if t or measured else "not measured"
+
+
+def _case_line(e, c, t, times, traffic, ncu_of) -> str:
     measured = times.get((c["op"], c["shape"]), {})
     now = measured.get(c["backend"])
     peers = {k: v for k, v in measured.items() if k != c["backend"]}
@@ -239,9 +249,7 @@ def _case_line(e, c, tcell, times, traffic, ncu_of) -> str:
     pred = ledger.predicted_us(c, traffic)
     ratio = best[1] / now if best and now else None
     cells = ["-", "-"]
-    check = "FAIL (tests)" if tcell.endswith("failed") and not tcell.endswith(" 0 failed") else "ok"
-    if now is None and tcell == "not run":
-        check = "not measured"
+    check = _tests_check(t, measured=now is not None)
     pairs = ncu_of.get((c["op"], c["backend"], c["shape"]))
     if pairs:
         got = [ncu_ratios(t, n) for t, n in pairs if n is not None]
@@ -255,9 +263,9 @@ def _case_line(e, c, tcell, times, traffic, ncu_of) -> str:
                 check += f" ({len(pairs) - len(got)} launches unmatched)"
     peer_cell = f"{best[1]:.2f} ({best[0]})" if best else "-"
     return (
-        f"| {e['id']} | {c['op']} {c['backend']} {c['shape']} | {tcell} | {_fmt(before)} | "
-        f"{_fmt(now)} | {_fmt(pred)} | {peer_cell} | {_fmt(ratio)} | {cells[0]} | {cells[1]} | "
-        f"{check} |"
+        f"| {e['id']} | {c['op']} {c['backend']} {c['shape']} | {_tests_cell(t)} | "
+        f"{_fmt(before)} | {_fmt(now)} | {_fmt(pred)} | {peer_cell} | {_fmt(ratio)} | "
+        f"{cells[0]} | {cells[1]} | {check} |"
     )
 
 

@@ -20,6 +20,7 @@ baseline changed one of its sources and no open entry names both the unit and th
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -88,6 +89,11 @@ def validate(data: dict) -> None:
             raise ValueError(f"{where}: an open entry names the GPU tests that exercise it")
 
 
+def open_entries(data: dict) -> list[dict]:
+    """The entries a lease still has to answer."""
+    return [e for e in data["entries"] if e["status"] == "open"]
+
+
 # ---- sources ---------------------------------------------------------------------------------
 def _includes(path: str, root: str) -> list[str]:
     """The project headers ``path`` includes (csrc/ and csrc/include/ are the include roots)."""
@@ -133,10 +139,16 @@ def sources(unit: dict, root: str = ROOT, opaque: tuple[str, ...] = ()) -> list[
     return sorted(seen)
 
 
+def unit_sources(data: dict, unit: str, root: str = ROOT) -> list[str]:
+    """``sources`` of the ledger's kernel unit ``unit``, with the ledger's opaque headers."""
+    srcs = sources(data["kernels"][unit], root, tuple(data.get("opaque", ())))
+    if not srcs:
+        raise ValueError(f"kernel unit {unit}: none of its roots exists under {root}")
+    return srcs
+
+
 # ---- baselines and what changed since ----------------------------------------------------------
 def _csv_rows(path: str, root: str) -> set[tuple[str, str]]:
-    import csv
-
     with open(os.path.join(root, path), newline="") as f:
         return {(r["op"], r["backend"]) for r in csv.DictReader(f)}
 
@@ -185,13 +197,12 @@ def changes(data: dict, root: str = ROOT) -> dict[str, list[tuple[str, list[str]
     first, as (short hash, files, subject).  A unit never measured lists every commit."""
     out = {}
     for name, base in baselines(data, root).items():
-        srcs = sources(data["kernels"][name], root, tuple(data.get("opaque", ())))
-        if not srcs:
-            raise ValueError(f"kernel unit {name}: none of its roots exists under {root}")
+        srcs = unit_sources(data, name, root)
         rng = [f"{base}..HEAD"] if base else ["HEAD"]
-        log = _git(root, "log", "--reverse", "--format=@%h %s", "--name-only", *rng, "--", *srcs)
+        # each commit opens with a NUL (a subject may hold any printable character)
+        log = _git(root, "log", "--reverse", "--format=%x00%h %s", "--name-only", *rng, "--", *srcs)
         commits = []
-        for block in log.split("@")[1:]:
+        for block in log.split("\0")[1:]:
             head, *files = [ln for ln in block.splitlines() if ln.strip()]
             short, _, subject = head.partition(" ")
             commits.append((short, [f for f in files if f in srcs], subject))
@@ -206,7 +217,7 @@ def _same(a: str, b: str) -> bool:
 
 def unlisted(data: dict, root: str = ROOT) -> list[Unlisted]:
     """The kernel changes no open entry names (unit and commit both)."""
-    named = [(set(e["kernels"]), e["commits"]) for e in data["entries"] if e["status"] == "open"]
+    named = [(set(e["kernels"]), e["commits"]) for e in open_entries(data)]
     out = []
     for unit, commits in changes(data, root).items():
         for short, files, subject in commits:
@@ -216,8 +227,8 @@ def unlisted(data: dict, root: str = ROOT) -> list[Unlisted]:
 
 
 def check(root: str = ROOT, path: str | None = None) -> list[str]:
-    """Problems with the ledger at ``root``: unlisted kernel changes, runs whose commit git does
-    not know, entries naming commits git does not know.  Empty: the ledger holds."""
+    """Problems with the ledger at ``root``: runs whose commit git does not know (checked first:
+    the baselines need them), else the unlisted kernel changes.  Empty: the ledger holds."""
     data = load(path or os.path.join(root, "bench", "ledger.json"))
     problems = []
     for run in data["runs"]:
@@ -234,8 +245,6 @@ def check(root: str = ROOT, path: str | None = None) -> list[str]:
 # ---- the CPU traffic counts at HEAD (bench/results/cpu-traffic-<commit>.csv) --------------------
 def traffic_rows(data: dict, root: str = ROOT) -> list[dict]:
     """The committed traffic CSV's rows (``specops bench --device cpu --ops traffic``)."""
-    import csv
-
     with open(os.path.join(root, data["traffic"]["csv"]), newline="") as f:
         lines = [ln for ln in f if not ln.startswith("#")]
     return list(csv.DictReader(lines))
@@ -256,18 +265,38 @@ def predicted_us(case: dict, rows: list[dict]) -> float | None:
     return round(sum(float(r["predicted_us"]) for r in launches), 2) if launches else None
 
 
-def stale_counts(data: dict, root: str = ROOT) -> list[str]:
+def stale_units(data: dict, root: str = ROOT) -> dict[str, list[str]]:
     """Kernel units of open entries whose sources changed after the commit the committed traffic
-    counts measured: their predictions and ncu comparisons would be of other code."""
+    counts measured, with those commits: their predictions and ncu comparisons would be of
+    other code."""
     base = data["traffic"]["commit"]
-    units = sorted({k for e in data["entries"] if e["status"] == "open" for k in e["kernels"]})
-    out = []
-    for unit in units:
-        srcs = sources(data["kernels"][unit], root, tuple(data.get("opaque", ())))
-        log = _git(root, "log", "--format=%h", f"{base}..HEAD", "--", *srcs).split()
-        if log:
-            out.append(f"{unit}: changed at {', '.join(log)} after the traffic counts ({base})")
+    out = {}
+    for unit in sorted({k for e in open_entries(data) for k in e["kernels"]}):
+        srcs = unit_sources(data, unit, root)
+        commits = _git(root, "log", "--format=%h", f"{base}..HEAD", "--", *srcs).split()
+        if commits:
+            out[unit] = commits
     return out
+
+
+def stale_counts(data: dict, root: str = ROOT) -> list[str]:
+    """``stale_units`` as one line each."""
+    base = data["traffic"]["commit"]
+    return [
+        f"{unit}: changed at {', '.join(log)} after the traffic counts ({base})"
+        for unit, log in stale_units(data, root).items()
+    ]
+
+
+def unit_of(data: dict, op: str, backend: str) -> str | None:
+    """The kernel unit that runs ``op`` on ``backend``: ``backend:op`` itself, else the unit whose
+    CSV rows name the op (``triton:features`` runs gather_rows)."""
+    if f"{backend}:{op}" in data["kernels"]:
+        return f"{backend}:{op}"
+    for name, unit in data["kernels"].items():
+        if name.startswith(backend + ":") and [op, backend] in unit["rows"]:
+            return name
+    return None
 
 
 # ---- the README's list -----------------------------------------------------------------------
@@ -283,9 +312,7 @@ def render(data: dict, root: str = ROOT) -> str:
     """The README's "not yet run on a GPU" list, one item per open entry."""
     rows = traffic_rows(data, root)
     lines = []
-    for e in data["entries"]:
-        if e["status"] != "open":
-            continue
+    for e in open_entries(data):
         cases = "; ".join(_case_text(c, rows) for c in e["bench"]) or "tests only"
         lines.append(
             f"- **{e['id']}** ({', '.join(e['commits'])}): {e['title']} Kernels: "
@@ -321,8 +348,9 @@ def main(argv=None) -> int:
         print(f"ledger: {'FAILED' if problems else 'ok'} ({len(problems)} unlisted)")
         return 1 if problems else 0
     if cmd == "pending":
+        base_of = baselines(data)
         for unit, commits in changes(data).items():
-            base = baselines(data)[unit]
+            base = base_of[unit]
             print(f"== {unit} (baseline {base}): {len(commits)} commits")
             for short, files, subject in commits:
                 print(f"  {short} {','.join(files)} :: {subject[:100]}")

@@ -87,6 +87,20 @@ def test_the_plan_fits_its_budget_and_a_longer_one_fails():
     assert lease_table.plan_seconds(plan) > plan["budget_s"]
 
 
+@pytest.mark.parametrize("field", ["timeout_s", "recorded_s"])
+def test_the_dry_run_refuses_a_plan_over_budget(tmp_path, field):
+    from specops.bench import lease
+
+    data = ledger.load()
+    data["lease"]["stages"]["bench"][field] += 300
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT,
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    args = type("A", (), {"commit": head or "abc1234", "out": str(tmp_path), "dry_run": True,
+                          "allow_dirty": True})  # fmt: skip
+    assert not lease.Lease(args, data).check_plan()
+    assert "> 300 s" in (tmp_path / "lease.log").read_text()
+
+
 def test_build_check_stops_on_a_build_without_cuda_or_sm90():
     data = _fixture_ledger()
     good = {"cuda_compiled": True, "cuda_archs": ["90"], "cuda_kernels": ["sample"],

@@ -54,7 +54,8 @@ def _planted_clone(tmp_path, path: str) -> tuple[str, str]:
     _git("config", "user.name", "t", cwd=clone)
     with open(os.path.join(clone, path), "a") as f:
         f.write("\n// planted\n" if not path.endswith(".py") else "\n# planted\n")
-    _git("commit", "-q", "-am", "planted kernel change", cwd=clone)
+    # "@" in the subject: the log parser must not split commits on it
+    _git("commit", "-q", "-am", "planted kernel change (op@commit, 1 @ 2)", cwd=clone)
     return clone, _git("rev-parse", "--short=7", "HEAD", cwd=clone).stdout.strip()
 
 
@@ -87,6 +88,13 @@ def test_a_change_outside_the_kernels_needs_no_entry(tmp_path):
     _history_or_skip()
     clone, _ = _planted_clone(tmp_path, "specops/decode/stats.py")
     assert ledger.check(root=clone) == []
+
+
+def test_unit_of_finds_the_unit_that_runs_an_op():
+    data = ledger.load()
+    assert ledger.unit_of(data, "verify_chain", "cuda") == "cuda:verify_chain"
+    assert ledger.unit_of(data, "gather_rows", "triton") == "triton:features"
+    assert ledger.unit_of(data, "gather_rows", "cuda") is None
 
 
 def test_sources_follow_includes_and_imports():
