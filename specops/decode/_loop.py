@@ -142,7 +142,9 @@ def relax_on(fn: str, relax, greedy: bool, device):
     if relax is None:
         return None
     if greedy:
-        raise ValueError(f"{fn}: relax (LANTERN) needs sampling; greedy (temperature=0) is exact")
+        raise ValueError(
+            f"{fn}: relax (LANTERN or GSD) needs sampling; greedy (temperature=0) is exact"
+        )
     if isinstance(relax, specops.Grouping):
         return relax._replace(codebook=relax.codebook.to(device))
     if not isinstance(relax, specops.Relaxation):
