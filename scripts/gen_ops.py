@@ -217,9 +217,10 @@ def def_line(d, imports: Imports) -> str:
     return f"def {d.name}({', '.join(parts)}){ret}:"
 
 
-def fast_lines(d, decl_name: str, ret: str, public: set[str], imports: Imports) -> list[str]:
+def fast_lines(d, public: set[str], imports: Imports) -> list[str]:
     """The eager fast path: when the cheap conditions hold, the binding "auto" runs, called with
-    the user's tensors; its TypeError / ValueError falls through to the checked path."""
+    the user's tensors (its outputs in ``_r``; an op without outputs returns); its TypeError /
+    ValueError falls through to the checked path."""
     dk = importlib.import_module("specops.ops._decl")
     conds, setup, gates, args = [], [], [], []
     for a in d.args:
@@ -236,8 +237,9 @@ def fast_lines(d, decl_name: str, ret: str, public: set[str], imports: Imports) 
             gates.append(_e("_rng is not None"))
             args.append(ast.Starred(_e("_rng")))
         elif isinstance(a, dk.RelaxArg):
+            imports.add("NO_RELAX", "specops.ops._decl", "NO_RELAX")
             conds.append(_e("relax is None"))
-            args += [_e(repr(v)) for v in dk.RelaxArg.none]
+            args.append(ast.Starred(_e("NO_RELAX")))
         elif isinstance(a, dk.TreeArg):
             imports.add("Tree", "specops.tree", "Tree")
             if a.optional:
@@ -271,21 +273,24 @@ def fast_lines(d, decl_name: str, ret: str, public: set[str], imports: Imports) 
         gates.insert(0, _e("_o is not None"))
         args.append(ast.Starred(_e("_o")))
     call = ast.unparse(ast.Call(ast.Name("fast"), args, []))
+    imports.add("_dispatch", "specops.ops", "_dispatch")
     first = d.params[0]
     lines = [
         "# read through the module: a test switches the fast path off by patching it",
-        f"fast = _dispatch.fast_kernel({d.name!r}, {first}, backend, {tuple(d.backends)!r})",
-        f"if {_and([_e('fast is not None'), *conds])}:",
+        f"fast = _dispatch.fast_kernel({d.name!r}, {first}, backend)",
     ]
+    if n:  # the outputs' result is written once, after the checked path
+        lines.append("_r = None")
+    lines.append(f"if {_and([_e('fast is not None'), *conds])}:")
     inner = [*setup]
     body = [
         "try:",
-        f"    _r = {call}",
+        f"    {'_r = ' if n else ''}{call}",
         "except (TypeError, ValueError):",
         "    pass  # the checks name what is wrong, or normalise the layout",
-        "else:",
-        f"    return {ret}",
     ]
+    if not n:
+        body += ["else:", "    return"]
     if gates:
         inner += [f"if {_and(gates)}:", *("    " + x for x in body)]
     else:
@@ -298,27 +303,24 @@ def function(d, decl_name: str, imports: Imports) -> list[str]:
     params, _ = signature(d)
     public = {p.name for p in params}
     n = len(d.outs)
-    if api.result is not None:
-        ret = ast.unparse(function_expr(api.result, public, imports, first="_r"))
-    else:
-        ret = "_r[0]" if n == 1 else "_r" if n else "None"
     body = []
     if api.prepare is not None:
         body.append(f"out = {ast.unparse(function_expr(api.prepare, public, imports))}")
     if d.fast:
-        body += fast_lines(d, decl_name, ret, public, imports)
+        body += fast_lines(d, public, imports)
     args = ", ".join(d.params)
-    body += [
-        f"{decl_name}.check({args}, backend)",
-        f"_flat = {decl_name}.flat_args({args})",
-        "if _dispatch.eager():",
-        f"    _r = {decl_name}.run(*_flat, backend"
-        + (f", out={decl_name}.out_buffers(out, _flat))" if n else ")"),
-        "else:",
-        f"    _r = {decl_name}.dispatch(_flat, backend, "
-        + (f"{decl_name}.out_buffers(out, _flat))" if n else "None)"),
+    checked = [
+        f"_run, _flat, _out = {decl_name}.checked({args}, backend{', out=out' if n else ''})",
+        f"{'_r = ' if n else ''}_run(*_flat, backend{', out=_out' if n else ''})",
     ]
+    if n and d.fast:  # the checked path when the fast one did not run
+        checked = ["if _r is None:", *("    " + x for x in checked)]
+    body += checked
     if n:
+        if api.result is not None:
+            ret = ast.unparse(function_expr(api.result, public, imports, first="_r"))
+        else:
+            ret = "_r[0]" if n == 1 else "_r"
         body.append(f"return {ret}")
     # The docstring is the declaration's (numpydoc, in specops/ops/<family>.py), attached here
     # rather than copied in: one text, as PyTorch's add_docstr does for its generated bindings.
@@ -329,7 +331,6 @@ def function(d, decl_name: str, imports: Imports) -> list[str]:
 def module(family: str, decls: list) -> str:
     imports = Imports()
     imports.add("traced", "specops._nvtx", "traced")
-    imports.add("_dispatch", "specops.ops", "_dispatch")
     home = sys.modules[f"specops.ops.{family}"]
     functions = []
     for d in decls:
@@ -342,12 +343,9 @@ def module(family: str, decls: list) -> str:
         "do not edit.",
         "# Regenerate: python scripts/gen_ops.py (tests/test_generated_ops.py fails when this "
         "is stale).",
-        f'"""The public ops declared in specops/ops/{family}.py:',
-        f"{', '.join(names)}.",
-        "",
-        "Each is its declaration's public function: the eager fast path straight to the compiled",
-        "binding when its conditions hold, else the declared checks, the lowering and the backend",
-        'table (docs/conventions.md)."""',
+        f'"""The public ops declared in specops/ops/{family}.py '
+        "(their bodies: docs/conventions.md):",
+        f'{", ".join(names)}."""',
         "",
         "from __future__ import annotations",
         "",

@@ -7,7 +7,7 @@ the outputs' shapes in symbols, the backends and the reference.  Everything else
   the Triton entry point, which tests/test_declarations.py holds to it;
 - the public function and its eager fast path, written to specops/ops/_generated_<family>.py by
   scripts/gen_ops.py (``OpDecl.public`` records what it needs); its checked path calls
-  ``check``, ``flat_args`` and ``run`` here;
+  ``checked`` (``check``, ``flat_args``, ``out_buffers``) and ``run`` here;
 - the fake kernel, the ``out=`` checks and the torch.library registration.
 An op module writes its declaration, its docstring, its checks (``check``, taking the declared
 arguments) and its reference adaptor (``reference``, taking the flat arguments by name, the
@@ -25,7 +25,7 @@ import torch
 
 from specops import _build
 from specops.ops._backends import declare_backends, pick_backend
-from specops.ops._dispatch import define, int32_ids, write_outs
+from specops.ops._dispatch import define, eager, int32_ids, write_outs
 from specops.ops._overlap import check_no_alias
 from specops.ops._rng import Rng
 from specops.ops.checks import check_out
@@ -93,6 +93,9 @@ def _relax_form(t):
     return t.float().contiguous() if t.is_floating_point() else int32_ids(t)
 
 
+NO_RELAX = (None, 0.0, None, 0, 0.0, 0.0, 0)  # the flat values of relax=None
+
+
 @dataclass(frozen=True)
 class RelaxArg:
     """``relax``: LANTERN's Relaxation -> its neighbours [V, R] and delta; GSD's Grouping -> its
@@ -108,18 +111,17 @@ class RelaxArg:
         ("group_d", "float"),
         ("image_start", "SymInt"),
     )
-    none = (None, 0.0, None, 0, 0.0, 0.0, 0)  # the flat values of relax=None
     form = staticmethod(_relax_form)
 
     def flatten(self, a: dict) -> tuple:
         relax = a["relax"]
         if relax is None:
-            return self.none
+            return NO_RELAX
         if hasattr(relax, "codebook"):  # a Grouping (checked)
             g = relax
             return (None, 0.0, g.codebook, int(g.window), float(g.p_threshold),
                     float(g.d_threshold), g.image_start)  # fmt: skip
-        return (relax.neighbors, float(relax.delta), *self.none[2:])
+        return (relax.neighbors, float(relax.delta), *NO_RELAX[2:])
 
 
 @dataclass(frozen=True)
@@ -279,6 +281,16 @@ class OpDecl:
         self.api = Public(reference, doc, result, prepare, tuple(options), returns)
 
     # the checked path -----------------------------------------------------------------------
+    def checked(self, *values, out=None) -> tuple:
+        """The checked path up to the kernel: the declared arguments (public order) and the
+        backend through ``check``, lowered (``flat_args``), and the public ``out`` checked
+        (``out_buffers``) -> (``run`` when the call is eager, else ``dispatch``; the flat
+        arguments; the buffers the op writes or None).  The public function then calls
+        ``run(*flat, backend, out=buffers)`` itself: one frame fewer to the binding."""
+        self.check(*values)
+        flat = self.flat_args(*values[:-1])
+        return self.run if eager() else self.dispatch, flat, self.out_buffers(out, flat)
+
     def flat_args(self, *values) -> tuple:
         """The declared arguments (public order) -> the flat arguments."""
         a = dict(zip(self.params, values))
@@ -305,9 +317,10 @@ class OpDecl:
         )
         return tuple(outs)
 
-    def dispatch(self, flat, backend: str, out) -> tuple:
-        """Through torch.library (``torch.ops.specops.<name>``, or ``<name>_out`` with the
-        buffers ``out``): what tracing and modes see -> the outputs, a tuple."""
+    def dispatch(self, *a, out=None) -> tuple:
+        """``run`` through torch.library (``torch.ops.specops.<name>``, or ``<name>_out`` with
+        the buffers ``out``): what tracing and modes see -> the outputs, a tuple."""
+        flat, backend = a[:-1], a[-1]
         if out is None:
             r = getattr(torch.ops.specops, self.name)(*flat, backend)
             return (r,) if len(self.outs) == 1 else r if self.outs else ()

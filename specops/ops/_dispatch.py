@@ -48,10 +48,11 @@ def stream_of(device: torch.device) -> int:
 _FAST: dict[tuple[str, str], object] = {}
 
 
-def fast_kernel(op: str, t, backend: str, have: tuple[str, ...]):
+def fast_kernel(op: str, t, backend: str):
     """The compiled binding ``<op>_cpu`` / ``<op>_cuda`` that an eager ``backend="auto"`` call on
-    ``t``'s device runs, or None: while tracing or under a mode, in validation mode, for tensor
-    subclasses, and where "auto" resolves to another backend."""
+    ``t``'s device runs (of the op's declared backends, ``backend_table``), or None: while tracing
+    or under a mode, in validation mode, for tensor subclasses, and where "auto" resolves to
+    another backend."""
     if (
         backend != "auto"
         or _compiling()
@@ -74,7 +75,7 @@ def fast_kernel(op: str, t, backend: str, have: tuple[str, ...]):
         return None
     fn = _FAST.get(key, False)
     if fn is False:
-        be = pick_backend(op, "auto", t.device, have)
+        be = pick_backend(op, "auto", t.device, _backends._BACKEND_TABLE[op])
         fn = getattr(_build._C, f"{op}_{be}") if be in ("cpu", "cuda") else None
         _FAST[key] = fn
     return fn
