@@ -6,14 +6,12 @@ run: an empty Python call and the verify_chain binding alone."""
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 import specops
 from specops import Tree, _build
 
-from .harness import Row
+from .harness import Row, per_call_us
 
 CALLS = 20000
 CALLS_QUICK = 300
@@ -23,14 +21,7 @@ def _per_call_us(fn, calls: int, blocks: int = 10) -> tuple[float, float, float]
     """(median, p20, p80) over ``blocks`` blocks of calls/blocks calls each, in us per call."""
     for _ in range(min(200, calls)):
         fn()
-    n = max(calls // blocks, 1)
-    per = []
-    for _ in range(blocks):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        per.append((time.perf_counter() - t0) / n * 1e6)
-    per.sort()
+    per = sorted(per_call_us(fn, max(calls // blocks, 1), blocks))
     return per[len(per) // 2], per[int(0.2 * (len(per) - 1))], per[int(0.8 * (len(per) - 1))]
 
 

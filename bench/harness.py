@@ -61,6 +61,17 @@ def _summary(samples_us: list[float]) -> Stats:
     )
 
 
+def per_call_us(fn: Callable[[], object], calls: int, trials: int) -> list[float]:
+    """``trials`` timings of ``calls`` back-to-back calls of ``fn``, each in us per call."""
+    out = []
+    for _ in range(trials):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        out.append((time.perf_counter() - t0) / calls * 1e6)
+    return out
+
+
 def time_cpu(
     fn: Callable[[], object], *, warmup: int = 2, trials: int = 7, min_time_s: float = 0.05
 ) -> Stats:
@@ -70,14 +81,7 @@ def time_cpu(
     t0 = time.perf_counter()
     fn()
     one = max(time.perf_counter() - t0, 1e-7)
-    per_trial = max(1, int(min_time_s / one))
-    samples = []
-    for _ in range(trials):
-        t0 = time.perf_counter()
-        for _ in range(per_trial):
-            fn()
-        samples.append((time.perf_counter() - t0) / per_trial * 1e6)
-    return _summary(samples)
+    return _summary(per_call_us(fn, max(1, int(min_time_s / one)), trials))
 
 
 def time_cuda(
