@@ -29,7 +29,7 @@ import torch
 from specops.decode import ar, speculative
 from specops.models.loading import load_default
 
-from .harness import e2e_table, greedy_seeds
+from .harness import class_setting, e2e_table, greedy_seeds
 
 TREES = {
     "chain K=4": dict(tree=None, num_draft=4),
@@ -84,9 +84,7 @@ def main(argv=None) -> list[dict]:
         f"{'T':>3} {'tree':<15} {'drafter':<7} {'tau (mean+-sd)':>15} "
         f"{'step compr. (mean+-sd)':>22} {'tau ratio':>9} {'s':>6}"
     )
-    table = e2e_table(
-        "drafters_e2e", f"{len(cls)} class prompts, seeds {args.seeds}", head, args.out
-    )
+    table = e2e_table("drafters_e2e", class_setting(cls, args.seeds), head, args.out)
     rows = []
     for temp in args.temperatures:
         seeds = greedy_seeds(temp, args.seeds)

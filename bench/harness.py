@@ -268,6 +268,12 @@ def e2e_table(script: str, setting: str, head: str, out: str | None = None) -> T
     return Table(title, head, out)
 
 
+def class_setting(cls, seeds: list[int], *more: str) -> str:
+    """The setting of an end-to-end table on class prompts ``cls``: their count, the seeds, then
+    ``more``."""
+    return ", ".join((f"{len(cls)} class prompts", f"seeds {seeds}", *more))
+
+
 def e2e_setup(ap: argparse.ArgumentParser, argv=None):
     """Adds the options an end-to-end script on the embedded model ends with (``--classes``,
     ``--seeds``, ``--threads``, ``--out``), parses ``argv``, sets torch's CPU threads and loads

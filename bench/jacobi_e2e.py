@@ -16,7 +16,7 @@ import time
 
 from specops.decode import sjd, sjd_pac
 
-from .harness import e2e_setup, e2e_table
+from .harness import class_setting, e2e_setup, e2e_table
 
 
 def main(argv=None) -> list[dict]:
@@ -28,9 +28,8 @@ def main(argv=None) -> list[dict]:
         f"{'window':>6} {'init':<8} {'method':<26} {'step compr.':>11} {'branch cont.':>12} "
         f"{'s':>6}"
     )
-    table = e2e_table(
-        "jacobi_e2e", f"{len(cls)} class prompts, seeds {args.seeds}, temperature 1", head, args.out
-    )
+    setting = class_setting(cls, args.seeds, "temperature 1")
+    table = e2e_table("jacobi_e2e", setting, head, args.out)
     rows = []
     for L in args.windows:
         for init in args.inits:

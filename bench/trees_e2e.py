@@ -22,7 +22,7 @@ import torch
 
 from specops.decode import ar, speculative
 
-from .harness import e2e_setup, e2e_table, greedy_seeds
+from .harness import class_setting, e2e_setup, e2e_table, greedy_seeds
 
 
 def main(argv=None) -> list[dict]:
@@ -38,12 +38,8 @@ def main(argv=None) -> list[dict]:
         f"{'T':>3} {'depth':>5} {'budget':>6} {'tree':<16} {'step compr.':>11} {'nodes':>6} "
         f"{'s':>6}"
     )
-    table = e2e_table(
-        "trees_e2e",
-        f"{len(cls)} class prompts, branch {args.branch}, seeds {args.seeds}",
-        head,
-        args.out,
-    )
+    setting = class_setting(cls, args.seeds, f"branch {args.branch}")
+    table = e2e_table("trees_e2e", setting, head, args.out)
     for temp in args.temperatures:
         ref = ar(m.target, cls, temperature=0)[0] if temp == 0 else None
         for depth in args.depths:
