@@ -90,6 +90,15 @@ def device(request):
     return request.param
 
 
+@pytest.fixture(scope="module")
+def markov():
+    """The exact Markov chain target and its drafter (tests/markov_chain_lm.py); the modules that
+    take the target alone (test_decode_coupling, test_decode_relax_sjd) define their own."""
+    from markov_chain_lm import MarkovDrafter, MarkovLM
+
+    return MarkovLM(), MarkovDrafter()
+
+
 # Every Triton specialisation the suite launches, recorded for the ahead-of-time compile of
 # tests/triton_specs.py (scripts/test.sh sets SPECOPS_TRITON_SPECS=<file>).
 _TRITON_SPECS = os.environ.get("SPECOPS_TRITON_SPECS")

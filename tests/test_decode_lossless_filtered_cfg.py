@@ -5,19 +5,13 @@ and the unfiltered (unguided) chain fails the same test."""
 from __future__ import annotations
 
 import pytest
-from markov_chain_lm import CLASSES, LENGTH, CFGMarkovLM, MarkovDrafter, MarkovLM, _check, _filtered
+from markov_chain_lm import CLASSES, LENGTH, CFGMarkovLM, _check, _filtered
 
 from specops import Tree
 from specops.decode.ar import ar
 from specops.decode.sjd import sjd
 from specops.decode.sjd_pac import sjd_pac
 from specops.decode.speculative import speculative
-
-
-@pytest.fixture(scope="module")
-def markov():
-    return MarkovLM(), MarkovDrafter()
-
 
 # top-k / top-p sampling: every lossless mode samples the filtered chain ------------------------
 _FILTERED_MODES = {

@@ -27,11 +27,6 @@ from specops.decode.sjd_pac import sjd_pac
 from specops.decode.speculative import speculative
 
 
-@pytest.fixture(scope="module")
-def markov():
-    return MarkovLM(), MarkovDrafter()
-
-
 def test_exact_joint_is_a_distribution(markov):
     m, _ = markov
     for s in (1, 3, 5):

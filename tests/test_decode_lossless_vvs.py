@@ -10,8 +10,6 @@ from markov_chain_lm import (
     CLASSES,
     LENGTH,
     CFGMarkovLM,
-    MarkovDrafter,
-    MarkovLM,
     V,
     _check,
     _filtered,
@@ -20,11 +18,6 @@ from markov_chain_lm import (
 import specops
 from specops import Tree
 from specops.decode.speculative import speculative
-
-
-@pytest.fixture(scope="module")
-def markov():
-    return MarkovLM(), MarkovDrafter()
 
 
 @pytest.mark.parametrize("case", ["plain", "top_k", "cfg"])
