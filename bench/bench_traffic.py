@@ -41,6 +41,15 @@ def _chain_floor(p, x, q, r) -> int:
     return rows + b * (k1 + 1) * F32
 
 
+def _gsd_floor(p, x, q, r) -> int:
+    """verify_chain with GSD's grouping: each tested draft's whole p row (its window is the
+    nearest keys in the row's order, so every entry is compared), q(x_i), and the chain's rows
+    for the final token and outputs; the window members' q and codes are not counted."""
+    b, k1, v = p.shape
+    tested = sum(min(a + 1, k1 - 1) for a in r.num_accepted.tolist())
+    return _chain_floor(p, x, q, r) + tested * (v - 1) * F32
+
+
 def _tree_floor(p, q, tree, r) -> int:
     """verify_tree: p(x_c) and q(x_c) for each tested child (the children of every node on the
     accepted path up to the accepted one, all children of the last node); with draft
@@ -198,6 +207,8 @@ def _triton_floor(op: str, call, result) -> int:
     ``functools.partial`` (the op and its inputs), ``result`` what it returned."""
     a, kw = call.args, call.keywords
     if op == "verify_chain":
+        if kw.get("relax") is not None:
+            return _gsd_floor(a[0], a[1], a[2], result)
         return (_block_floor if kw.get("block") else _chain_floor)(a[0], a[1], a[2], result)
     if op == "sample":
         return _sample_floor(a[0])

@@ -25,16 +25,35 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "tes
 from test_reference_grouped import authors_accept  # noqa: E402
 
 
-def inputs(b=2, L=64, v=65536, start=4, vi=8192, c=256):
-    g = torch.Generator().manual_seed(0)
-    logits = torch.full((b, L, v), -30.0)
-    logits[..., start : start + vi] = 3 * torch.randn(b, L, vi, generator=g)
+def inputs(b=2, L=64, v=65536, start=4, vi=8192, c=256, device="cpu", seed=0):
+    """(p, q [b, L, v], drafts x ~ q [b, L], the authors' Grouping over codes [vi, c] of ids
+    start .. start + vi - 1, uniforms [b, 2L]): image logits 3 * N(0, 1), the rest -30."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    logits = torch.full((b, L, v), -30.0, device=device)
+    logits[..., start : start + vi] = 3 * torch.randn(b, L, vi, generator=g, device=device)
     p = torch.softmax(logits, -1)
-    q = torch.softmax(logits + 0.5 * torch.randn(b, L, v, generator=g), -1)
+    q = torch.softmax(logits + 0.5 * torch.randn(b, L, v, generator=g, device=device), -1)
     x = torch.multinomial(q.reshape(-1, v), 1, generator=g).reshape(b, L)
-    cb = 0.05 * torch.randn(vi, c, generator=g)
-    u = torch.rand(b, 2 * L, generator=g)
+    cb = 0.05 * torch.randn(vi, c, generator=g, device=device)
+    u = torch.rand(b, 2 * L, generator=g, device=device)
     return p, q, x, Grouping(cb, 7, 0.15, 0.5, (start, start + vi)), u
+
+
+def authors_chain(p, x, q, relax, u) -> list[int]:
+    """The authors' rule draft by draft, each request until its first rejection, as their loop
+    runs it (a sort of the row and host syncs per draft) -> accepted prefix lengths."""
+    g = relax
+    start = g.image_range[0]
+    out = []
+    for i in range(x.shape[0]):
+        n = 0
+        while n < x.shape[1] and authors_accept(
+            p[i, n], q[i, n], int(x[i, n]), u[i, n], g.codebook, g.window, g.p_threshold,
+            g.d_threshold, start,
+        ):  # fmt: skip
+            n += 1
+        out.append(n)
+    return out
 
 
 def best(fn, reps):

@@ -85,6 +85,8 @@ def _sample_wor(kw, flags, be, dev, copies):
 # ---- verification -----------------------------------------------------------------------------
 def _chain(kw, flags, be, dev, copies):
     b, k, v = _int(kw, "B", "K", "V")
+    if "gsd" in flags:
+        return _chain_gsd(b, k, v, be, dev, copies)
     block = "block" in flags
     ins = [inputs.chain_inputs(b, k, v, dev, _gen(dev, b * 131 + k + v + i)) for i in range(copies)]
     built = Built(
@@ -108,6 +110,29 @@ def _chain(kw, flags, be, dev, copies):
 
     _peer(built, "flashinfer", flashinfer)
     _peer(built, "sglang_triton", sglang)
+    return built
+
+
+def _chain_gsd(b, k, v, be, dev, copies):
+    """GSD's grouped acceptance at Lumina-mGPT's image range (8192 codes of 256 dims, the
+    authors' w 7, p 0.15, d 0.5) beside the authors' loop (a sort and host syncs per draft:
+    eager launches, never a graph), both on the same uniforms."""
+    from .gsd_authors import authors_chain
+    from .gsd_authors import inputs as gsd_inputs
+
+    ins = []
+    for i in range(copies):
+        p, q, x, relax, u = gsd_inputs(b, k + 1, v, device=dev, seed=i)
+        ins.append((p, x[:, :k], q[:, :k], relax, u[:, : k + 1]))
+    built = Built(
+        [
+            lambda i=i: specops.verify_chain(
+                i[0], i[1], i[2], relax=i[3], uniforms=i[4], backend=be
+            )
+            for i in ins
+        ]  # fmt: skip
+    )
+    built.peers["gsd authors loop"] = [lambda i=i: authors_chain(*i) for i in ins]
     return built
 
 

@@ -239,6 +239,10 @@ def traffic_of(fn: Callable, *args, **kwargs) -> tuple[object, list[KernelTraffi
 # draw over the whole row -- the kernel's real work), plain and block verification.
 VERIFY_QUICK = [(2, 3, 1000)]
 VERIFY_FULL = [(2, 4, 16384), (2, 4, 32000), (2, 8, 65536), (2, 8, 184622)]
+# (B, K, V, codes, code dim): verify_chain with GSD's grouping (bench/gsd_authors.py inputs: the
+# authors' w 7, p 0.15, d 0.5 over an image range of that many codes)
+GSD_QUICK = [(2, 3, 1000, 512, 8)]
+GSD_FULL = [(2, 15, 65536, 8192, 256)]
 # (rows, V): sample
 SAMPLE_QUICK = [(4, 1000)]
 SAMPLE_FULL = [(2, 16384), (2, 32000), (2, 65536), (2, 184622)]
@@ -334,13 +338,20 @@ def verify_inputs(b, k, v, gen):
     return p, x, q
 
 
-def _verify_cases(specops, shapes, gen):
+def _verify_cases(specops, shapes, gsd, gen):
     for b, k, v in shapes:
         p, x, q = verify_inputs(b, k, v, gen)
         for block in (False, True):
             shape = f"B={b} K={k} V={v}" + (" block" if block else "")
             f = partial(specops.verify_chain, p, x, q, seed=1, block=block, backend="triton")
             yield "verify_chain", shape, f
+    for b, k, v, codes, dim in gsd:  # (own seeds: the plain cases' inputs stay as they were)
+        from .gsd_authors import inputs as gsd_inputs
+
+        p, q, x, relax, u = gsd_inputs(b, k + 1, v, vi=codes, c=dim)
+        f = partial(specops.verify_chain, p, x[:, :k], q[:, :k], relax=relax,
+                    uniforms=u[:, : k + 1], backend="triton")  # fmt: skip
+        yield "verify_chain", f"gsd B={b} K={k} V={v}", f
 
 
 def _probs_cases(specops, cases, gen):
@@ -455,7 +466,9 @@ def _cases(quick: bool, gen):
 
     q = quick
     families = (
-        _verify_cases(specops, VERIFY_QUICK if q else VERIFY_FULL, gen),
+        _verify_cases(
+            specops, VERIFY_QUICK if q else VERIFY_FULL, GSD_QUICK if q else GSD_FULL, gen
+        ),
         _sample_cases(specops, SAMPLE_QUICK if q else SAMPLE_FULL, gen),
         _probs_cases(specops, PROBS_QUICK if q else PROBS_FULL, gen),
         _attn_cases(specops, ATTN_QUICK if q else ATTN_FULL, gen),

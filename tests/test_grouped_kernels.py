@@ -1,22 +1,24 @@
 """GSD grouped acceptance (``relax=specops.Grouping``) on the compiled backends: the C++ twin
 and cuda_sim (the CUDA kernels' device code) equal the reference token for token on the same
-Philox draws, for verify_chain, verify_tree and verify_jacobi."""
+Philox draws, for verify_chain, verify_tree and verify_jacobi; Triton's verify_chain too."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from helpers import KERNEL_BACKENDS
+from helpers import KERNEL_BACKENDS, backend_device
 
 import specops
 from specops import Grouping, Tree
+from specops.reference.grouped import group_sums
 
 BACKENDS = KERNEL_BACKENDS  # cpu, cuda (GPU runs only), cuda_sim
+CHAIN_BACKENDS = (*KERNEL_BACKENDS, "triton")
 
 
 def _on(backend, *ts):
-    """The tensors on the backend's device (cuda: the GPU; else the CPU)."""
-    dev = "cuda" if backend == "cuda" else "cpu"
+    """The tensors on the backend's device (cuda: the GPU; triton: where it runs; the CPU)."""
+    dev = backend_device(backend) if backend == "triton" else "cuda" if backend == "cuda" else "cpu"
     return [t.to(dev) if isinstance(t, torch.Tensor) else t for t in ts]
 
 
@@ -40,7 +42,7 @@ def _relax(g, v, w, image_range=None, dim=3, d_thr=2.0):
 CASES = [(7, False, None), (3, True, None), (16, True, (4, 36)), (1, False, (0, 20))]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", CHAIN_BACKENDS)
 @pytest.mark.parametrize("w,ties,rng", CASES)
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_chain_equals_reference(backend, w, ties, rng, deterministic):
@@ -100,7 +102,7 @@ def test_jacobi_equals_reference(backend, w, ties, rng, continue_after_reject):
     assert torch.equal(got.next_window.cpu(), want.next_window)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", CHAIN_BACKENDS)
 def test_large_vocabulary_equals_reference(backend):
     # Lumina-mGPT's image range inside a larger vocabulary, the authors' settings
     g = torch.Generator().manual_seed(0)
@@ -113,6 +115,48 @@ def test_large_vocabulary_equals_reference(backend):
     pd, xd, qd = _on(backend, p, x, q)
     got = specops.verify_chain(pd, xd, qd, seed=1, relax=_to(backend, relax), backend=backend)
     assert torch.equal(got.tokens.cpu(), want.tokens)
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_triton_window_spans_tiles(ties):
+    # V over Triton's 4096-entry tile: the window is merged across tiles; with ties, equal
+    # probabilities in different tiles are ordered by id
+    backend_device("triton")
+    g = torch.Generator().manual_seed(7)
+    b, k, v = 2, 4, 9000
+    p = _probs(g, (b, k + 1, v), ties)
+    q = _probs(g, (b, k, v), ties)
+    x = torch.multinomial(q.reshape(-1, v), 1, generator=g).reshape(b, k)
+    relax = Grouping(0.05 * torch.randn(v, 4, generator=g), 16, 1.0, 0.5)
+    want = specops.verify_chain(p, x, q, seed=2, relax=relax, backend="reference")
+    got = specops.verify_chain(p, x, q, seed=2, relax=relax, backend="triton")
+    assert torch.equal(got.tokens, want.tokens)
+    assert torch.equal(got.num_accepted, want.num_accepted)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "triton"])
+@pytest.mark.parametrize("w", [1, 3, 7, 16])
+def test_group_mass_by_uniform_sweep(backend, w):
+    # One request copied over n rows with caller uniforms on a grid for draft 0: row j accepts
+    # iff u_j * Q < P, so the accepted rows read P / Q to 1 / n.  Wide thresholds put the whole
+    # window in the group: a window one entry short or long moves P / Q by several grid steps.
+    pd = _on(backend, torch.zeros(1))[0].device
+    g = torch.Generator().manual_seed(w)
+    n, v = 96, 200
+    p = _probs(g, (1, 2, v), False).expand(n, 2, v).contiguous()
+    q = _probs(g, (1, 1, v), False).expand(n, 1, v).contiguous()
+    relax = Grouping(torch.zeros(v, 2), w, 1.0, 1.0)
+    # a draft whose group ratio P / Q lies inside the sweep, by the reference's own sums
+    ids = torch.arange(v)
+    big_p, big_q = group_sums(p[0, 0].expand(v, v), q[0, 0].expand(v, v), ids, relax)
+    ratio = big_p / big_q
+    x = torch.full((n, 1), int(ids[(ratio > 0.2) & (ratio < 0.8)][0]))
+    u = torch.stack([(torch.arange(n) + 0.5) / n, torch.full((n,), 0.5)], -1)
+    want = specops.verify_chain(p, x, q, uniforms=u, relax=relax, backend="reference")
+    got = specops.verify_chain(p.to(pd), x.to(pd), q.to(pd), uniforms=u.to(pd),
+                               relax=_to(backend, relax), backend=backend)  # fmt: skip
+    assert 0 < int(want.num_accepted.sum()) < n  # the sweep crosses P / Q
+    assert torch.equal(got.num_accepted.cpu(), want.num_accepted)
 
 
 def test_errors_name_the_argument():

@@ -345,25 +345,31 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from specops.triton_kernels.grouped import GROUP_SIGNATURE
 from specops.triton_kernels.philox import RNG_SIGNATURE
 from specops.triton_kernels.verify import _verify_chain_kernel as k
 
 ptrs = dict(target="*fp32", draft="*fp32", tokens="*i64", num_draft="*i64", neighbors="*i32",
-            rng=RNG_SIGNATURE, uniforms="*fp32", out_tokens="*i32", out_num_accepted="*i32")
-# (draft probs, num_draft, relax, greedy, seed tensor, offset tensor, uniforms, dtype, ids)
+            grp=GROUP_SIGNATURE, rng=RNG_SIGNATURE, uniforms="*fp32", out_tokens="*i32",
+            out_num_accepted="*i32")
+# (draft probs, num_draft, relax, greedy, seed tensor, offset tensor, uniforms, dtype, ids,
+#  GSD grouping)
 cases = [
-    (True, True, False, False, True, True, False, "fp32", "i64"),
-    (False, False, False, False, False, False, False, "bf16", "i32"),
-    (True, False, True, False, False, False, True, "fp16", "i64"),
-    (False, True, False, True, False, False, False, "fp32", "i32"),
+    (True, True, False, False, True, True, False, "fp32", "i64", False),
+    (False, False, False, False, False, False, False, "bf16", "i32", False),
+    (True, False, True, False, False, False, True, "fp16", "i64", False),
+    (False, True, False, True, False, False, False, "fp32", "i32", False),
+    (True, True, False, False, False, False, True, "bf16", "i64", True),
+    (False, False, False, False, True, False, False, "fp32", "i32", True),
 ]
-for has_q, has_nd, relax, greedy, seed_t, off_t, unif, dt, ids in cases:
+for has_q, has_nd, relax, greedy, seed_t, off_t, unif, dt, ids, group in cases:
     sig = {n: "i32" for n in k.arg_names}
     sig.update(ptrs)
     sig.update(target="*" + dt, draft="*" + dt, tokens="*" + ids, delta_bits="i64")
     consts = dict(HAS_Q=has_q, HAS_NUM_DRAFT=has_nd, HAS_RELAX=relax, GREEDY=greedy,
                   HAS_SEED_PTR=seed_t, HAS_OFFSET_PTR=off_t, HAS_UNIFORMS=unif,
-                  BLOCK_K=16, BLOCK_NB=8, TILE=4096)
+                  HAS_GROUP=group, BLOCK_VERIFY=False, BLOCK_K=16, BLOCK_NB=8, BLOCK_W=8,
+                  TILE=4096)
     sig.update({n: "constexpr" for n in consts})
     src = ASTSource(k, signature=sig, constexprs=consts)
     triton.compile(src, target=GPUTarget("cuda", 90, 32),
@@ -376,5 +382,5 @@ print("compiled")
 def test_triton_kernel_lowers_for_sm90():
     """Ahead-of-time compile for sm_90 (no GPU needed, out of the interpreter): catches lowering
     errors the interpreter does not see (scalar branches, the greedy while loop, float64
-    scans, the bitcast of delta)."""
+    scans, the bitcast of delta, GSD's int64 keys and per-draft walk)."""
     aot_compile(_AOT)

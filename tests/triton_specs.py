@@ -202,7 +202,8 @@ def record_served(path: str) -> None:
     """Bind (record-only) the Triton launches of the served models' shapes: probs (top-k, top-p
     with and without it, CFG) and sample at
     the vocabularies of LlamaGen (16384), LLaVA (32000), Chameleon / Lumina-mGPT (65536), Llama 3
-    (128256) and Emu3 (184622); verify_chain at K 4 and 8; tree_attention at head_dim 64 and 128
+    (128256) and Emu3 (184622); verify_chain at K 4 and 8 (GSD's grouping at 65536);
+    tree_attention at head_dim 64 and 128
     in fp16 and bf16, GQA 32/8, trees of 16 and 64 nodes; append_kv and commit_kv likewise."""
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
@@ -242,6 +243,9 @@ def _served_launches(specops, Tree) -> None:
             specops.verify_chain(tp, x, None, seed=0, backend="triton")
             specops.verify_chain(tp, x, tp[:, :k], seed=0, backend="triton")
             specops.verify_chain(tp, x, tp[:, :k], seed=0, block=True, backend="triton")
+            if v == 65536:  # GSD at Lumina-mGPT's: 8192 codes of 256 dims, the authors' w 7
+                relax = specops.Grouping(torch.zeros(8192, 256), image_range=(4, 8196))
+                specops.verify_chain(tp, x, tp[:, :k], seed=0, relax=relax, backend="triton")
     for d in (64, 128):
         for dt in (torch.float16, torch.bfloat16):
             for n in (16, 64):

@@ -7,9 +7,10 @@ the final token t is drawn by inverse CDF with draw K from the residual max(p_a 
 a rejection or from the bonus row, with float64 running sums; greedy rows use argmax.
 
 All acceptance tests of a request are independent of each other, so they run as one vector over
-the K drafts; only greedy verification walks the drafts one argmax at a time.  Probabilities are
-read in their own dtype and converted to float32.  Each rule in full (ids out of range, the
-tiled draw, NaN): docs/triton_kernels.md, "Chain verification".
+the K drafts; only greedy verification walks the drafts one argmax at a time, and GSD's grouped
+acceptance (triton_kernels/grouped.py) tests them in order until the first rejection.
+Probabilities are read in their own dtype and converted to float32.  Each rule in full (ids out
+of range, the tiled draw, NaN): docs/triton_kernels.md, "Chain verification".
 """
 
 import struct
@@ -18,13 +19,9 @@ import torch
 import triton
 import triton.language as tl
 from specops.triton_kernels._args import Strided, launch, unit_rows
+from specops.triton_kernels.grouped import group_sums
+from specops.triton_kernels.mass import mass as _mass
 from specops.triton_kernels.philox import philox_key, philox_uniform, rng_args
-
-
-@triton.jit
-def _mass(p):
-    """The NaN policy: p where 0 < p < +inf, else 0 (NaN, negative and +inf count as 0)."""
-    return tl.where((p > 0.0) & (p < float("inf")), p, 0.0)
 
 
 @triton.jit
@@ -260,6 +257,7 @@ def _verify_chain_kernel(
     neighbors,
     neighbors_k,
     delta_bits,
+    grp,
     rng,
     uniforms,
     out_tokens,
@@ -267,6 +265,7 @@ def _verify_chain_kernel(
     HAS_Q: tl.constexpr,
     HAS_NUM_DRAFT: tl.constexpr,
     HAS_RELAX: tl.constexpr,
+    HAS_GROUP: tl.constexpr,
     GREEDY: tl.constexpr,
     HAS_SEED_PTR: tl.constexpr,
     HAS_OFFSET_PTR: tl.constexpr,
@@ -274,6 +273,7 @@ def _verify_chain_kernel(
     BLOCK_VERIFY: tl.constexpr,
     BLOCK_K: tl.constexpr,
     BLOCK_NB: tl.constexpr,
+    BLOCK_W: tl.constexpr,
     TILE: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
@@ -315,6 +315,18 @@ def _verify_chain_kernel(
         if BLOCK_VERIFY:
             acc, t = _block_verify(p_b, draft + b * draft_sb, target_sk, draft_sk, x, ks, in_k, u,
                                    u_final, n_valid, vocab, HAS_Q, TILE)  # fmt: skip
+        elif HAS_GROUP:
+            # GSD: accept x_i iff u_i * Q_i < P_i over x_i's group, in order until the first
+            # rejection (rows past it are never read)
+            acc = 0 * b
+            go = n_valid > 0
+            while go:
+                big_p, big_q = group_sums(p_b + acc * target_sk, draft + b * draft_sb +
+                                          acc * draft_sk, _pick(x, ks, acc), vocab, grp, HAS_Q,
+                                          BLOCK_W, TILE)  # fmt: skip
+                good = _pick(u, ks, acc) * big_q < big_p
+                acc += good.to(tl.int64)
+                go = good & (acc < n_valid)
         else:
             # acceptance tests of all drafts at once: u_i * q_i(x_i) < p_i(x_i) + pool_i(x_i)
             ok = in_k & (x >= 0) & (x < vocab)  # only in-range ids are ever used as an index
@@ -348,6 +360,7 @@ def _verify_chain_kernel(
             first_rej = tl.min(tl.where(in_k & ~accept, ks, K), axis=0).to(tl.int64)
             acc = tl.minimum(first_rej, n_valid)
 
+        if not BLOCK_VERIFY:
             # the final token from row a
             pa = p_b + acc * target_sk
             rejected = acc < n_valid
@@ -388,10 +401,8 @@ def verify_chain_triton(
 ):
     """Launch ``_verify_chain_kernel`` on checked arguments, in the order the op declares them
     (specops/ops/verify.py ``CHAIN``) -> (tokens [B, K+1] int32, num_accepted [B] int32).
-    GSD's grouped acceptance (``codebook`` given) is not in this kernel: the op's backends for
-    it leave Triton out (``_chain_backends``)."""
-    if codebook is not None:
-        raise ValueError("verify_chain_triton: GSD grouped acceptance is not implemented")
+    GSD's grouped acceptance (``codebook`` given, float32 contiguous) runs in the same launch
+    (triton_kernels/grouped.py)."""
     target, tokens, draft, nb = target_probs, draft_tokens, draft_probs, neighbors
     b, k1, v = target.shape
     k = k1 - 1
@@ -407,6 +418,16 @@ def verify_chain_triton(
         return out_tokens, out_num
     dummy = out_tokens  # never read when the matching HAS_* flag is off
     rng, flags = rng_args(seed, seed_value, offset, offset_value, b, dummy)
+    has_group = codebook is not None
+    grp = (
+        codebook if has_group else dummy,
+        codebook.shape[0] if has_group else 0,
+        codebook.shape[1] if has_group else 0,
+        int(image_start),
+        int(group_window),
+        float(group_p),
+        struct.unpack("<q", struct.pack("<d", float(group_d)))[0],
+    )
     tile = min(4096, triton.next_power_of_2(v))
     nbk = nb.shape[1] if nb is not None else 0
     launch(
@@ -427,6 +448,7 @@ def verify_chain_triton(
         nb if nb is not None else dummy,
         nbk,
         struct.unpack("<q", struct.pack("<d", float(delta)))[0],
+        grp,
         rng,
         uniforms if uniforms is not None else dummy,
         out_tokens,
@@ -434,12 +456,14 @@ def verify_chain_triton(
         HAS_Q=draft is not None,
         HAS_NUM_DRAFT=num_draft is not None,
         HAS_RELAX=nb is not None,
+        HAS_GROUP=has_group,
         GREEDY=bool(greedy),
         **flags,
         HAS_UNIFORMS=uniforms is not None,
         BLOCK_VERIFY=bool(block),
         BLOCK_K=triton.next_power_of_2(k1),
         BLOCK_NB=triton.next_power_of_2(max(nbk, 1)),
+        BLOCK_W=triton.next_power_of_2(max(int(group_window), 1)) if has_group else 1,
         TILE=tile,
         # 16 warps at TILE 4096: 8 spill 40-76 B on sm_90 (docs/triton_resources.md)
         num_warps=16 if tile >= 4096 else 8 if tile >= 2048 else 4,

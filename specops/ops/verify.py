@@ -69,13 +69,6 @@ def _chain_reference(target_probs, draft_tokens, draft_probs, num_draft, rng, ne
     return r.tokens, r.num_accepted
 
 
-def _chain_backends(a, backend) -> tuple[str, ...]:
-    """GSD's grouped acceptance (a codebook) runs on cuda, cpu and reference, not Triton."""
-    if a.codebook is None:
-        return CHAIN.backends
-    return tuple(be for be in CHAIN.backends if be != "triton")
-
-
 CHAIN = OpDecl(
     "verify_chain",
     args=(
@@ -93,7 +86,6 @@ CHAIN = OpDecl(
     backends=("cuda", "triton", "cpu", "reference"),
     check=_check_chain,
     reference=_chain_reference,
-    backends_for=_chain_backends,
     triton="verify:verify_chain_triton",
 )
 
