@@ -170,6 +170,22 @@ def _check_tree(op, a, extra=(), read_through=None):
                 stack.append(link)
 
 
+def _check_sampled_tree(op, a, uniform_samples, final, target_probs, draft_probs):
+    """``_check_tree`` with the coins and the probability rows of the sampling verifiers (the
+    target-only one and ``tree_speculative_sampling``): ``uniform_samples`` [bs, N], ``final``
+    one coin per request, ``target_probs`` and ``draft_probs`` [bs, N, vocab >= 1] alike."""
+    _check_tree(op, a, (("uniform_samples", uniform_samples, c.check_probs),
+                        ("target_probs", target_probs, c.check_probs),
+                        ("draft_probs", draft_probs, c.check_probs)))  # fmt: skip
+    _check_final(op, final, a.candidates.shape[0], a.candidates.device)
+    for name, t in (("target_probs", target_probs), ("draft_probs", draft_probs)):
+        if t.dim() != 3 or t.shape != target_probs.shape or t.shape[2] == 0:
+            raise ValueError(
+                f"specops.{op}: {name} must be [bs, num_draft_tokens, vocab >= 1] like "
+                f"target_probs, got {list(t.shape)} (target_probs {list(target_probs.shape)})"
+            )
+
+
 def _ids_2d(op, name, t, device):
     c.check_ids(op, name, t, device=device, ndim=2)
 
@@ -313,17 +329,8 @@ def tree_speculative_sampling_target_only(
             f"specops.{op}: threshold_single and threshold_acc must be in [0, 1], got "
             f"{threshold_single} and {threshold_acc}"
         )
-    _check_tree(op, a, (("uniform_samples", uniform_samples, c.check_probs),
-                        ("target_probs", target_probs, c.check_probs),
-                        ("draft_probs", draft_probs, c.check_probs)))  # fmt: skip
-    bs = a.candidates.shape[0]
-    _check_final(op, uniform_samples_for_final_sampling, bs, a.candidates.device)
-    for name, t in (("target_probs", target_probs), ("draft_probs", draft_probs)):
-        if t.dim() != 3 or t.shape != target_probs.shape or t.shape[2] == 0:
-            raise ValueError(
-                f"specops.{op}: {name} must be [bs, num_draft_tokens, vocab >= 1] like "
-                f"target_probs, got {list(t.shape)} (target_probs {list(target_probs.shape)})"
-            )
+    _check_sampled_tree(op, a, uniform_samples, uniform_samples_for_final_sampling, target_probs,
+                        draft_probs)  # fmt: skip
     c.check_writable(op, "draft_probs", draft_probs)
     vocab = target_probs.shape[2]
     _check_vocab(op, a.candidates, vocab)
@@ -512,16 +519,8 @@ def tree_speculative_sampling(
     a = _Tree(predicts, accept_index, accept_token_num, candidates, retrive_index,
               retrive_next_token, retrive_next_sibling)  # fmt: skip
     op = _OP + "tree_speculative_sampling"
-    _check_tree(op, a, (("uniform_samples", uniform_samples, c.check_probs),
-                        ("target_probs", target_probs, c.check_probs),
-                        ("draft_probs", draft_probs, c.check_probs)))  # fmt: skip
-    _check_final(op, uniform_samples_for_final_sampling, a.candidates.shape[0], a.candidates.device)
-    for name, t in (("target_probs", target_probs), ("draft_probs", draft_probs)):
-        if t.dim() != 3 or t.shape != target_probs.shape or t.shape[2] == 0:
-            raise ValueError(
-                f"specops.{op}: {name} must be [bs, num_draft_tokens, vocab >= 1] like "
-                f"target_probs, got {list(t.shape)} (target_probs {list(target_probs.shape)})"
-            )
+    _check_sampled_tree(op, a, uniform_samples, uniform_samples_for_final_sampling, target_probs,
+                        draft_probs)  # fmt: skip
     vocab = target_probs.shape[2]
     _check_vocab(op, a.candidates, vocab)
     bs, n = a.candidates.shape
