@@ -146,16 +146,12 @@ def _kernel(parent_list, sel, seq_lens, mask, positions, ri, nt, ns, topk, depth
     for b in range(bs):
         s = int(seq_lens[b])
         for tid in range(n):
-            if mode == FULL_MASK:
-                base = n * n * b + n * int(seq_lens[:b].sum()) + (s + n) * tid + s
-            elif mode == QLEN_ONLY:
-                base = n * n * b + n * tid
             if mode != QLEN_ONLY_BITPACKING:
+                base = base_of(mode, n, b, tid, seq_lens)
                 flat[base] = True
                 flat[base + 1 : base + n] = False
             else:
-                base = (b * n + tid) * nb
-                flat[base] = 1
+                flat[(b * n + tid) * nb] = 1
         positions[b * n] = s
         for i in range(n - 1, 0, -1):
             ri[b, i] = b * n + i
