@@ -104,8 +104,14 @@ def test_sources_follow_includes_and_imports():
             "csrc/launchers.h"} <= set(cuda)  # fmt: skip
     assert "csrc/include/specops/kv.cuh" not in cuda  # launchers.h is opaque
     tri = ledger.sources(data["kernels"]["triton:sample"], ROOT)
-    assert {"triton_kernels/sample.py", "triton_kernels/philox.py", "triton_kernels/verify.py",
-            "triton_kernels/_args.py"} == set(tri)  # fmt: skip
+    assert {
+        "triton_kernels/sample.py",
+        "triton_kernels/philox.py",
+        "triton_kernels/verify.py",
+        "triton_kernels/_args.py",
+        "triton_kernels/grouped.py",
+        "triton_kernels/mass.py",
+    } == set(tri)  # imports of imports (verify -> grouped -> mass)
 
 
 def test_traffic_counts_are_not_older_than_the_ledger_kernels():
