@@ -1,7 +1,7 @@
 """The house in order: no source, test or doc file over 600 lines, module docstrings of at most
-15 lines, no function in specops/decode/ over 80 lines, and no import circles between the modules of specops/, triton_kernels/, bench/ and
-scripts/ (relative and function-level imports included: a circle through a lazy import is still
-two modules that each need the other)."""
+15 lines, no function in specops/decode/ over 80 lines, and no import circles between the
+modules of specops/, triton_kernels/, bench/ and scripts/ (relative and function-level imports
+included: a circle through a lazy import is still two modules that each need the other)."""
 
 from __future__ import annotations
 

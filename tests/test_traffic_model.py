@@ -4,7 +4,6 @@ generated, sums a split call's launches, and reports each family's error held ou
 from __future__ import annotations
 
 import pytest
-
 from specops.bench import traffic_model as tm
 from specops.bench.traffic_common import KernelTraffic
 
