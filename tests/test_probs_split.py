@@ -134,10 +134,9 @@ def test_split_top_p_needs_top_k():
 def test_the_op_takes_the_split_path_without_top_p():
     """probs_from_logits(backend="triton") runs probs_split_triton (its result overwrites the
     out buffer it also uses as scratch) without top-p and with top-p after a top-k below
-    TOPP_CAP; top-p alone (or after a top-k past TOPP_CAP) the one-program-a-row kernel."""
+    TOPP_CAP; top-p alone (or after a top-k past TOPP_CAP) the one-program-a-row kernel: the
+    choice of the entry the declaration names (probs_split.probs_from_logits_triton)."""
     from specops.triton_kernels import probs_split
-
-    from specops.ops import probs as probs_op
 
     calls = []
     real = probs_split.probs_split_triton
@@ -158,7 +157,6 @@ def test_the_op_takes_the_split_path_without_top_p():
         assert calls == [1, 1]
     finally:
         probs_split.probs_split_triton = real
-    assert probs_op._TOPP_CAP == probs_split.TOPP_CAP
     _same(got, specops.probs_from_logits(x, top_k=20, backend="reference"))
     _same(got_p, specops.probs_from_logits(x, top_k=20, top_p=0.9, backend="reference"))
 

@@ -201,12 +201,14 @@ def test_cascade_with_fake_flash_attn(fake_flash, b, n, hq, hkv, seqlens, page):
     a torch stand-in for flash-attn, against float64; flash-attn gets int32 seqlens and block
     table, causal=False, the lse, and L_b + N never reaches past the capacity."""
     from specops.ops._attention_cascade import tree_attention_cascade
+    from specops.ops.attention import ATTENTION
 
+    kernels = (ATTENTION.triton_kernel(), ATTENTION.triton_kernel("merge_states_triton"))
     dtype = torch.float16
     q, k, v, L, tree, bt = _inputs(b, n, hq, hkv, 32, seqlens, "random", dtype, page, seed=b)
     if bt is not None:
         bt = bt.long()  # any int dtype in, int32 to flash-attn
-    out, lse = tree_attention_cascade(q, k, v, L, tree.mask_bits, bt, 32**-0.5)
+    out, lse = tree_attention_cascade(q, k, v, L, tree.mask_bits, bt, 32**-0.5, kernels=kernels)
     (call,) = fake_flash
     assert call["causal"] is False and call["return_softmax_lse"] is True
     assert call["softmax_scale"] == 32**-0.5 and call["cache_seqlens"].dtype == torch.int32
@@ -214,7 +216,8 @@ def test_cascade_with_fake_flash_attn(fake_flash, b, n, hq, hkv, seqlens, page):
     assert out.dtype == dtype and lse.dtype == torch.float32 and out.shape == q.shape
     check_against_float64(out, lse, q, k, v, L, tree.ancestors, bt)
     if bt is None:  # an empty batch never reaches flash-attn (it rejects batch 0)
-        o0, l0 = tree_attention_cascade(q[:0], k[:0], v[:0], L[:0], tree.mask_bits[:0], None, 1.0)
+        o0, l0 = tree_attention_cascade(q[:0], k[:0], v[:0], L[:0], tree.mask_bits[:0], None, 1.0,
+                                        kernels=kernels)  # fmt: skip
         assert o0.shape == (0, *q.shape[1:]) and l0.shape == (0, *q.shape[1:3])
         assert len(fake_flash) == 1
 

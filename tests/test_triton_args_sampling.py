@@ -58,10 +58,10 @@ def test_sample_triton_launcher_strided_out(bounds):
     u = torch.rand(4, generator=g)
     want = reference.sample(p, uniforms=u)
     out = _strided(torch.zeros(4, dtype=torch.int32))
-    sample_triton(p, None, 0, None, 0, _strided(u), out)
+    sample_triton(p, (None, 0, None, 0), _strided(u), out)
     assert torch.equal(out, want)
     with pytest.raises(ValueError, match="overlapping"):
-        sample_triton(p, None, 0, None, 0, u, torch.zeros(1, dtype=torch.int32).expand(4))
+        sample_triton(p, (None, 0, None, 0), u, torch.zeros(1, dtype=torch.int32).expand(4))
 
 
 def test_verify_chain_strided_seed_uniforms_and_counts(bounds):

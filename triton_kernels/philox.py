@@ -10,11 +10,14 @@ from specops.triton_kernels._args import vec
 RNG_SIGNATURE = ("*i64", "i32", "i64", "i32", "*i64", "i64")
 
 
-def rng_args(seed, seed_value, offset, offset_value, rows, dummy):
+def rng_args(stream, rows, dummy):
     """``(rng, flags)`` for a launch over ``rows`` rows: ``rng`` the kernels' tuple argument,
-    ``flags`` their HAS_SEED_PTR / HAS_OFFSET_PTR.  ``seed`` [1] / [n] int64 (row r reads entry
-    r // (rows // n)) or None with the int ``seed_value``; ``offset`` [1] or None with the int
-    ``offset_value``; ``dummy`` stands for an absent tensor (never read)."""
+    ``flags`` their HAS_SEED_PTR / HAS_OFFSET_PTR.  ``stream``: the call's random stream as one
+    object, (seed, seed_value, offset, offset_value) (specops.ops ``Rng``): ``seed`` [1] / [n]
+    int64 (row r reads entry r // (rows // n)) or None with the int ``seed_value``; ``offset``
+    [1] or None with the int ``offset_value``; ``dummy`` stands for an absent tensor (never
+    read)."""
+    seed, seed_value, offset, offset_value = stream
     seed_ptr, seed_stride = vec(seed, dummy)
     offset_ptr, _ = vec(offset, dummy)  # one element, read at its address
     rows_per_seed = max(rows // seed.numel() if seed is not None else rows, 1)

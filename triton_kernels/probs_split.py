@@ -28,6 +28,7 @@ from specops.triton_kernels.probs import (
     _unkey,
     launch_rows,
     param_arg,
+    probs_triton,
 )
 
 _NB = 256  # bins a radix level (8 bits)
@@ -368,4 +369,25 @@ def topp_cap(k, vocab: int) -> int:
     return min(TOPP_CAP, max(16, triton.next_power_of_2(min(want, vocab))))
 
 
-__all__ = ["probs_split_triton", "split_chunks", "topp_cap", "TOPP_CAP"]
+def splits(k, top_p, vocab: int) -> bool:
+    """Whether a row is split over several programs: without top-p, and with top-p when top-k
+    leaves few survivors to sort (a per-request k, or 1 <= k < min(V, TOPP_CAP)); top-p alone,
+    one program a row searches it (probs.py)."""
+    if top_p is None or isinstance(k, torch.Tensor):
+        return True
+    return k is not None and 1 <= k < min(vocab, TOPP_CAP)
+
+
+def probs_from_logits_triton(cond, uncond, t, k, top_p, s, rows_per_req, out):
+    """specops.probs_from_logits's Triton entry (specops/ops/probs.py's declaration names it):
+    the split programs (``probs_split_triton``) or one program a row (``probs_triton``), by
+    ``splits``; arguments as theirs."""
+    if splits(k, top_p, cond.shape[1]):
+        return probs_split_triton(cond, uncond, t, k, s, rows_per_req, out, top_p=top_p)
+    return probs_triton(cond, uncond, t, k, top_p, s, rows_per_req, out)
+
+
+__all__ = [
+    "probs_from_logits_triton", "probs_split_triton", "splits", "split_chunks", "topp_cap",
+    "TOPP_CAP",
+]  # fmt: skip

@@ -42,17 +42,18 @@ def _sample_kernel(
     tl.store(out + row, tok.to(tl.int32))
 
 
-def sample_triton(p, seed, seed_value, offset, offset_value, uniforms, out):
+def sample_triton(p, rng, uniforms, out):
     """p [rows, V], out int32 with ``rows`` elements (row-major; a non-contiguous out is written
-    through a temporary); the stream as ``rng_args`` takes it (seed [1] / [n]: row r reads entry
-    r // (rows // n)); uniforms with ``rows`` elements (row-major), any strides."""
+    through a temporary); ``rng`` the random stream as ``rng_args`` takes it (seed [1] / [n]:
+    row r reads entry r // (rows // n)); uniforms with ``rows`` elements (row-major), any
+    strides."""
     rows, vocab = p.shape
     if rows == 0:
         return out
     res, back = out_buffer("sample", "out", out)
     p = unit_rows(p)
     block = min(4096, triton.next_power_of_2(vocab))
-    rng, flags = rng_args(seed, seed_value, offset, offset_value, rows, p)
+    rng, flags = rng_args(rng, rows, p)
     u, u_stride = vec(uniforms, p)
     launch(
         _sample_kernel,

@@ -384,10 +384,7 @@ def verify_chain_triton(
     draft_tokens,
     draft_probs,
     num_draft,
-    seed,
-    seed_value,
-    offset,
-    offset_value,
+    rng,
     neighbors,
     delta,
     codebook,
@@ -399,8 +396,9 @@ def verify_chain_triton(
     uniforms,
     block,
 ):
-    """Launch ``_verify_chain_kernel`` on checked arguments, in the order the op declares them
-    (specops/ops/verify.py ``CHAIN``) -> (tokens [B, K+1] int32, num_accepted [B] int32).
+    """Launch ``_verify_chain_kernel`` on checked arguments, named as the op declares them
+    (specops/ops/verify.py ``CHAIN``; ``rng`` the random stream as one object) -> (tokens
+    [B, K+1] int32, num_accepted [B] int32).
     GSD's grouped acceptance (``codebook`` given, float32 contiguous) runs in the same launch
     (triton_kernels/grouped.py)."""
     target, tokens, draft, nb = target_probs, draft_tokens, draft_probs, neighbors
@@ -417,7 +415,7 @@ def verify_chain_triton(
     if b == 0:
         return out_tokens, out_num
     dummy = out_tokens  # never read when the matching HAS_* flag is off
-    rng, flags = rng_args(seed, seed_value, offset, offset_value, b, dummy)
+    rng, flags = rng_args(rng, b, dummy)
     has_group = codebook is not None
     grp = (
         codebook if has_group else dummy,

@@ -61,13 +61,15 @@ def merge_states(out_a, lse_a, out_b, lse_b):
     return out, lse
 
 
-def tree_attention_cascade(q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_scale):
+def tree_attention_cascade(q, k_cache, v_cache, cache_seqlens, mask_bits, block_table, sm_scale,
+                           *, kernels):  # fmt: skip
     """(out [B, N, Hq, D] in q's dtype, lse [B, N, Hq] float32); arguments as
-    ``torch.ops.specops.tree_attention`` (checked by the public layer).  Runs wherever
+    ``torch.ops.specops.tree_attention`` (checked by the public layer); ``kernels``: the Triton
+    (tree_attention, merge_states) entries the op's declaration names.  Runs wherever
     ``flash_attn`` imports and Triton runs (the tests inject a torch stand-in on CPU)."""
     from flash_attn import flash_attn_with_kvcache
 
-    from specops.triton_kernels.tree_attention import merge_states_triton, tree_attention_triton
+    tree_attention_triton, merge_states_triton = kernels
 
     b, n, hq, d = q.shape
     out = torch.empty((b, n, hq, d), dtype=q.dtype, device=q.device)

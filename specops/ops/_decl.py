@@ -16,6 +16,7 @@ random stream as one ``rng``); its hooks take the flat arguments as one record, 
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 from collections import namedtuple
 from collections.abc import Callable
@@ -223,6 +224,16 @@ def declaration(op: str) -> OpDecl:
     return _DECLS[op]
 
 
+def streamed(named) -> dict:
+    """The flat arguments by name, the random stream's four values (``RngArg``) as one ``rng``
+    (``Rng``): what the reference and the Triton entries take."""
+    kw = named._asdict()
+    if "seed" in kw:
+        kw["rng"] = Rng(kw.pop("seed"), kw.pop("seed_value"), kw.pop("offset"),
+                        kw.pop("offset_value"))  # fmt: skip
+    return kw
+
+
 @dataclass
 class OpDecl:
     name: str
@@ -231,7 +242,10 @@ class OpDecl:
     backends: tuple[str, ...]
     check: Callable  # (declared arguments..., backend) -> None; raises on bad input
     reference: Callable  # (flat arguments by name, ``rng`` for the random stream) -> outputs
-    triton: str | None = None  # "module:function" taking the flat arguments -> outputs
+    # "module:function" of specops.triton_kernels: the op's Triton entry, the one way from the
+    # declaration to it (``triton_kernel``); without a ``kernel`` hook it takes the flat
+    # arguments -> outputs
+    triton: str | None = None
     # the hooks take ``a``, the flat arguments as one record (``a.first_child``):
     kernel: Callable | None = None  # (be, a, out) -> outputs: replaces the generic launch
     fast_when: Callable | None = None  # (public arguments by name) -> the fast path may run
@@ -260,6 +274,7 @@ class OpDecl:
         self._out_dims = [[e.strip() for e in o.shape.split(",")] for o in self.outs]
         self._no_outs = (None,) * len(self.outs)
         self.api: Public | None = None
+        self._triton_entries: dict[str | None, Callable] = {}
         declare_backends(self.backends, self.name)
         _DECLS[self.name] = self
 
@@ -336,22 +351,26 @@ class OpDecl:
         first = flat[0][0] if type(flat[0]) is list else flat[0]  # (a Tensor[] argument)
         be = pick_backend(self.name, backend, first.device, have)
         if be == "reference":
-            kw = named._asdict()
-            if "seed" in kw:
-                kw["rng"] = Rng(kw.pop("seed"), kw.pop("seed_value"), kw.pop("offset"),
-                                kw.pop("offset_value"))  # fmt: skip
-            r = write_outs(out, tuple(self.reference(**kw) or ()))
+            r = write_outs(out, tuple(self.reference(**streamed(named)) or ()))
         elif self.kernel is not None:  # handles triton too
             r = self.kernel(be, named, out)
         elif be == "triton":
-            module, fn = self.triton.split(":")
-            entry = getattr(__import__(f"specops.triton_kernels.{module}", fromlist=[fn]), fn)
-            r = write_outs(out, tuple(entry(*flat) or ()))
+            r = write_outs(out, tuple(self.triton_kernel()(**streamed(named)) or ()))
         else:
             r = self.launch(be, *flat, out=out)
         if out is not None:
             return tuple(out)
         return tuple(r) if r is not None else ()
+
+    def triton_kernel(self, name: str | None = None) -> Callable:
+        """The Triton entry ``triton`` names (or the function ``name`` of its module, a helper
+        kernel of the same op), imported on first use: Triton may be absent until then."""
+        fn = self._triton_entries.get(name)
+        if fn is None:  # (import_module costs ~1 us a call even when imported: kept per name)
+            module, entry = self.triton.split(":")
+            mod = importlib.import_module(f"specops.triton_kernels.{module}")
+            fn = self._triton_entries[name] = getattr(mod, name or entry)
+        return fn
 
     def impl(self, *a, out=None):
         """``run`` with the schema's result: the tensor itself for a one-output op, None for an

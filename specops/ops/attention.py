@@ -197,14 +197,13 @@ def _attention_kernel(be, a, out):
     Triton (both entries take the flat arguments in the declared order)."""
     q = a.q
     if be == "cascade":
-        return c.write_outs(out, cascade.tree_attention_cascade(*a))
+        kernels = (ATTENTION.triton_kernel(), ATTENTION.triton_kernel("merge_states_triton"))
+        return c.write_outs(out, cascade.tree_attention_cascade(*a, kernels=kernels))
     b, n, hq, d = q.shape
     if out is None:
         out = (q.new_empty((b, n, hq, d)), q.new_empty((b, n, hq), dtype=torch.float32))
     if be == "triton":
-        from specops.triton_kernels.tree_attention import tree_attention_triton
-
-        tree_attention_triton(*a, *out)
+        ATTENTION.triton_kernel()(*a, *out)
         return tuple(out)
     o32 = out[0] if q.dtype == torch.float32 else q.new_empty((b, n, hq, d), dtype=torch.float32)
     ATTENTION.launch(be, *a, out=(o32, out[1]))
@@ -254,6 +253,7 @@ ATTENTION = OpDecl(
     check=_check_attention,
     reference=_attention_reference,
     kernel=_attention_kernel,
+    triton="tree_attention:tree_attention_triton",
     fast_when=lambda q: q.dtype == _F32,  # the C++ twin writes float32
 )
 

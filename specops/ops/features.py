@@ -49,17 +49,15 @@ def _check_gather(src, index, backend) -> None:
 
 
 def _triton_into(d: OpDecl, a, out) -> tuple:
-    """Triton's ``<op>_triton`` (triton_kernels/features.py), which takes the flat arguments
-    ``a`` in the declared order and writes a given output.  (The C++ twins' bindings make the
-    output when not given: ``d.launch``.)"""
+    """The Triton entry ``d`` names (triton_kernels/features.py), which takes the flat
+    arguments ``a`` in the declared order and writes a given output.  (The C++ twins' bindings
+    make the output when not given: ``d.launch``.)"""
     if out is not None:
         (res,) = out
     else:
         (shape,) = d.out_shapes(a)
         res = a[0].new_empty(shape, dtype=d.out_dtype(a))
-    from specops.triton_kernels import features as triton_features
-
-    getattr(triton_features, f"{d.name}_triton")(*a, res)
+    d.triton_kernel()(*a, res)
     return (res,)
 
 
@@ -75,6 +73,7 @@ GATHER = OpDecl(
     check=_check_gather,
     reference=lambda src, index: (reference.gather_rows(src, index),),
     kernel=_gather_kernel,
+    triton="features:gather_rows_triton",
 )
 GATHER.public(
     reference.gather_rows,
@@ -147,6 +146,7 @@ DRAFTER = OpDecl(
         reference.drafter_inputs(embedding, tokens, features, step_embedding),
     ),
     kernel=_drafter_kernel,
+    triton="features:drafter_inputs_triton",
 )
 DRAFTER.public(
     reference.drafter_inputs,
@@ -260,6 +260,7 @@ PATH_SIMILARITY = OpDecl(
         reference.path_similarity(paths, codebook, alpha=alpha, stride=stride),
     ),
     kernel=_path_similarity_kernel,
+    triton="features:path_similarity_triton",
     fast_when=lambda paths: 2 <= paths.shape[1] <= _MAX_PATHS and paths.shape[2] >= 1,
 )
 PATH_SIMILARITY.public(
@@ -357,9 +358,7 @@ def _write_kernel(be, a, out) -> None:
             step_t = step_t.long()
         _build._C.feature_cache_write_cpu(store, stamps, positions, feats, step_t, step_i)
         return
-    from specops.triton_kernels.features import feature_cache_write_triton
-
-    feature_cache_write_triton(store, stamps, positions, feats, step_t, step_i)
+    WRITE.triton_kernel()(store, stamps, positions, feats, step_t, step_i)
 
 
 # FeatureCache.write: store[b, positions[b, j]] = feats[b, j], stamps[b, ...] = step
@@ -384,6 +383,7 @@ WRITE = OpDecl(
     check=_check_write,
     reference=_write_reference,
     kernel=_write_kernel,
+    triton="features:feature_cache_write_triton",
 )
 WRITE.public(
     reference.feature_cache_write,

@@ -242,11 +242,9 @@ def _slab_offsets(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 def _launch_triton(t, offsets, layers, shape, strides, cs, slots, block_table):
     """t: the cache tensor whose first element is slab (0, 0)'s; moved as raw int bits."""
-    from specops.triton_kernels.kv import commit_kv_triton
-
     counters = _counter_workspace(cs.device, cs.shape[0])
     raw = t.view(_RAW[t.element_size()])
-    commit_kv_triton(raw, offsets, layers, shape, strides, cs, slots, block_table, counters)
+    KV.triton_kernel()(raw, offsets, layers, shape, strides, cs, slots, block_table, counters)
 
 
 def _advance_only(shape, cs, slots, block_table) -> None:
@@ -326,6 +324,7 @@ KV = OpDecl(
     outs=(),
     mutates=("caches", "cache_seqlens"),
     backends=("cuda", "triton", "cpu", "reference"),
+    triton="kv:commit_kv_triton",
     check=_check,
     reference=_reference,
     kernel=_kernel,

@@ -131,18 +131,6 @@ def _reference(logits, temperature, temperature_value, top_k, top_k_value, top_p
                                         uncond_logits=uncond_logits),)  # fmt: skip
 
 
-_TOPP_CAP = 4096  # triton_kernels.probs_split.TOPP_CAP (not imported: Triton may be absent)
-
-
-def _split(top_k, top_p, vocab: int) -> bool:
-    """Whether Triton splits each row over several programs: without top-p, and with top-p
-    when top-k leaves few survivors to sort (a per-request k, or 1 <= k < min(V, 4096));
-    top-p alone, one program a row searches it (probs.py)."""
-    if top_p is None or isinstance(top_k, torch.Tensor):
-        return True
-    return top_k is not None and 1 <= top_k < min(vocab, _TOPP_CAP)
-
-
 def _kernel(be, a, out):
     """The kernels read [rows, V] rows with a contiguous last dim (the C++ twin float32) and
     write [rows, V] float32; parameter tensors [B] are indexed by row // (rows / B)."""
@@ -176,14 +164,7 @@ def _kernel(be, a, out):
     temperature, top_k, top_p, cfg = _values(a.temperature, a.temperature_value, a.top_k,
                                               a.top_k_value, a.top_p, a.top_p_value, a.cfg_scale,
                                               a.cfg_scale_value, uncond)  # fmt: skip
-    if _split(top_k, top_p, v):  # rows split over several programs each (probs_split.py)
-        from specops.triton_kernels.probs_split import probs_split_triton
-
-        probs_split_triton(x, u, temperature, top_k, cfg, per_req, res.view(-1, v), top_p=top_p)
-        return (res,)
-    from specops.triton_kernels.probs import probs_triton
-
-    probs_triton(x, u, temperature, top_k, top_p, cfg, per_req, res.view(-1, v))
+    PROBS.triton_kernel()(x, u, temperature, top_k, top_p, cfg, per_req, res.view(-1, v))
     return (res,)
 
 
@@ -245,6 +226,7 @@ PROBS = OpDecl(
     check=_check,
     reference=_reference,
     kernel=_kernel,
+    triton="probs_split:probs_from_logits_triton",
     fast_when=lambda uncond_logits, cfg_scale: (uncond_logits is None) == (cfg_scale is None),
 )
 PROBS.public(

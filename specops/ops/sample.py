@@ -48,9 +48,7 @@ def _kernel(be, a, out):
         return (res,)
     dst = res if res.is_contiguous() else torch.empty(lead, dtype=torch.int32, device=res.device)
     if be == "triton":
-        from specops.triton_kernels.sample import sample_triton
-
-        sample_triton(p, *rng, uniforms, dst)
+        SAMPLE.triton_kernel()(p, rng, uniforms, dst)
     else:
         u = uniforms.reshape(rows, 1) if uniforms is not None else None
         SAMPLE.launch(be, *a._replace(probs=p, uniforms=u), out=(dst.view(-1),))
@@ -74,6 +72,7 @@ SAMPLE = OpDecl(
     check=_check,
     reference=_reference,
     kernel=_kernel,
+    triton="sample:sample_triton",
     fast_when=lambda uniforms: uniforms is None,  # the binding takes them [rows, 1]
 )
 
