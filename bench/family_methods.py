@@ -5,10 +5,10 @@ what the methods gain; this one runs the same methods through ``specops.generate
 tiny random checkpoints of every family ``specops generate`` reads (specops/imagegen/tiny.py:
 LlamaGen, Janus, Emu3, Chameleon / Lumina-mGPT), same prompts and seeds, one run.  Their weights
 are random, so the numbers say that each family's pipeline runs each method and how a near-flat
-target accepts, not what a trained model gains.  GSD and LANTERN need the VQ codebook indexed by
-the loop's token ids: LlamaGen's loop draws VQ codes themselves (its codebook serves as is); the
-transformers families draw BPE ids mapped to codes through a table, which the pipelines do not
-hand to a Grouping yet, so those rows are LlamaGen's only.
+target accepts, not what a trained model gains.  GSD's codebook is indexed by the ids each loop
+draws (``Pipeline.grouping``: VQ codes for LlamaGen and Janus's head, BPE ids mapped to their
+codes for Emu3 and Chameleon); LANTERN's neighbour table is built over VQ codes, so its row is
+LlamaGen's only.
 
     .venv/bin/python -m bench.family_methods [--seeds 0 1] [--families llamagen janus ...]
 """
@@ -39,16 +39,15 @@ COUPLED = [
 
 
 def _relaxed(family, pipe) -> list:
-    """GSD's and LANTERN's rows where the loop's ids are the VQ codes (LlamaGen)."""
-    if family != "llamagen":
-        return []
-    cb = pipe.vq.codebook.detach().float()
-    return [
-        ("SJD (L 16) + GSD (w 7, p 0.15)", "sjd",
-         dict(window=16, relax=specops.Grouping(cb, 7, 0.15, 2.5))),
-        ("SJD (L 16) + LANTERN (k 8, delta 0.2)", "sjd",
-         dict(window=16, relax=specops.decode.lantern(cb, 8, 0.2))),
-    ]  # fmt: skip
+    """GSD's row on every family (``Pipeline.grouping``: the codes indexed by the drawn ids);
+    LANTERN's where the loop draws the VQ codes themselves (LlamaGen)."""
+    rows = [("SJD (L 16) + GSD (w 7, p 0.15, d 2.5)", "sjd",
+             dict(window=16, relax=pipe.grouping(d_threshold=2.5)))]  # fmt: skip
+    if family == "llamagen":
+        cb = pipe.vq.codebook.detach().float()
+        rows.append(("SJD (L 16) + LANTERN (k 8, delta 0.2)", "sjd",
+                     dict(window=16, relax=specops.decode.lantern(cb, 8, 0.2))))  # fmt: skip
+    return rows
 
 
 def _cond(family):
@@ -82,7 +81,8 @@ def main(argv=None) -> str:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     head = [
-        f"tiny family checkpoints (random weights), 2 requests a run, seeds {args.seeds}, "
+        f"tiny family checkpoints (random weights), LlamaGen 2 classes a run, the others one "
+        f"prompt, seeds {args.seeds}, "
         f"temperature and CFG as each pipeline's defaults; torch {torch.__version__}, commit "
         f"{os.environ.get('SPECOPS_COMMIT', '?')}, one thread",
         "",

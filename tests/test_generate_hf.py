@@ -153,6 +153,45 @@ def test_cli_writes_a_png_per_prompt(dirs, tmp_path, capsys, name):
     assert f"{name}: 1 image(s) of 8x8 from 4x4 tokens" in text and "\nar " in text
 
 
+@pytest.mark.parametrize("name", ["janus", "emu3", "chameleon"])
+def test_grouping_rows_are_the_codes_of_the_drawn_ids(dirs, name):
+    # GSD's codebook is indexed by the ids the loop draws: Janus's head draws VQ codes; Emu3
+    # and Chameleon draw BPE ids, each row its code's embedding, NaN for an id without a code
+    pipe = _pipe(dirs, name)
+    emb = pipe.hf.model.vqmodel.quantize.embedding.weight.detach().float()
+    g = pipe.grouping()
+    assert (g.window, g.p_threshold, g.d_threshold) == (7, 0.15, 0.5)
+    if name == "janus":
+        assert g.image_range is None and torch.equal(g.codebook, emb)
+        return
+    bpe2img = pipe.hf.model.vocabulary_mapping.bpe2img
+    start, end = g.image_range
+    assert start == min(bpe2img) and end == max(bpe2img) + 1
+    for i in range(start, end):
+        row = g.codebook[i - start]
+        assert torch.equal(row, emb[bpe2img[i]]) if i in bpe2img else bool(row.isnan().all())
+
+
+@pytest.mark.parametrize("name", ["janus", "emu3", "chameleon"])
+def test_sjd_runs_with_grouped_acceptance(dirs, tmp_path, capsys, name):
+    out = tmp_path / f"{name}.png"
+    argv = ["generate", "--model", str(dirs[name]), "--prompt", "a cat", "--method", "sjd",
+            "--gsd", "--out", str(out)]  # fmt: skip
+    if SIZE[name] is not None:
+        argv += ["--image-size", str(SIZE[name])]
+    assert cli.main(argv) == 0
+    assert Image.open(out).size == (8, 8)
+    r = generate_image(_pipe(dirs, name), prompt="a cat", method="sjd",
+                       relax=_pipe(dirs, name).grouping(d_threshold=10.0))  # fmt: skip
+    assert r.codes.shape == (1, 16) and int(r.codes.min()) >= 0
+    for bad, why in ((["--method", "ar"], "runs with --method sjd, not ar"),
+                     (["--method", "sjd", "--temperature", "0"], "needs sampling")):  # fmt: skip
+        argv = ["generate", "--model", str(dirs[name]), "--prompt", "a cat", "--gsd", *bad,
+                "--out", str(out)]  # fmt: skip
+        assert cli.main(argv) == 2
+        assert why in capsys.readouterr().err
+
+
 def test_errors_before_any_work(dirs, tmp_path):
     with pytest.raises(ValueError, match="text-to-image: pass prompt="):
         generate_image(_pipe(dirs, "emu3"), class_id=[3])

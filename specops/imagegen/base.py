@@ -57,6 +57,30 @@ class Pipeline:
     def conditions(self, prompt, class_id):
         raise NotImplementedError
 
+    def vq_codes(self) -> tuple[torch.Tensor, dict | None]:
+        """(the VQ codebook [codes, C], {token id the loop draws: its code} or None where the
+        loop draws the codes themselves)."""
+        raise NotImplementedError
+
+    def grouping(self, window: int = 7, p_threshold: float = 0.15, d_threshold: float = 0.5):
+        """GSD's grouped acceptance (``specops.Grouping``; So et al. 2025, lossy) over this
+        model's VQ codes, indexed by the token ids its decoding loop draws: for ``sjd``'s
+        ``relax`` (``generate_image(pipe, method="sjd", relax=pipe.grouping())``).  Where the
+        loop draws BPE ids (Emu3, Chameleon / Lumina-mGPT), the codebook spans the image ids'
+        range, each id's row its code's; an id in the range without a code gets NaN, which no
+        distance test passes (it joins no group and has none).  Defaults: the authors'."""
+        from specops import Grouping
+
+        codebook, ids = self.vq_codes()
+        codebook = codebook.detach().float()
+        if ids is None:
+            return Grouping(codebook, window, p_threshold, d_threshold)
+        tokens = torch.tensor(sorted(ids), dtype=torch.long)
+        start, end = int(tokens[0]), int(tokens[-1]) + 1
+        rows = codebook.new_full((end - start, codebook.shape[1]), float("nan"))
+        rows[tokens - start] = codebook[torch.tensor([ids[int(t)] for t in tokens])]
+        return Grouping(rows, window, p_threshold, d_threshold, (start, end))
+
     def run(self, method: str, cond, *, fn, seed: int, sampling: dict, options: dict):
         raise NotImplementedError
 

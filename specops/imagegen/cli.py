@@ -3,6 +3,7 @@
 specops generate --model ckpts/llamagen-b --class-id 207 --method vvs --out fox.png
 specops generate --model ckpts/janus-pro-1b --prompt "a red fox in snow" --compare-ar
 specops generate --model ckpts/llamagen-b --class-id 207 --method sjd --coupling gumbel
+specops generate --model ckpts/lumina-mgpt-7b-768 --prompt "a red fox" --method sjd --gsd
 
 Every check runs before any model is loaded or any file is written (``check``): a bad value is
 one line ``specops generate: error: ...`` and exit status 2.
@@ -64,6 +65,9 @@ def parser() -> ArgumentParser:
     arg("--coupling", choices=("none", "maximal", "gumbel"), default=None,
         help="sjd / sjd_pac: couple each slot's redraw with its last draft (MC-SJD; "
         "sjd_pac: none or gumbel)")  # fmt: skip
+    arg("--gsd", action="store_true",
+        help="sjd: GSD's grouped acceptance over the model's VQ codes (lossy; the authors' "
+        "window 7, p 0.15, d 0.5: Pipeline.grouping)")  # fmt: skip
     arg("--opt", type=_option, action="append", default=[], metavar="KEY=VALUE",
         help="a method option, e.g. window=16 or threshold=0.75")  # fmt: skip
     arg("--compare-ar", action="store_true", help="also run plain AR: speed-up")
@@ -117,6 +121,10 @@ def check(args) -> str:
     cls.check_method(args.method, _options(args), has_drafter=drafter)
     if args.coupling not in (None, "none") and args.temperature == 0:
         raise ValueError(f"--coupling {args.coupling} needs sampling, not --temperature 0 (greedy)")
+    if args.gsd and args.method != "sjd":
+        raise ValueError(f"--gsd: grouped acceptance runs with --method sjd, not {args.method}")
+    if args.gsd and args.temperature == 0:
+        raise ValueError("--gsd needs sampling, not --temperature 0 (greedy)")
     if args.coupling == "maximal" and args.method == "sjd_pac":
         raise ValueError(
             "--coupling maximal: sjd_pac's adaptive continuation already is the maximal coupling; "
@@ -170,6 +178,7 @@ def _generate(args) -> int:
         compare_ar=args.compare_ar,
         progress=bar.tokens(args.method),
         **_options(args),
+        **({"relax": pipe.grouping()} if args.gsd else {}),
     )
     bar.close()
     paths = _outputs(args.out, len(result.images))

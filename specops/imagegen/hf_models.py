@@ -163,6 +163,9 @@ class JanusPipeline(HFPipeline):
     def codes(self, tokens):
         return tokens
 
+    def vq_codes(self):
+        return self.hf.model.vqmodel.quantize.embedding.weight, None  # the gen head draws codes
+
     @torch.no_grad()
     def decode(self, codes):
         pix = self.hf.decode_image_tokens(codes.long())  # [B, H, W, 3] in [-1, 1]
@@ -195,6 +198,10 @@ class Emu3Pipeline(HFPipeline):
         ]  # fmt: skip
         neg = [int(i) for i in self.processor(text=[EMU3_NEGATIVE])["input_ids"][0]]
         return cond, [neg] * len(prompts)
+
+    def vq_codes(self):
+        vm = self.hf.model.vocabulary_mapping
+        return self.hf.model.vqmodel.quantize.embedding.weight, dict(vm.bpe2img)
 
     def codes(self, tokens):
         h, w = self.grid
@@ -269,6 +276,10 @@ class ChameleonPipeline(HFPipeline):
             body = tok(text, add_special_tokens=False)["input_ids"]
             cond.append([tok.bos_token_id, *body, self.sep, *head])
         return cond, [head] * len(prompts)
+
+    def vq_codes(self):
+        vm = self.hf.model.vocabulary_mapping
+        return self.hf.model.vqmodel.quantize.embedding.weight, dict(vm.bpe2img)
 
     def codes(self, tokens):
         return self.bpe2img[self.layout.codes(tokens).long()]

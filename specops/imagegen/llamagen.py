@@ -136,6 +136,9 @@ class LlamaGenPipeline(Pipeline):
             opts.setdefault("relax", lantern(self.vq.codebook, k, delta))
         return fn(*args, length=length, seed=seed, **sampling, **opts)
 
+    def vq_codes(self):
+        return self.vq.codebook, None  # the loop draws the VQ codes themselves
+
     def decode(self, codes):
         return to_uint8(self.vq.decode(codes, self.grid))
 
