@@ -37,7 +37,9 @@ VerifyChainArgs chain_args(bool cuda, T target, T tokens, T draft, T num_draft, 
       c.output(out_tokens, "out_tokens", DType::i32, {a.batch, k + 1}, target).as<int32_t>();
   a.out_num_accepted =
       c.output(out_num, "out_num_accepted", DType::i32, {a.batch}, target).as<int32_t>();
-  if (cuda && !greedy && !block)  // the CUDA kernel's split final draw at small batch
+  // the CUDA kernel's split final draw at small batch; not with GSD's grouping, whose tests each
+  // pass over a row (every block of a split would repeat them)
+  if (cuda && !greedy && !block && a.relax.codebook == nullptr)
     a.split = split_arg(c, a.batch, a.vocab, target);
   return a;
 }

@@ -134,7 +134,7 @@ def test_triton_window_spans_tiles(ties):
     assert torch.equal(got.num_accepted, want.num_accepted)
 
 
-@pytest.mark.parametrize("backend", ["cpu", "triton"])
+@pytest.mark.parametrize("backend", ["cpu", "cuda_sim", "triton"])
 @pytest.mark.parametrize("w", [1, 3, 7, 16])
 def test_group_mass_by_uniform_sweep(backend, w):
     # One request copied over n rows with caller uniforms on a grid for draft 0: row j accepts

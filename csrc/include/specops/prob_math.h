@@ -95,11 +95,12 @@ SPECOPS_HD float lantern_pool(const W& w, int64_t vocab, int64_t x, const RelaxA
 // ---- GSD grouped acceptance (So et al. 2025; specops/reference/grouped.py) ------------------
 // Order the row by the key (w(y), y).  x's window: the w nearest keys below x's and the w nearest
 // above, kept in one pass over the row in two sorted arrays of at most kMaxGroupWindow entries
-// (insertion: an entry that does not beat the farthest kept one costs one comparison).  A
-// member y joins x's group G iff |w(y) - w(x)| < p_thr (float32) and both are image tokens with
-// sum_c (e_x[c] - e_y[c])^2 < d_thr (float64, c in order).  P = sum_G w, Q = sum_G q (float64,
-// in the order x, below nearest first, above nearest first; Q = 1 without q).  P = Q = 0 for x
-// outside [0, V).  Accept iff u * Q < P.
+// (GroupWindow: insertion; an entry that does not beat the farthest kept one costs one
+// comparison).  A member y joins x's group G iff |w(y) - w(x)| < p_thr (float32) and both are
+// image tokens with sum_c (e_x[c] - e_y[c])^2 < d_thr (float64, c in order) (group_member).
+// P = sum_G w, Q = sum_G q (float64, in the order x, below nearest first, above nearest first;
+// Q = 1 without q).  P = Q = 0 for x outside [0, V).  Accept iff u * Q < P.  One thread runs it
+// all in group_sums; the CUDA chain kernel splits the pass over a block (group_block.cuh).
 SPECOPS_HD bool key_less(float a, int64_t ia, float b, int64_t ib) {
   return a < b || (a == b && ia < ib);
 }
@@ -117,6 +118,53 @@ SPECOPS_HD bool group_close(const RelaxArgs& r, int64_t xi, int64_t y) {
   return d < r.d_thr;
 }
 
+// Whether window entry (py, y) joins the group of x (w(x) = px; x's code row xi, x_img: x is an
+// image token with a code).
+SPECOPS_HD bool group_member(const RelaxArgs& r, float px, bool x_img, int64_t xi, float py,
+                             int64_t y) {
+  const float diff = py - px;
+  return (diff < 0.f ? -diff : diff) < r.p_thr && x_img && group_close(r, xi, y);
+}
+
+// The n nearest keys below x's (lo, descending: nearest first) and above (hi, ascending) among
+// the entries add()ed, x itself left out.
+struct GroupWindow {
+  float px;
+  int64_t x;
+  int n;
+  float lo_w[kMaxGroupWindow], hi_w[kMaxGroupWindow];
+  int64_t lo_id[kMaxGroupWindow], hi_id[kMaxGroupWindow];
+  int nlo = 0, nhi = 0;
+
+  SPECOPS_HD GroupWindow(float px_, int64_t x_, int window)
+      : px(px_), x(x_), n(window < kMaxGroupWindow ? window : kMaxGroupWindow) {}
+
+  SPECOPS_HD void add(float py, int64_t y) {
+    if (y == x) return;
+    if (key_less(py, y, px, x)) {
+      keep(lo_w, lo_id, &nlo, py, y, true);
+    } else {
+      keep(hi_w, hi_id, &nhi, py, y, false);
+    }
+  }
+
+  // (a, ia) nearer x than (b, ib) on its side: larger below, smaller above
+  SPECOPS_HD static bool nearer(bool below, float a, int64_t ia, float b, int64_t ib) {
+    return below ? key_less(b, ib, a, ia) : key_less(a, ia, b, ib);
+  }
+
+  SPECOPS_HD void keep(float* ws, int64_t* ids, int* m, float py, int64_t y, bool below) const {
+    if (*m == n && !nearer(below, py, y, ws[n - 1], ids[n - 1])) return;
+    int j = *m < n ? (*m)++ : n - 1;
+    for (; j > 0 && nearer(below, py, y, ws[j - 1], ids[j - 1]); --j) {
+      ws[j] = ws[j - 1];
+      ids[j] = ids[j - 1];
+    }
+    ws[j] = py;
+    ids[j] = y;
+  }
+};
+
 template <class W, class QW>
 SPECOPS_HD void group_sums(const W& w, const QW& q, bool has_q, int64_t vocab, int64_t x,
                            const RelaxArgs& r, float* big_p, float* big_q) {
@@ -125,47 +173,18 @@ SPECOPS_HD void group_sums(const W& w, const QW& q, bool has_q, int64_t vocab, i
     *big_q = 0.f;
     return;
   }
-  const float px = w(x);
-  const int n = r.window < kMaxGroupWindow ? r.window : kMaxGroupWindow;
-  float lo_w[kMaxGroupWindow], hi_w[kMaxGroupWindow];  // lo: descending keys, hi: ascending
-  int64_t lo_id[kMaxGroupWindow], hi_id[kMaxGroupWindow];
-  int nlo = 0, nhi = 0;
-  for (int64_t y = 0; y < vocab; ++y) {
-    if (y == x) continue;
-    const float py = w(y);
-    if (key_less(py, y, px, x)) {  // below x: keep the n largest keys
-      if (nlo == n && !key_less(lo_w[n - 1], lo_id[n - 1], py, y)) continue;
-      int j = nlo < n ? nlo++ : n - 1;
-      for (; j > 0 && key_less(lo_w[j - 1], lo_id[j - 1], py, y); --j) {
-        lo_w[j] = lo_w[j - 1];
-        lo_id[j] = lo_id[j - 1];
-      }
-      lo_w[j] = py;
-      lo_id[j] = y;
-    } else {  // above x: keep the n smallest keys
-      if (nhi == n && !key_less(py, y, hi_w[n - 1], hi_id[n - 1])) continue;
-      int j = nhi < n ? nhi++ : n - 1;
-      for (; j > 0 && key_less(py, y, hi_w[j - 1], hi_id[j - 1]); --j) {
-        hi_w[j] = hi_w[j - 1];
-        hi_id[j] = hi_id[j - 1];
-      }
-      hi_w[j] = py;
-      hi_id[j] = y;
-    }
-  }
+  GroupWindow g(w(x), x, r.window);
+  for (int64_t y = 0; y < vocab; ++y) g.add(w(y), y);
   const int64_t xi = x - r.image_start;
   const bool x_img = r.codebook != nullptr && xi >= 0 && xi < r.code_rows;
-  double sp = px, sq = has_q ? static_cast<double>(q(x)) : 1.0;
-  for (int s = 0; s < 2; ++s) {
-    const int m = s == 0 ? nlo : nhi;
-    for (int j = 0; j < m; ++j) {
-      const float py = s == 0 ? lo_w[j] : hi_w[j];
-      const int64_t y = s == 0 ? lo_id[j] : hi_id[j];
-      const float diff = py - px;
-      if (!((diff < 0.f ? -diff : diff) < r.p_thr) || !x_img || !group_close(r, xi, y)) continue;
-      sp += py;
-      if (has_q) sq += static_cast<double>(q(y));
-    }
+  double sp = g.px, sq = has_q ? static_cast<double>(q(x)) : 1.0;
+  for (int j = 0; j < g.nlo + g.nhi; ++j) {  // below nearest first, then above
+    const bool lo = j < g.nlo;
+    const float py = lo ? g.lo_w[j] : g.hi_w[j - g.nlo];
+    const int64_t y = lo ? g.lo_id[j] : g.hi_id[j - g.nlo];
+    if (!group_member(r, g.px, x_img, xi, py, y)) continue;
+    sp += py;
+    if (has_q) sq += static_cast<double>(q(y));
   }
   *big_p = static_cast<float>(sp);
   *big_q = static_cast<float>(sq);

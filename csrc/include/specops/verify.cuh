@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "specops/block_sample.cuh"
+#include "specops/group_block.cuh"
 #include "specops/verify.h"
 
 namespace specops {
@@ -29,9 +30,25 @@ __device__ double2 block_sum2(typename BlockSampler<BLOCK>::TempStorage& tmp, do
   return s_sums;
 }
 
+// GSD's tests (relax.codebook), in order until the first rejection, each by the whole block:
+// the index of the first rejected draft, or n (every thread).
+template <int BLOCK>
+__device__ int chain_group_prefix(const VerifyChainArgs& a, int64_t b, int64_t n) {
+  __shared__ GroupSmem<BLOCK> sm;
+  int64_t i = 0;
+  for (; i < n; ++i) {
+    const float* p = a.target + b * a.target_sb + i * a.target_sk;
+    const float* q = a.draft ? a.draft + b * a.draft_sb + i * a.draft_sk : nullptr;
+    const int64_t x = a.tokens[b * a.tokens_sb + i];
+    if (!block_group_accept<BLOCK>(a.rng.uniform(b, i), p, q, a.vocab, x, a.relax, sm)) break;
+  }
+  return static_cast<int>(i);
+}
+
 // The accepted prefix of request b: n_valid, acc = the first rejected valid draft (else
 // n_valid) and that draft's token x (-1 if none).  The tests are independent (test i reads draw
-// i): thread i runs test i.  All three are valid on every thread.
+// i): thread i runs test i; GSD's, a pass over a row each, run one after another over the
+// block.  All three are valid on every thread.
 template <int BLOCK>
 __device__ void chain_prefix(const VerifyChainArgs& a, int64_t b,
                              typename BlockSampler<BLOCK>::TempStorage& tmp, int64_t* n_valid,
@@ -40,12 +57,18 @@ __device__ void chain_prefix(const VerifyChainArgs& a, int64_t b,
   if (threadIdx.x == 0) s_valid = chain_num_valid(a, b);
   __syncthreads();
   const int64_t n = s_valid;
-  int first_rejected = INT32_MAX;
-  for (int64_t i = threadIdx.x; i < n; i += BLOCK) {
-    if (first_rejected == INT32_MAX && !chain_test(a, b, i)) first_rejected = static_cast<int>(i);
+  int first;
+  if (a.relax.codebook) {
+    first = chain_group_prefix<BLOCK>(a, b, n);
+    first = first < n ? first : INT32_MAX;
+  } else {
+    int first_rejected = INT32_MAX;
+    for (int64_t i = threadIdx.x; i < n; i += BLOCK) {
+      if (first_rejected == INT32_MAX && !chain_test(a, b, i)) first_rejected = static_cast<int>(i);
+    }
+    using ReduceInt = typename BlockSampler<BLOCK>::ReduceInt;
+    first = ReduceInt(tmp.reduce_int).Reduce(first_rejected, MinOp());
   }
-  using ReduceInt = typename BlockSampler<BLOCK>::ReduceInt;
-  const int first = ReduceInt(tmp.reduce_int).Reduce(first_rejected, MinOp());
   if (threadIdx.x == 0) {
     s_acc = first < n ? first : n;
     s_x = first < n ? static_cast<int64_t>(a.tokens[b * a.tokens_sb + first]) : -1;
