@@ -119,7 +119,7 @@ def test_large_vocabulary_equals_reference(backend):
 
 @pytest.mark.parametrize("ties", [False, True])
 def test_triton_window_spans_tiles(ties):
-    # V over Triton's 4096-entry tile: the window is merged across tiles; with ties, equal
+    # V over Triton's 1024-entry window tile: the window is merged across tiles; with ties, equal
     # probabilities in different tiles are ordered by id
     backend_device("triton")
     g = torch.Generator().manual_seed(7)

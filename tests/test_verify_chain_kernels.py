@@ -369,7 +369,7 @@ for has_q, has_nd, relax, greedy, seed_t, off_t, unif, dt, ids, group in cases:
     consts = dict(HAS_Q=has_q, HAS_NUM_DRAFT=has_nd, HAS_RELAX=relax, GREEDY=greedy,
                   HAS_SEED_PTR=seed_t, HAS_OFFSET_PTR=off_t, HAS_UNIFORMS=unif,
                   HAS_GROUP=group, BLOCK_VERIFY=False, BLOCK_K=16, BLOCK_NB=8, BLOCK_W=8,
-                  TILE=4096)
+                  GROUP_TILE=1024, TILE=4096)
     sig.update({n: "constexpr" for n in consts})
     src = ASTSource(k, signature=sig, constexprs=consts)
     triton.compile(src, target=GPUTarget("cuda", 90, 32),

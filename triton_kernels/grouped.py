@@ -35,11 +35,12 @@ def _keys(p, ids):
 @triton.jit
 def _keep_best(kept, cand, js, n, BLOCK_W: tl.constexpr):
     """The n largest scores of kept [BLOCK_W] and cand [TILE] (NONE: absent), largest first in
-    slots 0..n-1, NONE after: n rounds of taking the maximum of both (scores are unique)."""
+    slots 0..n-1, NONE after: n rounds of taking the maximum of both (scores are unique; a
+    loop, not unrolled: unrolled, Triton 3.6 spilled on sm_90)."""
     out = tl.full([BLOCK_W], NONE, tl.int64)
-    for j in tl.static_range(BLOCK_W):
+    for j in range(0, n):
         best = tl.maximum(tl.max(kept, axis=0), tl.max(cand, axis=0))
-        out = tl.where((js == j) & (j < n), best, out)
+        out = tl.where(js == j, best, out)
         kept = tl.where(kept == best, NONE, kept)
         cand = tl.where(cand == best, NONE, cand)
     return out
@@ -114,10 +115,10 @@ def group_sums(p_row, q_row, x, vocab, grp, HAS_Q: tl.constexpr, BLOCK_W: tl.con
         hi_q = lo_q
     sp = px.to(tl.float64)
     sq = qx
-    for j in tl.static_range(BLOCK_W):  # the order: below nearest first
+    for j in range(0, n):  # the order: below nearest first
         sp += tl.sum(tl.where(lo_in & (js == j), lo_p, 0.0).to(tl.float64), axis=0)
         sq += tl.sum(tl.where(lo_in & (js == j), lo_q, 0.0).to(tl.float64), axis=0)
-    for j in tl.static_range(BLOCK_W):  # then above nearest first
+    for j in range(0, n):  # then above nearest first
         sp += tl.sum(tl.where(hi_in & (js == j), hi_p, 0.0).to(tl.float64), axis=0)
         sq += tl.sum(tl.where(hi_in & (js == j), hi_q, 0.0).to(tl.float64), axis=0)
     big_p = tl.where(ok, sp, 0.0).to(tl.float32)

@@ -274,6 +274,7 @@ def _verify_chain_kernel(
     BLOCK_K: tl.constexpr,
     BLOCK_NB: tl.constexpr,
     BLOCK_W: tl.constexpr,
+    GROUP_TILE: tl.constexpr,
     TILE: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
@@ -323,7 +324,7 @@ def _verify_chain_kernel(
             while go:
                 big_p, big_q = group_sums(p_b + acc * target_sk, draft + b * draft_sb +
                                           acc * draft_sk, _pick(x, ks, acc), vocab, grp, HAS_Q,
-                                          BLOCK_W, TILE)  # fmt: skip
+                                          BLOCK_W, GROUP_TILE)  # fmt: skip
                 good = _pick(u, ks, acc) * big_q < big_p
                 acc += good.to(tl.int64)
                 go = good & (acc < n_valid)
@@ -426,7 +427,8 @@ def verify_chain_triton(
         float(group_p),
         struct.unpack("<q", struct.pack("<d", float(group_d)))[0],
     )
-    tile = min(4096, triton.next_power_of_2(v))
+    # GSD: 2048-entry tiles and 8 warps (docs/triton_resources.md: Triton 3.6 spills at 4096)
+    tile = min(2048 if codebook is not None else 4096, triton.next_power_of_2(v))
     nbk = nb.shape[1] if nb is not None else 0
     launch(
         _verify_chain_kernel,
@@ -462,6 +464,8 @@ def verify_chain_triton(
         BLOCK_K=triton.next_power_of_2(k1),
         BLOCK_NB=triton.next_power_of_2(max(nbk, 1)),
         BLOCK_W=triton.next_power_of_2(max(int(group_window), 1)) if has_group else 1,
+        # GSD's window pass keeps int64 keys a tile: 1024 entries (4096 spill on sm_90, 3.6)
+        GROUP_TILE=min(tile, 1024),
         TILE=tile,
         # 16 warps at TILE 4096: 8 spill 40-76 B on sm_90 (docs/triton_resources.md)
         num_warps=16 if tile >= 4096 else 8 if tile >= 2048 else 4,
