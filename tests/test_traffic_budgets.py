@@ -34,6 +34,9 @@ BUDGETS = {
     ("verify_chain", "B=8 K=4 V=32000", "verify_chain_split_draw_kernel"): (0.134, 16.5),
     ("verify_chain", "B=64 K=8 V=32000", "verify_chain_split_sum_kernel"): (1.01, 3.96),
     ("verify_chain", "B=64 K=8 V=32000", "verify_chain_split_draw_kernel"): (0.31, 14.7),
+    # GSD's grouping: one block per request tests the drafts in order, each a coalesced pass
+    # over its row (was 109x the floor in two launches: every split block repeated the tests)
+    ("verify_chain", "gsd B=2 K=15 V=65536", "verify_chain_kernel"): (1.16, 4.84),
     # verify_tree: one block per request; a rejected child costs one pass over the row(s),
     # folded in, nothing written (7.1 -> 3.0 MB at B=1 det; 4.52 -> 2.74 x the floor iid, where
     # the pass reads p and q together: 4.44 -> 4.99 sectors a request).  The iid floor now
