@@ -96,6 +96,14 @@ def _jacobi_floor(p, x, q, r) -> int:
     return b * L * 2 * F32 + (int(drawn.sum()) + residual) * v * F32 + b * L * F32
 
 
+def _jacobi_gsd_floor(p, x, q, r) -> int:
+    """verify_jacobi with GSD's grouping: ``_jacobi_floor`` plus every tested slot's whole p row
+    (its window is the nearest keys in the row's order); the draws read their rows again (the
+    decision comes first); the window members' q and codes are not counted."""
+    b, L, v = p.shape
+    return _jacobi_floor(p, x, q, r) + int((x >= 0).sum()) * (v - 1) * F32
+
+
 def _commit_floor(slots, layers, hkv, d, elem) -> int:
     """commit_kv: each accepted K and V row that is not already in place (slot j at offset j
     stays) read and written once in every layer."""
@@ -323,6 +331,16 @@ def _cuda_cases(quick: bool):
             return _jacobi_floor(p, x, q, r)
 
         cases.append(("verify_jacobi", f"{name} B={b} L={L} V={v}", jacobi))
+    for b, L, v, codes, dim in [(2, 8, 1000, 512, 8)] if quick else [(2, 64, 65536, 8192, 256)]:
+        from .gsd_authors import inputs as gsd_inputs  # Lumina-mGPT's SJD window with GSD
+
+        p, q, x, relax, u = gsd_inputs(b, L, v, vi=codes, c=dim)
+
+        def jacobi_gsd(p=p, x=x, q=q, relax=relax, u=u):
+            r = specops.verify_jacobi(p, x, q, relax=relax, uniforms=u, backend="cuda_sim")
+            return _jacobi_gsd_floor(p, x, q, r)
+
+        cases.append(("verify_jacobi", f"gsd sjd B={b} L={L} V={v}", jacobi_gsd))
     for b, tree, v in [(2, Tree.kary(2, 3), 1000)] if quick else [(8, Tree.kary(4, 3), 65536)]:
         gen = _gen(b + v)
         n = tree.num_nodes

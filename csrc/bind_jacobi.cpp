@@ -49,8 +49,10 @@ JacobiArgs jacobi_args(bool cuda, T target, T window, T draft, T first_child, T 
   a.out_path = tree ? out(out_path, "out_path", {b, L}) : nullptr;
   a.ws_stride = jacobi_ws_size(L, num_candidates);
   const bool cuda_tree = cuda && tree;
+  // CUDA chain mode with GSD's grouping: the slots' decisions ([B, ws_stride], jacobi.h)
+  const bool cuda_group = cuda && !tree && a.relax.codebook != nullptr;
   a.workspace =
-      cuda_tree
+      cuda_tree || cuda_group
           ? c.scratch(workspace, "workspace", DType::i32, {b, a.ws_stride}, target).as<int32_t>()
           : nullptr;
   a.counters = nullptr;

@@ -17,6 +17,11 @@ std::string launch_verify_jacobi(const JacobiArgs& args, void* stream) {
   const dim3 grid(static_cast<unsigned>(args.batch * args.len));
   cudaError_t err;
   if (args.first_child == nullptr) {
+    if (args.relax.codebook && args.workspace) {  // GSD: each slot's test once, over a block
+      err = launch_kernel("jacobi_group_test_kernel", jacobi_group_test_kernel<kBlock>, grid,
+                          dim3(kBlock), 0, s, args);
+      if (err != cudaSuccess) return error_text(err);
+    }
     err = launch_kernel("jacobi_chain_kernel", jacobi_chain_kernel<kBlock>, grid, dim3(kBlock), 0,
                         s, args);
   } else {

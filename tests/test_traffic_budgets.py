@@ -46,6 +46,10 @@ BUDGETS = {
     ("verify_tree", "B=8 N=15 V=32000 iid", "verify_tree_kernel"): (2.02, 4.99),
     ("verify_jacobi", "sjd B=2 L=64 V=65536", "jacobi_chain_kernel"): (2.13, 15.2),
     ("verify_jacobi", "sjd_pac root B=2 L=64 V=65536", "jacobi_tree_kernel"): (1.81, 15.6),
+    # GSD's grouping: a pre-pass tests each slot once over a block, coalesced; the chain kernel
+    # reads the decisions (the floor charges the tested rows and, again, the drawn ones)
+    ("verify_jacobi", "gsd sjd B=2 L=64 V=65536", "jacobi_group_test_kernel"): (0.97, 4.42),
+    ("verify_jacobi", "gsd sjd B=2 L=64 V=65536", "jacobi_chain_kernel"): (0.28, 14.9),
     ("path_acceptance", "B=8 N=21 V=65536", "path_acceptance_kernel"): (3.12, 5.98),
     ("commit_kv", "L=32 B=1 Hkv=32 D=128 m=8", "commit_kv_kernel"): (1.01, 14.8),
     ("commit_kv", "L=32 B=4 Hkv=32 D=128 m=8", "commit_kv_kernel"): (1.01, 14.8),

@@ -28,6 +28,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "specops/block_sample.cuh"
+#include "specops/group_block.cuh"
 #include "specops/jacobi.h"
 #include "specops/launch.cuh"
 
@@ -412,6 +413,18 @@ struct BlockJacobiOps {
     return block_max(last);
   }
 };
+
+// Chain mode with GSD's grouping, before jacobi_chain_kernel: block (b, i) runs slot i's test
+// over the block (group_block.cuh) and writes the decision to the workspace.
+template <int BLOCK>
+__global__ void __launch_bounds__(BLOCK, 1) jacobi_group_test_kernel(JacobiArgs A) {
+  __shared__ GroupSmem<BLOCK> sm;
+  const int64_t i = blockIdx.x % A.len, b = blockIdx.x / A.len;
+  const int64_t x = jacobi_tok(A, b, i);
+  const bool ok = x != -1 && block_group_accept<BLOCK>(A.rng.uniform(b, i), jacobi_p(A, b, i),
+                                                       jacobi_q(A, b, i), A.vocab, x, A.relax, sm);
+  if (threadIdx.x == 0) A.workspace[b * A.ws_stride + i] = ok ? 1 : 0;
+}
 
 template <int BLOCK>
 __global__ void __launch_bounds__(BLOCK, 1) jacobi_chain_kernel(JacobiArgs A) {

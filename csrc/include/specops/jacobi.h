@@ -66,8 +66,9 @@ struct JacobiArgs {
   int32_t* out_first_reject;  // [B]
   int32_t* out_candidates;    // [B, L, k] when k > 1, else nullptr
   int32_t* out_path;          // [B, L] in tree mode, else nullptr
-  // CUDA tree mode only: per-request scratch ([B, ws_stride] int32, layout in jacobi_ws_*) and
-  // completion counters ([B] int32, zero before the launch; the kernel leaves them zero).
+  // CUDA tree mode: per-request scratch ([B, ws_stride] int32, layout in jacobi_ws_*) and
+  // completion counters ([B] int32, zero before the launch; the kernel leaves them zero).  CUDA
+  // chain mode with GSD's grouping: [B, ws_stride >= L] int32, the slots' test decisions.
   int32_t* workspace;
   int64_t ws_stride;
   int32_t* counters;
@@ -120,8 +121,11 @@ SPECOPS_HD bool jacobi_accept(float u, const PF& p, const QF& q, bool has_q, int
   return u * qx < px + lantern_pool(p, vocab, x, relax);
 }
 
-// Test of slot i in chain mode; a -1 token ("no draft") never passes.
+// Test of slot i in chain mode; a -1 token ("no draft") never passes.  CUDA with GSD's grouping:
+// the decision jacobi_group_test_kernel wrote to the workspace (each test is a pass over a row,
+// done once a slot by a whole block, not once a slot in every block of the request).
 SPECOPS_HD bool jacobi_chain_ok(const JacobiArgs& A, int64_t b, int64_t i) {
+  if (A.relax.codebook && A.workspace) return A.workspace[b * A.ws_stride + i] != 0;
   const int64_t x = jacobi_tok(A, b, i);
   if (x == -1) return false;
   const float* q = jacobi_q(A, b, i);
