@@ -164,6 +164,8 @@ def _tree(kw, flags, be, dev, copies):
 
 def _jacobi(kw, flags, be, dev, copies):
     b, L, v = _int(kw, "B", "L", "V")
+    if "gsd" in flags:
+        return _jacobi_gsd(b, L, v, be, dev, copies)
     fns = []
     for i in range(copies):
         gen = _gen(dev, 7 + i)
@@ -182,6 +184,28 @@ def _jacobi(kw, flags, be, dev, copies):
             x = inputs.draw(q, gen)
             fns.append(lambda p=p, x=x, q=q: specops.verify_jacobi(p, x, q, seed=1, backend=be))
     return Built(fns)
+
+
+def _jacobi_gsd(b, L, v, be, dev, copies):
+    """SJD's window at Lumina-mGPT's shape with GSD's grouping (bench/gsd_authors.py inputs)
+    beside the authors' loop (slot by slot until the first rejection, a sort and host syncs per
+    slot), on the same uniforms."""
+    from .gsd_authors import authors_chain
+    from .gsd_authors import inputs as gsd_inputs
+
+    ins = [gsd_inputs(b, L, v, device=dev, seed=i) for i in range(copies)]
+    built = Built(
+        [
+            lambda i=i: specops.verify_jacobi(
+                i[0], i[2], i[1], relax=i[3], uniforms=i[4], backend=be
+            )
+            for i in ins
+        ]  # fmt: skip
+    )
+    built.peers["gsd authors loop"] = [
+        lambda i=i: authors_chain(i[0], i[2], i[1], i[3], i[4]) for i in ins
+    ]
+    return built
 
 
 def _path(kw, flags, be, dev, copies):
