@@ -142,21 +142,24 @@ struct GroupWindow {
   SPECOPS_HD void add(float py, int64_t y) {
     if (y == x) return;
     if (key_less(py, y, px, x)) {
-      keep(lo_w, lo_id, &nlo, py, y, true);
+      keep<true>(lo_w, lo_id, &nlo, py, y);
     } else {
-      keep(hi_w, hi_id, &nhi, py, y, false);
+      keep<false>(hi_w, hi_id, &nhi, py, y);
     }
   }
 
   // (a, ia) nearer x than (b, ib) on its side: larger below, smaller above
-  SPECOPS_HD static bool nearer(bool below, float a, int64_t ia, float b, int64_t ib) {
-    return below ? key_less(b, ib, a, ia) : key_less(a, ia, b, ib);
+  template <bool Below>
+  SPECOPS_HD static bool nearer(float a, int64_t ia, float b, int64_t ib) {
+    return Below ? key_less(b, ib, a, ia) : key_less(a, ia, b, ib);
   }
 
-  SPECOPS_HD void keep(float* ws, int64_t* ids, int* m, float py, int64_t y, bool below) const {
-    if (*m == n && !nearer(below, py, y, ws[n - 1], ids[n - 1])) return;
+  // the side's sorted insertion; an entry no nearer than the farthest of n kept: one comparison
+  template <bool Below>
+  SPECOPS_HD void keep(float* ws, int64_t* ids, int* m, float py, int64_t y) const {
+    if (*m == n && !nearer<Below>(py, y, ws[n - 1], ids[n - 1])) return;
     int j = *m < n ? (*m)++ : n - 1;
-    for (; j > 0 && nearer(below, py, y, ws[j - 1], ids[j - 1]); --j) {
+    for (; j > 0 && nearer<Below>(py, y, ws[j - 1], ids[j - 1]); --j) {
       ws[j] = ws[j - 1];
       ids[j] = ids[j - 1];
     }
