@@ -280,10 +280,9 @@ def _cuda_cases(quick: bool):
 
         cases.append(("verify_chain", f"B={b} K={k} V={v}", verify))
     for b, k, v, codes, dim in [(2, 3, 1000, 512, 8)] if quick else [(2, 15, 65536, 8192, 256)]:
-        from .gsd_authors import inputs as gsd_inputs  # GSD: the Triton case's inputs
+        from .gsd_authors import chain_inputs  # GSD: the Triton case's inputs
 
-        p, q, x, relax, u = gsd_inputs(b, k + 1, v, vi=codes, c=dim)
-        p, x, q, u = p, x[:, :k], q[:, :k], u[:, : k + 1]
+        p, x, q, relax, u = chain_inputs(b, k, v, vi=codes, c=dim)
 
         def gsd(p=p, x=x, q=q, relax=relax, u=u):
             r = specops.verify_chain(p, x, q, relax=relax, uniforms=u, backend="cuda_sim")

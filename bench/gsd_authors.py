@@ -39,6 +39,13 @@ def inputs(b=2, L=64, v=65536, start=4, vi=8192, c=256, device="cpu", seed=0):
     return p, q, x, Grouping(cb, 7, 0.15, 0.5, (start, start + vi)), u
 
 
+def chain_inputs(b, k, v, **kw):
+    """``inputs`` as verify_chain takes them: (p [b, k+1, v], drafts x [b, k], q [b, k, v], the
+    Grouping, uniforms [b, k+1]); ``kw`` as ``inputs``'s (vi, c, device, seed)."""
+    p, q, x, relax, u = inputs(b, k + 1, v, **kw)
+    return p, x[:, :k], q[:, :k], relax, u[:, : k + 1]
+
+
 def authors_chain(p, x, q, relax, u) -> list[int]:
     """The authors' rule draft by draft, each request until its first rejection, as their loop
     runs it (a sort of the row and host syncs per draft) -> accepted prefix lengths."""

@@ -117,13 +117,9 @@ def _chain_gsd(b, k, v, be, dev, copies):
     """GSD's grouped acceptance at Lumina-mGPT's image range (8192 codes of 256 dims, the
     authors' w 7, p 0.15, d 0.5) beside the authors' loop (a sort and host syncs per draft:
     eager launches, never a graph), both on the same uniforms."""
-    from .gsd_authors import authors_chain
-    from .gsd_authors import inputs as gsd_inputs
+    from .gsd_authors import authors_chain, chain_inputs
 
-    ins = []
-    for i in range(copies):
-        p, q, x, relax, u = gsd_inputs(b, k + 1, v, device=dev, seed=i)
-        ins.append((p, x[:, :k], q[:, :k], relax, u[:, : k + 1]))
+    ins = [chain_inputs(b, k, v, device=dev, seed=i) for i in range(copies)]
     built = Built(
         [
             lambda i=i: specops.verify_chain(

@@ -346,11 +346,10 @@ def _verify_cases(specops, shapes, gsd, gen):
             f = partial(specops.verify_chain, p, x, q, seed=1, block=block, backend="triton")
             yield "verify_chain", shape, f
     for b, k, v, codes, dim in gsd:  # (own seeds: the plain cases' inputs stay as they were)
-        from .gsd_authors import inputs as gsd_inputs
+        from .gsd_authors import chain_inputs
 
-        p, q, x, relax, u = gsd_inputs(b, k + 1, v, vi=codes, c=dim)
-        f = partial(specops.verify_chain, p, x[:, :k], q[:, :k], relax=relax,
-                    uniforms=u[:, : k + 1], backend="triton")  # fmt: skip
+        p, x, q, relax, u = chain_inputs(b, k, v, vi=codes, c=dim)
+        f = partial(specops.verify_chain, p, x, q, relax=relax, uniforms=u, backend="triton")
         yield "verify_chain", f"gsd B={b} K={k} V={v}", f
 
 
