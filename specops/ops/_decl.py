@@ -229,8 +229,9 @@ def streamed(named) -> dict:
     (``Rng``): what the reference and the Triton entries take."""
     kw = named._asdict()
     if "seed" in kw:
-        kw["rng"] = Rng(kw.pop("seed"), kw.pop("seed_value"), kw.pop("offset"),
-                        kw.pop("offset_value"))  # fmt: skip
+        for field in Rng._fields:  # (the flat names are Rng's fields)
+            del kw[field]
+        kw["rng"] = Rng.of_flat(named)
     return kw
 
 

@@ -39,7 +39,7 @@ def _kernel(be, a, out):
     """Triton and the compiled kernels read [rows, V] float32 rows and write [rows] int32 (a
     strided ``out`` through a contiguous temporary)."""
     probs, uniforms = a.probs, a.uniforms
-    rng = c.Rng(a.seed, a.seed_value, a.offset, a.offset_value)
+    rng = c.Rng.of_flat(a)
     lead, v = tuple(probs.shape[:-1]), probs.shape[-1]
     res = out[0] if out is not None else torch.empty(lead, dtype=torch.int32, device=probs.device)
     p = f32_rows(probs.reshape(-1, v))
