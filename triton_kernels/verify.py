@@ -380,6 +380,12 @@ def _verify_chain_kernel(
     tl.store(out_num_accepted + b, acc.to(tl.int32))
 
 
+def _f64_bits(x) -> int:
+    """x's float64 bits as an int64 (a Python float argument would reach the kernel as float32;
+    the kernel bitcasts these back)."""
+    return struct.unpack("<q", struct.pack("<d", float(x)))[0]
+
+
 def verify_chain_triton(
     target_probs,
     draft_tokens,
@@ -425,10 +431,10 @@ def verify_chain_triton(
         int(image_start),
         int(group_window),
         float(group_p),
-        struct.unpack("<q", struct.pack("<d", float(group_d)))[0],
+        _f64_bits(group_d),
     )
     # GSD: 2048-entry tiles and 8 warps (docs/triton_resources.md: Triton 3.6 spills at 4096)
-    tile = min(2048 if codebook is not None else 4096, triton.next_power_of_2(v))
+    tile = min(2048 if has_group else 4096, triton.next_power_of_2(v))
     nbk = nb.shape[1] if nb is not None else 0
     launch(
         _verify_chain_kernel,
@@ -447,7 +453,7 @@ def verify_chain_triton(
         v,
         nb if nb is not None else dummy,
         nbk,
-        struct.unpack("<q", struct.pack("<d", float(delta)))[0],
+        _f64_bits(delta),
         grp,
         rng,
         uniforms if uniforms is not None else dummy,
