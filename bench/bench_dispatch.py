@@ -94,7 +94,7 @@ def run(device: str, quick: bool) -> list[Row]:
         tok = torch.zeros(2, 4, dtype=torch.int32)
         o1, o2 = torch.empty(2, 5, dtype=torch.int32), torch.empty(2, dtype=torch.int32)
         bind = _build._C.verify_chain_cpu
-        given = {"target_probs": t, "draft_tokens": tok, "seed_value": 1, "offset_value": 0,
+        given = {"target_probs": t, "draft_tokens": tok, "rng": (None, 1, None, 0),
                  "delta": 0.0, "group_window": 0, "group_p": 0.0, "group_d": 0.0,
                  "image_start": 0, "greedy": False, "block": False, "out_tokens": o1,
                  "out_num_accepted": o2}  # fmt: skip

@@ -22,16 +22,25 @@ inline const TensorArg& need_ids(const ArgCheck& c, const TensorArg& t, const ch
   return c.inner_contiguous(t, name);
 }
 
+// The random stream as the Python layer hands it over: one tuple (seed, seed_value, offset,
+// offset_value), specops.ops ``Rng`` (a NamedTuple) or the generated fast path's plain tuple.
+struct RngStream {
+  TensorArg seed;  // None or int64 [S]
+  int64_t seed_value = 0;
+  TensorArg offset;  // None or one int64
+  int64_t offset_value = 0;
+};
+
 // The random stream of `rows` rows of `draws` draws each.  seed: None or int64 [S] with S = 1
 // (shared) or S dividing rows (rows r * S / rows .. belong to seed r / (rows / S)), read with
 // its stride; offset: None or one int64; uniforms: None or float32 [rows, draws], read with its
 // strides.
-inline RngArgs make_rng(const ArgCheck& c, const TensorArg& seed, int64_t seed_value,
-                        const TensorArg& offset, int64_t offset_value, const TensorArg& uniforms,
+inline RngArgs make_rng(const ArgCheck& c, const RngStream& s, const TensorArg& uniforms,
                         int64_t rows, int64_t draws) {
+  const TensorArg &seed = s.seed, &offset = s.offset;
   RngArgs rng;
   rng.seed_ptr = c.maybe(seed, "seed", DType::i64, 1).as<const int64_t>();
-  rng.seed_value = seed_value;
+  rng.seed_value = s.seed_value;
   rng.seed_stride = 0;
   rng.rows_per_seed = rows > 0 ? rows : 1;
   if (seed.defined()) {
@@ -50,7 +59,7 @@ inline RngArgs make_rng(const ArgCheck& c, const TensorArg& seed, int64_t seed_v
       c.fail("offset", "must have exactly one element (shape [] or [1])");
   }
   rng.offset_ptr = offset.as<const int64_t>();
-  rng.offset_value = offset_value;
+  rng.offset_value = s.offset_value;
   c.maybe(uniforms, "uniforms", DType::f32, 2, {rows, draws});
   rng.uniforms = uniforms.as<const float>();
   rng.uniforms_s0 = uniforms.defined() ? stride_of(uniforms, 0) : 0;
@@ -274,3 +283,35 @@ void bind_append_kv(pybind11::module_& m);
 void bind_sim_checks(pybind11::module_& m);  // csrc/sim/planted.cpp
 
 }  // namespace specops
+
+namespace pybind11 {
+namespace detail {
+// An Rng: a tuple of four, the tensors as TensorArg, the values Python ints within int64 (else
+// the call fails over to the next overload, i.e. pybind11's TypeError: the fast path then falls
+// back to the checked one, which names the argument).
+template <>
+struct type_caster<specops::RngStream> {
+  PYBIND11_TYPE_CASTER(specops::RngStream, const_name("Rng"));
+  bool load(handle src, bool) {
+    PyObject* o = src.ptr();
+    if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 4) return false;
+    return specops::load_tensor_arg(PyTuple_GET_ITEM(o, 0), value.seed) &&
+           int64_of(PyTuple_GET_ITEM(o, 1), value.seed_value) &&
+           specops::load_tensor_arg(PyTuple_GET_ITEM(o, 2), value.offset) &&
+           int64_of(PyTuple_GET_ITEM(o, 3), value.offset_value);
+  }
+
+ private:
+  static bool int64_of(PyObject* v, int64_t& out) {
+    if (!PyLong_Check(v)) return false;
+    int overflow = 0;
+    out = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow != 0 || (out == -1 && PyErr_Occurred())) {
+      PyErr_Clear();
+      return false;
+    }
+    return true;
+  }
+};
+}  // namespace detail
+}  // namespace pybind11

@@ -12,11 +12,11 @@ namespace specops {
 namespace {
 
 JacobiArgs jacobi_args(bool cuda, T target, T window, T draft, T first_child, T next_sibling,
-                       bool cont, int64_t num_candidates, T seed, int64_t seed_value, T offset,
-                       int64_t offset_value, T neighbors, double delta, T codebook,
-                       int64_t group_window, double group_p, double group_d, int64_t image_start,
-                       T uniforms, T out_num, T out_next_window, T out_first_reject,
-                       T out_candidates, T out_path, T workspace, T counters, bool emulate_cuda) {
+                       bool cont, int64_t num_candidates, const RngStream& rng, T neighbors,
+                       double delta, T codebook, int64_t group_window, double group_p,
+                       double group_d, int64_t image_start, T uniforms, T out_num,
+                       T out_next_window, T out_first_reject, T out_candidates, T out_path,
+                       T workspace, T counters, bool emulate_cuda) {
   const ArgCheck c{"verify_jacobi", cuda};
   JacobiArgs a;
   const int64_t L = target.defined() ? target.size[1] : 0;
@@ -35,7 +35,7 @@ JacobiArgs jacobi_args(bool cuda, T target, T window, T draft, T first_child, T 
   a.num_candidates = num_candidates;
   a.relax = relax_args(c, neighbors, delta, codebook, group_window, group_p, group_d, image_start,
                        a.vocab);
-  a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, b, jacobi_draws(a));
+  a.rng = make_rng(c, rng, uniforms, b, jacobi_draws(a));
   auto out = [&](T t, const char* name, std::initializer_list<int64_t> sizes) {
     return c.output(t, name, DType::i32, sizes, target).as<int32_t>();
   };
@@ -76,11 +76,11 @@ void bind_jacobi(py::module_& m) {
           SPECOPS_IF_CUDA(gpu::launch_verify_jacobi),
           SPECOPS_IF_CUDA_SIM(sim::launch_verify_jacobi), arg("target_probs"), arg("window_tokens"),
           arg("draft_probs"), arg("first_child"), arg("next_sibling"), arg("continue_after_reject"),
-          arg("num_candidates"), arg("seed"), arg("seed_value"), arg("offset"), arg("offset_value"),
-          arg("neighbors"), arg("delta"), arg("codebook"), arg("group_window"), arg("group_p"),
-          arg("group_d"), arg("image_start"), arg("uniforms"), arg("out_num_accepted"),
-          arg("out_next_window"), arg("out_first_reject"), arg("out_candidates"), arg("out_path"),
-          arg("workspace") = py::none(), arg("counters") = py::none(), arg("emulate_cuda") = false);
+          arg("num_candidates"), arg("rng"), arg("neighbors"), arg("delta"), arg("codebook"),
+          arg("group_window"), arg("group_p"), arg("group_d"), arg("image_start"), arg("uniforms"),
+          arg("out_num_accepted"), arg("out_next_window"), arg("out_first_reject"),
+          arg("out_candidates"), arg("out_path"), arg("workspace") = py::none(),
+          arg("counters") = py::none(), arg("emulate_cuda") = false);
 }
 
 }  // namespace specops

@@ -32,25 +32,23 @@ void set_probs(const ArgCheck& c, A& a, const TensorArg& probs) {
   a.row_stride = probs.stride[0];
 }
 
-SampleArgs sample_args(bool cuda, T probs, T seed, int64_t seed_value, T offset,
-                       int64_t offset_value, T uniforms, T out) {
+SampleArgs sample_args(bool cuda, T probs, const RngStream& rng, T uniforms, T out) {
   const ArgCheck c{"sample", cuda};
   SampleArgs a;
   set_probs(c, a, probs);
-  a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, a.rows, 1);
+  a.rng = make_rng(c, rng, uniforms, a.rows, 1);
   a.out = c.output(out, "out", DType::i32, {a.rows}, probs).as<int32_t>();
   if (cuda) a.split = split_arg(c, a.rows, a.vocab, probs);
   return a;
 }
 
-SampleWorArgs wor_args(bool cuda, T probs, int64_t k, T seed, int64_t seed_value, T offset,
-                       int64_t offset_value, T uniforms, T out) {
+SampleWorArgs wor_args(bool cuda, T probs, int64_t k, const RngStream& rng, T uniforms, T out) {
   const ArgCheck c{"sample_without_replacement", cuda};
   SampleWorArgs a;
   set_probs(c, a, probs);
   if (k < 1) c.fail("k", "must be >= 1");
   a.k = k;
-  a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, a.rows, a.vocab);
+  a.rng = make_rng(c, rng, uniforms, a.rows, a.vocab);
   a.out = c.output(out, "out", DType::i32, {a.rows, k}, probs).as<int32_t>();
   return a;
 }
@@ -70,13 +68,11 @@ std::string run_cuda(const SampleArgs& a, void* stream) {
 void bind_sample(py::module_& m) {
   using py::arg;
   bind_op(m, "sample", sample_args, run_host, SPECOPS_IF_CUDA(run_cuda<gpu::launch_sample>),
-          SPECOPS_IF_CUDA_SIM(run_cuda<sim::launch_sample>), arg("probs"), arg("seed"),
-          arg("seed_value"), arg("offset"), arg("offset_value"), arg("uniforms"),
-          arg("out_tokens"));
+          SPECOPS_IF_CUDA_SIM(run_cuda<sim::launch_sample>), arg("probs"), arg("rng"),
+          arg("uniforms"), arg("out_tokens"));
   bind_op(m, "sample_without_replacement", wor_args, sample_wor_host,
           SPECOPS_IF_CUDA(gpu::launch_sample_wor), SPECOPS_IF_CUDA_SIM(sim::launch_sample_wor),
-          arg("probs"), arg("k"), arg("seed"), arg("seed_value"), arg("offset"),
-          arg("offset_value"), arg("uniforms"), arg("out_tokens"));
+          arg("probs"), arg("k"), arg("rng"), arg("uniforms"), arg("out_tokens"));
 }
 
 }  // namespace specops

@@ -13,11 +13,11 @@ namespace specops {
 
 namespace {
 
-VerifyChainArgs chain_args(bool cuda, T target, T tokens, T draft, T num_draft, T seed,
-                           int64_t seed_value, T offset, int64_t offset_value, T neighbors,
-                           double delta, T codebook, int64_t group_window, double group_p,
-                           double group_d, int64_t image_start, bool greedy, T uniforms, bool block,
-                           T out_tokens, T out_num) {
+VerifyChainArgs chain_args(bool cuda, T target, T tokens, T draft, T num_draft,
+                           const RngStream& rng, T neighbors, double delta, T codebook,
+                           int64_t group_window, double group_p, double group_d,
+                           int64_t image_start, bool greedy, T uniforms, bool block, T out_tokens,
+                           T out_num) {
   const ArgCheck c{"verify_chain", cuda};
   VerifyChainArgs a;
   const int64_t k = target.defined() ? target.size[1] - 1 : 0;
@@ -32,7 +32,7 @@ VerifyChainArgs chain_args(bool cuda, T target, T tokens, T draft, T num_draft, 
   if (block && (greedy || a.relax.neighbors != nullptr || a.relax.codebook != nullptr))
     c.fail("block", "cannot be combined with greedy or relax");
   a.block = block;
-  a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, a.batch, k + 1);
+  a.rng = make_rng(c, rng, uniforms, a.batch, k + 1);
   a.out_tokens =
       c.output(out_tokens, "out_tokens", DType::i32, {a.batch, k + 1}, target).as<int32_t>();
   a.out_num_accepted =
@@ -45,11 +45,10 @@ VerifyChainArgs chain_args(bool cuda, T target, T tokens, T draft, T num_draft, 
 }
 
 VerifyTreeArgs tree_args(bool cuda, T target, T first_child, T next_sibling, int64_t width,
-                         T tokens, T draft, bool without_replacement, T seed, int64_t seed_value,
-                         T offset, int64_t offset_value, T neighbors, double delta, T codebook,
-                         int64_t group_window, double group_p, double group_d, int64_t image_start,
-                         bool greedy, T uniforms, T out_path, T out_tokens, T out_num, T ws_p,
-                         T ws_q) {
+                         T tokens, T draft, bool without_replacement, const RngStream& rng,
+                         T neighbors, double delta, T codebook, int64_t group_window,
+                         double group_p, double group_d, int64_t image_start, bool greedy,
+                         T uniforms, T out_path, T out_tokens, T out_num, T ws_p, T ws_q) {
   const ArgCheck c{"verify_tree", cuda};
   VerifyTreeArgs a;
   const int64_t n = target.defined() ? target.size[1] : 0;
@@ -68,7 +67,7 @@ VerifyTreeArgs tree_args(bool cuda, T target, T first_child, T next_sibling, int
   a.greedy = greedy;
   a.relax = relax_args(c, neighbors, delta, codebook, group_window, group_p, group_d, image_start,
                        a.vocab);
-  a.rng = make_rng(c, seed, seed_value, offset, offset_value, uniforms, a.batch, n);
+  a.rng = make_rng(c, rng, uniforms, a.batch, n);
   // Workspaces: the residual target row (unless greedy) and the renormalised draft row
   // (without replacement with draft probabilities).
   const int64_t b = a.batch, v = a.vocab;
@@ -112,20 +111,18 @@ void bind_verify(py::module_& m) {
   bind_op(m, "verify_chain", chain_args, verify_chain_host,
           SPECOPS_IF_CUDA(gpu::launch_verify_chain), SPECOPS_IF_CUDA_SIM(sim::launch_verify_chain),
           arg("target_probs"), arg("draft_tokens"), arg("draft_probs"), arg("num_draft"),
-          arg("seed"), arg("seed_value"), arg("offset"), arg("offset_value"), arg("neighbors"),
-          arg("delta"), arg("codebook"), arg("group_window"), arg("group_p"), arg("group_d"),
-          arg("image_start"), arg("greedy"), arg("uniforms"), arg("block"), arg("out_tokens"),
-          arg("out_num_accepted"));
+          arg("rng"), arg("neighbors"), arg("delta"), arg("codebook"), arg("group_window"),
+          arg("group_p"), arg("group_d"), arg("image_start"), arg("greedy"), arg("uniforms"),
+          arg("block"), arg("out_tokens"), arg("out_num_accepted"));
   // Workspaces (None: the binding makes them): the current node's residual target row and
   // renormalised draft row after a rejected child.
   bind_op(m, "verify_tree", tree_args, verify_tree_host, SPECOPS_IF_CUDA(gpu::launch_verify_tree),
           SPECOPS_IF_CUDA_SIM(sim::launch_verify_tree), arg("target_probs"), arg("first_child"),
           arg("next_sibling"), arg("width"), arg("draft_tokens"), arg("draft_probs"),
-          arg("without_replacement"), arg("seed"), arg("seed_value"), arg("offset"),
-          arg("offset_value"), arg("neighbors"), arg("delta"), arg("codebook"), arg("group_window"),
-          arg("group_p"), arg("group_d"), arg("image_start"), arg("greedy"), arg("uniforms"),
-          arg("out_path"), arg("out_tokens"), arg("out_num_accepted"), arg("ws_p") = none,
-          arg("ws_q") = none);
+          arg("without_replacement"), arg("rng"), arg("neighbors"), arg("delta"), arg("codebook"),
+          arg("group_window"), arg("group_p"), arg("group_d"), arg("image_start"), arg("greedy"),
+          arg("uniforms"), arg("out_path"), arg("out_tokens"), arg("out_num_accepted"),
+          arg("ws_p") = none, arg("ws_q") = none);
   // CUDA: trees too large for shared memory keep their per-node state in a global workspace.
   bind_op(m, "path_acceptance", path_args, path_acceptance_host,
           SPECOPS_IF_CUDA(gpu::launch_path_acceptance),

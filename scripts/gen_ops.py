@@ -235,7 +235,7 @@ def fast_lines(d, public: set[str], imports: Imports) -> list[str]:
             imports.add("fast_rng", "specops.ops._rng", "fast_rng")
             setup.append(f"_rng = fast_rng(seed, offset, {a.batch}.shape[0])")
             gates.append(_e("_rng is not None"))
-            args.append(ast.Starred(_e("_rng")))
+            args.append(_e("_rng"))  # one Rng-shaped tuple: the binding reads it whole
         elif isinstance(a, dk.RelaxArg):
             imports.add("NO_RELAX", "specops.ops._decl", "NO_RELAX")
             conds.append(_e("relax is None"))

@@ -104,7 +104,7 @@ def _chain_args(b=2, k=3, v=8):
     out_t = torch.empty(b, k + 1, dtype=torch.int32)
     out_n = torch.empty(b, dtype=torch.int32)
     return dict(target_probs=target, draft_tokens=tokens, draft_probs=None, num_draft=None,
-                seed=None, seed_value=0, offset=None, offset_value=0, neighbors=None, delta=0.0,
+                rng=(None, 0, None, 0), neighbors=None, delta=0.0,
                 codebook=None, group_window=0, group_p=0.0, group_d=0.0, image_start=0,
                 greedy=False, uniforms=None, block=False, out_tokens=out_t,
                 out_num_accepted=out_n)  # fmt: skip
@@ -125,8 +125,16 @@ def _chain_args(b=2, k=3, v=8):
             lambda a: a["draft_tokens"].t().contiguous().t(),
             "draft_tokens must have a contiguous last",
         ),
-        ("seed", lambda a: torch.zeros(3, dtype=torch.int64), "seed must have 1 entry or one per"),
-        ("offset", lambda a: torch.zeros(2, dtype=torch.int64), "offset must have exactly one"),
+        (
+            "rng",
+            lambda a: (torch.zeros(3, dtype=torch.int64), 0, None, 0),
+            "seed must have 1 entry or one per",
+        ),  # fmt: skip
+        (
+            "rng",
+            lambda a: (None, 0, torch.zeros(2, dtype=torch.int64), 0),
+            "offset must have exactly one",
+        ),  # fmt: skip
         ("uniforms", lambda a: torch.rand(2, 3), "uniforms has shape"),
         (
             "out_tokens",
@@ -152,6 +160,28 @@ def test_bindings_reject_layouts_their_kernels_cannot_read(name, value, words):
 def test_bindings_reject_what_is_not_a_tensor():
     args = _chain_args()
     args["target_probs"] = [1.0, 2.0]
+    with pytest.raises(TypeError):
+        _build._C.verify_chain_cpu(**args)
+
+
+@pytest.mark.parametrize(
+    "rng",
+    [
+        (None, 0, None),
+        [None, 0, None, 0],
+        (None, 2**63, None, 0),
+        (None, 0, None, 1.5),
+        (None, 0, torch.zeros(1, dtype=torch.int64), None),
+        ("seed", 0, None, 0),
+    ],  # fmt: skip
+)
+def test_bindings_take_the_random_stream_as_one_rng_of_four(rng):
+    """The binding reads an Rng (a tuple: seed tensor or None, int64 seed, offset tensor or None,
+    int64 offset); anything else is pybind11's TypeError, which sends a fast path to the checked
+    one."""
+    args = _chain_args()
+    _build._C.verify_chain_cpu(**{**args, "rng": specops.ops._rng.Rng(None, 7, None, 0)})
+    args["rng"] = rng
     with pytest.raises(TypeError):
         _build._C.verify_chain_cpu(**args)
 

@@ -16,7 +16,6 @@ from specops import _build
 from specops.ops._decl import _DECLS
 
 OPS = sorted(_DECLS)
-RNG_FIELDS = ("seed", "seed_value", "offset", "offset_value")
 
 
 def _params(fn) -> tuple[str, ...]:
@@ -58,10 +57,7 @@ def test_checks_take_the_declared_arguments_in_order(op):
 @pytest.mark.parametrize("op", OPS)
 def test_reference_adaptor_takes_the_flat_arguments_by_name(op):
     d = specops.declaration(op)
-    flat = [n for n in d.flat_names if n not in RNG_FIELDS]
-    if "seed" in d.flat_names:
-        flat.insert(d.flat_names.index("seed"), "rng")
-    assert _params(d.reference) == tuple(flat)
+    assert _params(d.reference) == d.flat_names
 
 
 @pytest.mark.parametrize("op", [op for op in OPS if _DECLS[op].triton and not _DECLS[op].kernel])
@@ -70,10 +66,7 @@ def test_triton_entry_takes_the_flat_arguments_in_order(op):
     # hook calls its entry itself)
     pytest.importorskip("triton")
     d = specops.declaration(op)
-    flat = [n for n in d.flat_names if n not in RNG_FIELDS]
-    if "seed" in d.flat_names:
-        flat.insert(d.flat_names.index("seed"), "rng")
-    assert _params(d.triton_kernel()) == tuple(flat)
+    assert _params(d.triton_kernel()) == d.flat_names
 
 
 @pytest.mark.skipif(not _build.has_cpp(), reason="needs the compiled specops._C")
@@ -95,7 +88,10 @@ def test_torch_library_schema_is_the_declarations(op):
     d = specops.declaration(op)
     schema = str(getattr(torch.ops.specops, op).default._schema)
     flat = re.findall(r"(\w+)(?:=[^,)]*)?(?=[,)])", schema[schema.index("(") : schema.index("->")])
-    assert tuple(flat) == (*d.flat_names, "backend")
+    assert tuple(flat) == (*(n for n, _ in d.schema_flat), "backend")
+    if "rng" in d.flat_names:  # the one Rng, as its four fields where the Rng was
+        i = d.flat_names.index("rng")
+        assert tuple(flat[i : i + 4]) == specops.ops._rng.Rng._fields
     assert schema.count("!") == len(d.mutates)
     if d.outs:  # the out= variant writes each output
         out = str(getattr(torch.ops.specops, op + "_out").default._schema)
@@ -146,8 +142,10 @@ def test_checked_lowering_flattens_the_kinds():
     flat = dict(zip(d.flat_names, d.flat_args(p, x, None, None, torch.tensor(3), 5, relax, False,
                                               None, False)))  # fmt: skip
     assert flat["neighbors"] is relax.neighbors and flat["delta"] == 0.1
-    assert flat["seed"].shape == (1,) and flat["seed_value"] == 0
-    assert flat["offset"] is None and flat["offset_value"] == 5
+    rng = flat["rng"]
+    assert type(rng) is specops.ops._rng.Rng
+    assert rng.seed.shape == (1,) and rng.seed_value == 0
+    assert rng.offset is None and rng.offset_value == 5
 
 
 def test_out_shapes_follow_the_declared_symbols():

@@ -36,10 +36,10 @@ def test_outputs_that_alias_are_rejected(op, name, mutate, backend):
 def test_bindings_reject_aliased_outputs():
     probs = random_probs(B, V, generator=gen(0))
     with pytest.raises(ValueError, match="out shares memory with probs"):
-        _build._C.sample_cpu(probs, None, 1, None, 0, None, _head(probs, (B,)))
+        _build._C.sample_cpu(probs, (None, 1, None, 0), None, _head(probs, (B,)))
     buf = torch.zeros(B, K + 1, dtype=_I32)
     target, chain = random_probs(B, K + 1, V, generator=gen(0)), _build._C.verify_chain_cpu
-    rest = (None, None, None, 1, None, 0, None, 0.0, *NO_GROUP, False, None, False)  # declared
+    rest = (None, None, (None, 1, None, 0), None, 0.0, *NO_GROUP, False, None, False)  # declared
     with pytest.raises(ValueError, match="out_tokens shares memory with draft_tokens"):
         chain(target, buf[:, :K], *rest, buf, None)
     with pytest.raises(ValueError, match="out_num_accepted shares memory with out_tokens"):

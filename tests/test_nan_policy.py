@@ -356,7 +356,7 @@ def test_verify_jacobi_tree(seed, cont, with_q):
     u = reference.verify.row_uniforms(9, 0, b, 2 * L + L * 2)  # 2 candidates
     got = JACOBI.launch(
         "cpu", p, x, q, JTREE.first_child, JTREE.next_sibling, cont, 2,
-        None, 0, None, 0, None, 0.0, *NO_GROUP, u, emulate_cuda=True,
+        (None, 0, None, 0), None, 0.0, *NO_GROUP, u, emulate_cuda=True,
     )  # fmt: skip
     for w, g in zip(want, got):
         if w is not None:

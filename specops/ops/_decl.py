@@ -72,13 +72,16 @@ class Scalar:
 
 @dataclass(frozen=True)
 class RngArg:
-    """``seed`` and ``offset`` (ints or int64 tensors) -> one ``Rng`` (specops/ops/_rng.py);
+    """``seed`` and ``offset`` (ints or int64 tensors) -> one ``Rng`` (specops/ops/_rng.py),
+    the one flat argument ``rng`` that the reference, the Triton entries and the compiled bindings
+    take; only torch.library's schema spells it as its four fields (``schema``).
     ``batch``: the tensor whose dim 0 a seed tensor [B] indexes (one seed per request)."""
 
     batch: str
 
     params = ("seed", "offset")
-    flat = (
+    flat = (("rng", "Rng"),)
+    schema = (
         ("seed", "Tensor?"),
         ("seed_value", "SymInt"),
         ("offset", "Tensor?"),
@@ -86,7 +89,7 @@ class RngArg:
     )
 
     def flatten(self, a: dict) -> tuple:
-        return Rng.of(a["seed"], a["offset"])
+        return (Rng.of(a["seed"], a["offset"]),)
 
 
 def _relax_form(t):
@@ -224,17 +227,6 @@ def declaration(op: str) -> OpDecl:
     return _DECLS[op]
 
 
-def streamed(named) -> dict:
-    """The flat arguments by name, the random stream's four values (``RngArg``) as one ``rng``
-    (``Rng``): what the reference and the Triton entries take."""
-    kw = named._asdict()
-    if "seed" in kw:
-        for field in Rng._fields:  # (the flat names are Rng's fields)
-            del kw[field]
-        kw["rng"] = Rng.of_flat(named)
-    return kw
-
-
 @dataclass
 class OpDecl:
     name: str
@@ -261,6 +253,9 @@ class OpDecl:
         self.params = tuple(p for a in self.args for p in a.params)
         self.flat = tuple(f for a in self.args for f in a.flat)
         self.flat_names = tuple(n for n, _ in self.flat)
+        # torch.library's schema: the flat arguments, an Rng spelled as its four fields
+        self.schema_flat = tuple(f for a in self.args for f in getattr(a, "schema", a.flat))
+        self._rng_at = self.flat_names.index("rng") if "rng" in self.flat_names else None
         self.binding_names = self.flat_names + tuple(f"out_{o.name}" for o in self.outs)
         self.Flat = namedtuple(f"{self.name}_args", self.flat_names)  # what the hooks read
         kinds = [(a, t) for a in self.args for _, t in a.flat]
@@ -329,14 +324,31 @@ class OpDecl:
         outs = check_out(self.name, (out,) if single else out, specs,
                          [o.contiguous for o in self.outs])  # fmt: skip
         check_no_alias(
-            self.name, [(f"out.{s[0]}", t) for s, t in zip(specs, outs)], zip(self.flat_names, flat)
+            self.name, [(f"out.{s[0]}", t) for s, t in zip(specs, outs)], self.named_inputs(flat)
         )
         return tuple(outs)
+
+    def named_inputs(self, flat) -> list[tuple[str, object]]:
+        """(name, value) of each flat argument, an Rng's seed and offset tensors by their names."""
+        named = list(zip(self.flat_names, flat))
+        if self._rng_at is not None:
+            rng = flat[self._rng_at]
+            named += [("seed", rng.seed), ("offset", rng.offset)]
+        return named
+
+    # torch.library sees an Rng as its four fields (its schema has no record type)
+    def to_schema(self, flat) -> tuple:
+        i = self._rng_at
+        return flat if i is None else (*flat[:i], *flat[i], *flat[i + 1 :])
+
+    def from_schema(self, a) -> tuple:
+        i = self._rng_at
+        return a if i is None else (*a[:i], Rng(*a[i : i + 4]), *a[i + 4 :])
 
     def dispatch(self, *a, out=None) -> tuple:
         """``run`` through torch.library (``torch.ops.specops.<name>``, or ``<name>_out`` with
         the buffers ``out``): what tracing and modes see -> the outputs, a tuple."""
-        flat, backend = a[:-1], a[-1]
+        flat, backend = self.to_schema(a[:-1]), a[-1]
         if out is None:
             r = getattr(torch.ops.specops, self.name)(*flat, backend)
             return (r,) if len(self.outs) == 1 else r if self.outs else ()
@@ -352,11 +364,11 @@ class OpDecl:
         first = flat[0][0] if type(flat[0]) is list else flat[0]  # (a Tensor[] argument)
         be = pick_backend(self.name, backend, first.device, have)
         if be == "reference":
-            r = write_outs(out, tuple(self.reference(**streamed(named)) or ()))
+            r = write_outs(out, tuple(self.reference(**named._asdict()) or ()))
         elif self.kernel is not None:  # handles triton too
             r = self.kernel(be, named, out)
         elif be == "triton":
-            r = write_outs(out, tuple(self.triton_kernel()(**streamed(named)) or ()))
+            r = write_outs(out, tuple(self.triton_kernel()(**named._asdict()) or ()))
         else:
             r = self.launch(be, *flat, out=out)
         if out is not None:
@@ -376,7 +388,7 @@ class OpDecl:
     def impl(self, *a, out=None):
         """``run`` with the schema's result: the tensor itself for a one-output op, None for an
         op without outputs."""
-        r = self.run(*a, out=out)
+        r = self.run(*self.from_schema(a), out=out)
         n = len(self.outs)
         return r[0] if n == 1 else r if n else None
 
@@ -430,7 +442,7 @@ class OpDecl:
     def fake(self, *a):
         if not self.outs:
             return None
-        flat = a[:-1]
+        flat = self.from_schema(a)[:-1]
         like = flat[0]
         outs = tuple(
             like.new_empty(s, dtype=dt)
@@ -443,7 +455,7 @@ class OpDecl:
         args = ", ".join(
             (t.replace("Tensor", f"Tensor({next(alias)}!)", 1) if n in self.mutates else t)
             + f" {n}"
-            for n, t in self.flat
+            for n, t in self.schema_flat
         )
         args += ", str backend"
         if not self.outs:
@@ -468,7 +480,7 @@ def register_decl(d: OpDecl, keys=("CPU", "CUDA")) -> None:
         args = schema[: schema.rindex(")", 0, schema.index("->"))]
 
         def impl_out(*a):
-            d.run(*a[:-n], out=a[-n:])
+            d.run(*d.from_schema(a[:-n]), out=a[-n:])
 
         define(d.name + "_out", f"{args}, {outs}) -> ()", impl_out, lambda *a: None, keys)
 

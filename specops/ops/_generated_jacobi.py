@@ -60,7 +60,7 @@ def verify_jacobi(
                     tree.next_sibling if tree is not None else None,
                     continue_after_reject,
                     num_candidates,
-                    *_rng,
+                    _rng,
                     *NO_RELAX,
                     uniforms,
                     *_o,

@@ -38,7 +38,7 @@ def sample(
         _rng = fast_rng(seed, offset, probs.shape[0])
         if _rng is not None:
             try:
-                _r = fast(probs, *_rng, uniforms, out)
+                _r = fast(probs, _rng, uniforms, out)
             except (TypeError, ValueError):
                 pass  # the checks name what is wrong, or normalise the layout
     if _r is None:
@@ -73,7 +73,7 @@ def sample_without_replacement(
         _rng = fast_rng(seed, offset, probs.shape[0])
         if _rng is not None:
             try:
-                _r = fast(probs, k, *_rng, uniforms, out)
+                _r = fast(probs, k, _rng, uniforms, out)
             except (TypeError, ValueError):
                 pass  # the checks name what is wrong, or normalise the layout
     if _r is None:

@@ -31,11 +31,6 @@ class Rng(NamedTuple):
             return Rng(st, si, offset if offset.dim() == 1 else offset.reshape(1), 0)
         return Rng(st, si, None, offset)
 
-    @staticmethod
-    def of_flat(a) -> Rng:
-        """From a declaration's flat arguments (``RngArg``'s four, read by name)."""
-        return Rng(a.seed, a.seed_value, a.offset, a.offset_value)
-
     def reference(self, device) -> tuple[torch.Tensor, torch.Tensor]:
         """(seed [] / [B], offset []) int64 tensors, as ``specops.reference`` takes them."""
         i64 = torch.int64

@@ -38,8 +38,7 @@ def _reference(probs, rng, uniforms):
 def _kernel(be, a, out):
     """Triton and the compiled kernels read [rows, V] float32 rows and write [rows] int32 (a
     strided ``out`` through a contiguous temporary)."""
-    probs, uniforms = a.probs, a.uniforms
-    rng = c.Rng.of_flat(a)
+    probs, uniforms, rng = a.probs, a.uniforms, a.rng
     lead, v = tuple(probs.shape[:-1]), probs.shape[-1]
     res = out[0] if out is not None else torch.empty(lead, dtype=torch.int32, device=probs.device)
     p = f32_rows(probs.reshape(-1, v))
