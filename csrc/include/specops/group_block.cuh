@@ -91,8 +91,7 @@ __device__ bool block_group_accept(float u, const float* p, const float* q, int6
   group_merge<BLOCK>(g, true, sm);
   group_merge<BLOCK>(g, false, sm);
   const int n = g.n;
-  const int64_t xi = x - r.image_start;
-  const bool x_img = r.codebook != nullptr && xi >= 0 && xi < r.code_rows;
+  const GroupCode c = group_code(r, x);
   if (threadIdx.x < 2 * n) {  // one window entry a thread
     const int j = threadIdx.x;
     const int64_t s = sm.best[j];
@@ -101,22 +100,21 @@ __device__ bool block_group_accept(float u, const float* p, const float* q, int6
       float py;
       int64_t y;
       group_unscore(s, j < n, &py, &y);
-      in = group_member(r, g.px, x_img, xi, py, y);
+      in = group_member(r, g.px, c.img, c.xi, py, y);
     }
     sm.member[j] = in;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    double sp = g.px, sq = q ? static_cast<double>(mass(q[x])) : 1.0;
-    for (int j = 0; j < 2 * n; ++j) {  // below nearest first, then above
-      if (!sm.member[j]) continue;
-      float py;
-      int64_t y;
-      group_unscore(sm.best[j], j < n, &py, &y);
-      sp += py;
-      if (q) sq += static_cast<double>(mass(q[y]));
-    }
-    sm.accepted = u * static_cast<float>(sq) < static_cast<float>(sp);
+  if (threadIdx.x == 0) {  // (a non-member may be kNoEntry: never unscored)
+    const auto entry = [&](int j, float* py, int64_t* y) {
+      if (!sm.member[j]) return false;
+      group_unscore(sm.best[j], j < n, py, y);
+      return true;
+    };
+    const auto qw = [q](int64_t y) { return mass(q[y]); };
+    float big_p, big_q;
+    group_total(g.px, x, 2 * n, entry, qw, q != nullptr, &big_p, &big_q);
+    sm.accepted = u * big_q < big_p;
   }
   __syncthreads();
   return sm.accepted;

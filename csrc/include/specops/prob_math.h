@@ -126,6 +126,36 @@ SPECOPS_HD bool group_member(const RelaxArgs& r, float px, bool x_img, int64_t x
   return (diff < 0.f ? -diff : diff) < r.p_thr && x_img && group_close(r, xi, y);
 }
 
+// x's code row for the distance test (xi) and whether x is an image token with a code (img).
+struct GroupCode {
+  int64_t xi;
+  bool img;
+};
+
+SPECOPS_HD GroupCode group_code(const RelaxArgs& r, int64_t x) {
+  const int64_t xi = x - r.image_start;
+  return GroupCode{xi, r.codebook != nullptr && xi >= 0 && xi < r.code_rows};
+}
+
+// P = w(x) + the members' w and Q = q(x) + the members' q (1 and 0 without q), float64, in
+// window order (below nearest first, then above): entry(j, &py, &y) says whether window entry j
+// of `count` joins x's group and, if it does, reads it.  group_sums and the block version
+// (group_block.cuh) both end here: the same sums, bit for bit.
+template <class Entry, class QW>
+SPECOPS_HD void group_total(float px, int64_t x, int count, const Entry& entry, const QW& q,
+                            bool has_q, float* big_p, float* big_q) {
+  double sp = px, sq = has_q ? static_cast<double>(q(x)) : 1.0;
+  for (int j = 0; j < count; ++j) {
+    float py;
+    int64_t y;
+    if (!entry(j, &py, &y)) continue;
+    sp += py;
+    if (has_q) sq += static_cast<double>(q(y));
+  }
+  *big_p = static_cast<float>(sp);
+  *big_q = static_cast<float>(sq);
+}
+
 // The n nearest keys below x's (lo, descending: nearest first) and above (hi, ascending) among
 // the entries add()ed, x itself left out.
 struct GroupWindow {
@@ -178,19 +208,14 @@ SPECOPS_HD void group_sums(const W& w, const QW& q, bool has_q, int64_t vocab, i
   }
   GroupWindow g(w(x), x, r.window);
   for (int64_t y = 0; y < vocab; ++y) g.add(w(y), y);
-  const int64_t xi = x - r.image_start;
-  const bool x_img = r.codebook != nullptr && xi >= 0 && xi < r.code_rows;
-  double sp = g.px, sq = has_q ? static_cast<double>(q(x)) : 1.0;
-  for (int j = 0; j < g.nlo + g.nhi; ++j) {  // below nearest first, then above
+  const GroupCode c = group_code(r, x);
+  const auto entry = [&](int j, float* py, int64_t* y) {  // below, then above
     const bool lo = j < g.nlo;
-    const float py = lo ? g.lo_w[j] : g.hi_w[j - g.nlo];
-    const int64_t y = lo ? g.lo_id[j] : g.hi_id[j - g.nlo];
-    if (!group_member(r, g.px, x_img, xi, py, y)) continue;
-    sp += py;
-    if (has_q) sq += static_cast<double>(q(y));
-  }
-  *big_p = static_cast<float>(sp);
-  *big_q = static_cast<float>(sq);
+    *py = lo ? g.lo_w[j] : g.hi_w[j - g.nlo];
+    *y = lo ? g.lo_id[j] : g.hi_id[j - g.nlo];
+    return group_member(r, g.px, c.img, c.xi, *py, *y);
+  };
+  group_total(g.px, x, g.nlo + g.nhi, entry, q, has_q, big_p, big_q);
 }
 
 struct ResidW {  // r = max(p - q, 0); q == nullptr: q = one-hot(x) (zero row for x outside [0, V))

@@ -48,8 +48,9 @@ __device__ int chain_group_prefix(const VerifyChainArgs& a, int64_t b, int64_t n
 // The accepted prefix of request b: n_valid, acc = the first rejected valid draft (else
 // n_valid) and that draft's token x (-1 if none).  The tests are independent (test i reads draw
 // i): thread i runs test i; GSD's, a pass over a row each, run one after another over the
-// block.  All three are valid on every thread.
-template <int BLOCK>
+// block.  All three are valid on every thread.  kGroup = false: a kernel the binding never
+// launches with a grouping (the split kernels), which then holds no GroupSmem.
+template <int BLOCK, bool kGroup = true>
 __device__ void chain_prefix(const VerifyChainArgs& a, int64_t b,
                              typename BlockSampler<BLOCK>::TempStorage& tmp, int64_t* n_valid,
                              int64_t* acc, int64_t* x = nullptr) {
@@ -57,10 +58,12 @@ __device__ void chain_prefix(const VerifyChainArgs& a, int64_t b,
   if (threadIdx.x == 0) s_valid = chain_num_valid(a, b);
   __syncthreads();
   const int64_t n = s_valid;
-  int first;
-  if (a.relax.codebook) {
-    first = chain_group_prefix<BLOCK>(a, b, n);
-    first = first < n ? first : INT32_MAX;
+  int first = INT32_MAX;
+  if (kGroup && a.relax.codebook) {
+    if constexpr (kGroup) {
+      const int i = chain_group_prefix<BLOCK>(a, b, n);
+      if (i < n) first = i;
+    }
   } else {
     int first_rejected = INT32_MAX;
     for (int64_t i = threadIdx.x; i < n; i += BLOCK) {
@@ -101,14 +104,16 @@ __device__ inline ChainFinalRow chain_final_row(const VerifyChainArgs& a, int64_
 }
 
 // Sampled verification at small batch, pass 1: block (b, c) of the RowSplit sums chunk c of the
-// final row (each block repeats the K acceptance tests: K gathers, no vocabulary pass).
+// final row (each block repeats the K acceptance tests: K gathers, no vocabulary pass).  Two
+// blocks an SM, as row_split's kSplitCtas counts them (the pass-2 kernel runs one block a
+// request: its occupancy does not matter).
 template <int BLOCK>
-__global__ void verify_chain_split_sum_kernel(VerifyChainArgs a) {
+__global__ void __launch_bounds__(BLOCK, 2) verify_chain_split_sum_kernel(VerifyChainArgs a) {
   __shared__ typename BlockSampler<BLOCK>::TempStorage tmp;
   const RowSplit& s = a.split;
   const int64_t b = blockIdx.x / s.chunks, c = blockIdx.x % s.chunks;
   int64_t n_valid, acc, x;
-  chain_prefix<BLOCK>(a, b, tmp, &n_valid, &acc, &x);
+  chain_prefix<BLOCK, false>(a, b, tmp, &n_valid, &acc, &x);
   const double sum = BlockSampler<BLOCK>(tmp).sum(chain_final_row(a, b, acc, n_valid, x), s.lo(c),
                                                   s.hi(c, a.vocab));
   if (threadIdx.x == 0) s.sums[blockIdx.x] = sum;
@@ -123,7 +128,7 @@ __global__ void verify_chain_split_draw_kernel(VerifyChainArgs a) {
   BlockSampler<BLOCK> sampler(tmp);
   const int64_t b = blockIdx.x;
   int64_t n_valid, acc, x;
-  chain_prefix<BLOCK>(a, b, tmp, &n_valid, &acc, &x);
+  chain_prefix<BLOCK, false>(a, b, tmp, &n_valid, &acc, &x);
   const ChainFinalRow w = chain_final_row(a, b, acc, n_valid, x);
   const float u = a.rng.uniform(b, a.k);
   const SplitStart at = sampler.split_locate(a.split, b, u);
