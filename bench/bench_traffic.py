@@ -41,6 +41,14 @@ def _chain_floor(p, x, q, r) -> int:
     return rows + b * (k1 + 1) * F32
 
 
+def _greedy_floor(p, r) -> int:
+    """verify_chain, greedy: the rows whose argmax the walk needs (the accepted drafts' and the
+    one after them), the drafts, the outputs."""
+    b, k1, v = p.shape
+    rows = sum(a + 1 for a in r.num_accepted.tolist())
+    return rows * v * F32 + b * (k1 - 1) * 8 + b * (k1 + 1) * F32
+
+
 def _gsd_floor(p, x, q, r) -> int:
     """verify_chain with GSD's grouping: each tested draft's whole p row (its window is the
     nearest keys in the row's order, so every entry is compared), q(x_i), and the chain's rows
@@ -279,6 +287,14 @@ def _cuda_cases(quick: bool):
             return _chain_floor(p, x, q, r)
 
         cases.append(("verify_chain", f"B={b} K={k} V={v}", verify))
+    for b, k, v in [(1, 3, 8192)] if quick else [(1, 8, 128256)]:
+        p, x = inputs.greedy_chain_inputs(b, k, v, "cpu", _gen(b + k + v), accept=k // 2 + 1)
+
+        def greedy(p=p, x=x):
+            r = specops.verify_chain(p, x, greedy=True, backend="cuda_sim")
+            return _greedy_floor(p, r)
+
+        cases.append(("verify_chain", f"greedy B={b} K={k} V={v}", greedy))
     for b, k, v, codes, dim in [(2, 3, 1000, 512, 8)] if quick else [(2, 15, 65536, 8192, 256)]:
         from .gsd_authors import chain_inputs  # GSD: the Triton case's inputs
 

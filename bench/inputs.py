@@ -34,6 +34,26 @@ def chain_inputs(b, k, v, device, gen, deterministic=False):
     return p, x, (None if deterministic else q)
 
 
+def greedy_chain_inputs(b, k, v, device, gen, accept=None):
+    """Greedy verification's target rows p [B, K+1, V] and drafts x [B, K]: x_i = argmax p_i for
+    the first ``accept`` drafts of each request (random per request when None), then another id,
+    so the walk stops there and reads a real prefix of rows."""
+    p = probs((b, k + 1, v), gen, device)
+    best = p[:, :k].argmax(-1)
+    if accept is None:
+        keep = torch.randint(0, k + 1, (b, 1), generator=gen, device=device)
+    else:
+        keep = torch.full((b, 1), accept, device=device)
+    other = (best + 1 + torch.randint(0, v - 1, best.shape, generator=gen, device=device)) % v
+    return p, torch.where(torch.arange(k, device=device) < keep, best, other)
+
+
+def torch_greedy_chain(p, x):
+    """Greedy verification in eager torch (a peer): every row's argmax, the matched prefix."""
+    t = p.argmax(-1)
+    return t, (t[:, :-1] == x).int().cumprod(-1).sum(-1)
+
+
 def tree_inputs(b, tree, v, device, gen, *, wor=False, deterministic=False):
     n = tree.num_nodes
     p = probs((b, n, v), gen, device)

@@ -87,6 +87,8 @@ def _chain(kw, flags, be, dev, copies):
     b, k, v = _int(kw, "B", "K", "V")
     if "gsd" in flags:
         return _chain_gsd(b, k, v, be, dev, copies)
+    if "greedy" in flags:
+        return _chain_greedy(b, k, v, be, dev, copies)
     block = "block" in flags
     ins = [inputs.chain_inputs(b, k, v, dev, _gen(dev, b * 131 + k + v + i)) for i in range(copies)]
     built = Built(
@@ -129,6 +131,18 @@ def _chain_gsd(b, k, v, be, dev, copies):
         ]  # fmt: skip
     )
     built.peers["gsd authors loop"] = [lambda i=i: authors_chain(*i) for i in ins]
+    return built
+
+
+def _chain_greedy(b, k, v, be, dev, copies):
+    """Greedy verification, half the drafts matched (as bench_traffic counts it), beside eager
+    torch's argmax of every row and the matched prefix."""
+    ins = [inputs.greedy_chain_inputs(b, k, v, dev, _gen(dev, b + k + v + i), accept=k // 2 + 1)
+           for i in range(copies)]  # fmt: skip
+    built = Built([lambda i=i: specops.verify_chain(*i, greedy=True, backend=be) for i in ins])
+    built.peers["torch argmax + prefix (eager)"] = [
+        lambda i=i: inputs.torch_greedy_chain(*i) for i in ins
+    ]
     return built
 
 

@@ -38,9 +38,17 @@ VerifyChainArgs chain_args(bool cuda, T target, T tokens, T draft, T num_draft,
   a.out_num_accepted =
       c.output(out_num, "out_num_accepted", DType::i32, {a.batch}, target).as<int32_t>();
   // the CUDA kernel's split final draw at small batch; not with GSD's grouping, whose tests each
-  // pass over a row (every block of a split would repeat them)
+  // pass over a row (every block of a split would repeat them).  Greedy: the argmaxes of all
+  // B * (K+1) rows split, then the walk over their chunk results.
   if (cuda && !greedy && !block && a.relax.codebook == nullptr)
     a.split = split_arg(c, a.batch, a.vocab, target);
+  if (cuda && greedy) {
+    a.split = row_split(a.batch * (k + 1), a.vocab);
+    if (a.split.chunks > 1)
+      a.greedy_best = c.scratch(TensorArg(), "greedy_best", DType::f32,
+                                {a.batch * (k + 1) * a.split.chunks, 2}, target)
+                          .as<float>();
+  }
   return a;
 }
 

@@ -14,10 +14,20 @@ std::string launch_verify_chain(const VerifyChainArgs& args, void* stream) {
     return error_text(launch_kernel("verify_chain_kernel", verify_chain_kernel<kBlock>,
                                     dim3(static_cast<unsigned>(args.batch)), dim3(kBlock), 0, s,
                                     args));
+  const unsigned pass1 = static_cast<unsigned>(args.batch * args.split.chunks);
+  if (args.greedy) {  // the argmaxes split over every row (greedy at small batch), then the walk
+    const cudaError_t err =
+        launch_kernel("verify_chain_greedy_split_kernel", verify_chain_greedy_split_kernel<kBlock>,
+                      dim3(static_cast<unsigned>(pass1 * (args.k + 1))), dim3(kBlock), 0, s, args);
+    if (err != cudaSuccess) return error_text(err);
+    return error_text(
+        launch_kernel("verify_chain_greedy_walk_kernel", verify_chain_greedy_walk_kernel<kBlock>,
+                      dim3(static_cast<unsigned>(args.batch)), dim3(kBlock), 0, s, args));
+  }
   // the split final draw (sampled verification at small batch): pass 1, then pass 2
-  const cudaError_t err = launch_kernel(
-      "verify_chain_split_sum_kernel", verify_chain_split_sum_kernel<kBlock>,
-      dim3(static_cast<unsigned>(args.batch * args.split.chunks)), dim3(kBlock), 0, s, args);
+  const cudaError_t err =
+      launch_kernel("verify_chain_split_sum_kernel", verify_chain_split_sum_kernel<kBlock>,
+                    dim3(pass1), dim3(kBlock), 0, s, args);
   if (err != cudaSuccess) return error_text(err);
   return error_text(
       launch_kernel("verify_chain_split_draw_kernel", verify_chain_split_draw_kernel<kBlock>,

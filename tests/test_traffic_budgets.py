@@ -34,6 +34,14 @@ BUDGETS = {
     ("verify_chain", "B=8 K=4 V=32000", "verify_chain_split_draw_kernel"): (0.134, 16.5),
     ("verify_chain", "B=64 K=8 V=32000", "verify_chain_split_sum_kernel"): (1.01, 3.96),
     ("verify_chain", "B=64 K=8 V=32000", "verify_chain_split_draw_kernel"): (0.31, 14.7),
+    # greedy at small batch: every valid row's argmax split over ~260 blocks, then the walk over
+    # the chunk results.  It reads the rows after the first mismatch too (9 rows where the walk
+    # needs 6: 1.5x the floor) to spread the pass over the GPU (one block read them in turn)
+    ("verify_chain", "greedy B=1 K=8 V=128256", "verify_chain_greedy_split_kernel"): (1.51, 3.82),
+    ("verify_chain", "greedy B=1 K=8 V=128256", "verify_chain_greedy_walk_kernel"): (
+        0.000748,
+        2.66,
+    ),
     # GSD's grouping: one block per request tests the drafts in order, each a coalesced pass
     # over its row (was 109x the floor in two launches: every split block repeated the tests)
     ("verify_chain", "gsd B=2 K=15 V=65536", "verify_chain_kernel"): (1.16, 4.84),

@@ -76,6 +76,33 @@ def test_chain_matches_reference(be, b, k, v, kinds):
 
 
 @pytest.mark.parametrize("be", BACKENDS)
+def test_greedy_split_walk_matches_reference(be):
+    """Greedy at small batch and large vocabularies: CUDA splits every row's argmax over blocks
+    (verify_chain_greedy_split_kernel), then walks the chunk results.  Matched prefixes of every
+    length (up to all K, and past a 16-row walk round), maxima tied across chunks (the first
+    maximal id wins), a row without mass (argmax 0) and one with NaNs, num_draft and -1 pads."""
+    g = _gen(77)
+    for b, k, v in [(1, 8, 65536), (2, 20, 16384), (3, 4, 32000)]:
+        p = torch.softmax(torch.randn(b, k + 1, v, generator=g) * 2, -1)
+        top = p.argmax(-1)
+        p[0, 0, v - 5] = p[0, 0, top[0, 0]]  # a later tie: the earlier id stays the argmax
+        p[0, 1, : top[0, 1]] = 0.0
+        p[0, 1, (int(top[0, 1]) + v // 2) % v] = p[0, 1, top[0, 1]]  # maybe an earlier tie
+        p[b - 1, 2].zero_()  # without mass: argmax 0
+        p[b - 1, 3, 7::13] = float("nan")  # NaN counts as no mass
+        best = torch.nan_to_num(p, nan=0.0).argmax(-1)[:, :k]  # the first maximal id
+        keep = torch.tensor([k, 17, 0][:b] if k == 20 else [k // 2 + 1, k, 1][:b])[:, None]
+        x = torch.where(torch.arange(k) < keep, best, (best + 1) % v)
+        with specops.validation(False):
+            want = run_chain(be, p, x, None, greedy=True)
+            assert torch.equal(want.num_accepted, keep[:, 0].int()), want.num_accepted
+            nd = torch.randint(0, k + 1, (b,), generator=g)
+            run_chain(be, p, x, None, greedy=True, num_draft=nd)
+            xpad = torch.where(torch.rand(b, k, generator=g) < 0.2, -1, x)
+            run_chain(be, p, xpad, None, greedy=True)
+
+
+@pytest.mark.parametrize("be", BACKENDS)
 def test_chain_acceptance_mix_is_exercised(be):
     # the scenarios reach accepted prefixes of every kind: none, some, all (bonus)
     gen = _gen(5)

@@ -182,15 +182,27 @@ struct BlockSampler {
   // argmax of w over [0, vocab), ties -> lowest index (the first maximal id).
   template <typename W>
   __device__ int argmax(W w, int64_t vocab) {
-    __shared__ int s_arg;
-    float2 best = make_float2(-INFINITY, 2147483647.f);
-    for (int64_t i = threadIdx.x; i < vocab; i += BLOCK) {
+    return argmax_id(argmax_in(w, 0, vocab));
+  }
+
+  // (max, first maximal id) of w over [lo, hi), valid on thread 0; (-inf, kNoArg) when empty.
+  template <typename W>
+  __device__ float2 argmax_in(W w, int64_t lo, int64_t hi) {
+    float2 best = make_float2(-INFINITY, kNoArg);
+    for (int64_t i = lo + threadIdx.x; i < hi; i += BLOCK) {
       const float v = w(i);
       if (v > best.x) best = make_float2(v, static_cast<float>(i));
     }
     __syncthreads();
-    const float2 r = ReduceArg(tmp.reduce_arg).Reduce(best, MaxFloatIdx());
-    if (threadIdx.x == 0) s_arg = r.y < 2147483647.f ? static_cast<int>(r.y) : 0;
+    return ReduceArg(tmp.reduce_arg).Reduce(best, MaxFloatIdx());
+  }
+
+  static constexpr float kNoArg = 2147483647.f;
+
+  // The id of argmax_in's thread-0 result (0 for a row without an entry), on every thread.
+  __device__ int argmax_id(float2 r) {
+    __shared__ int s_arg;
+    if (threadIdx.x == 0) s_arg = r.y < kNoArg ? static_cast<int>(r.y) : 0;
     __syncthreads();
     return s_arg;
   }

@@ -138,6 +138,79 @@ __global__ void verify_chain_split_draw_kernel(VerifyChainArgs a) {
   if (threadIdx.x == 0) chain_write_prefix(a, b, acc, t);
 }
 
+// Greedy verification at small batch, pass 1: block (r, c) of the RowSplit over the B * (K+1)
+// rows (r = b * (K+1) + i) takes the max of mass(p) over chunk c of request b's row i and its
+// first maximal id.  Rows past request b's valid drafts are never read by the walk: skipped.
+template <int BLOCK>
+__global__ void __launch_bounds__(BLOCK, 2) verify_chain_greedy_split_kernel(VerifyChainArgs a) {
+  __shared__ typename BlockSampler<BLOCK>::TempStorage tmp;
+  __shared__ int64_t s_valid;
+  const RowSplit& s = a.split;
+  const int64_t r = blockIdx.x / s.chunks, c = blockIdx.x % s.chunks;
+  const int64_t b = r / (a.k + 1), i = r % (a.k + 1);
+  if (threadIdx.x == 0) s_valid = chain_num_valid(a, b);
+  __syncthreads();
+  if (i > s_valid) return;
+  const float2 best = BlockSampler<BLOCK>(tmp).argmax_in(
+      MassW{a.target + b * a.target_sb + i * a.target_sk}, s.lo(c), s.hi(c, a.vocab));
+  if (threadIdx.x == 0) {
+    a.greedy_best[2 * blockIdx.x] = best.x;
+    a.greedy_best[2 * blockIdx.x + 1] = best.y;
+  }
+}
+
+// Pass 2, one block per request: accept x_i iff x_i == argmax p_i, t = the argmax of the first
+// unmatched row (verify_chain_kernel's walk).  Warp w merges row base + w's chunk results (max,
+// then the lower id: the row's first maximal id); thread 0 walks those rows, and the next
+// kWarps rows follow while every one matched.
+template <int BLOCK>
+__global__ void verify_chain_greedy_walk_kernel(VerifyChainArgs a) {
+  constexpr int kWarps = BLOCK / 32;
+  __shared__ int s_arg[kWarps];
+  __shared__ int64_t s_valid, s_acc;
+  __shared__ int s_t;
+  __shared__ bool s_done;
+  const int64_t b = blockIdx.x, chunks = a.split.chunks;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (threadIdx.x == 0) {
+    s_valid = chain_num_valid(a, b);
+    s_done = false;
+  }
+  __syncthreads();
+  const int64_t n = s_valid;
+  for (int64_t base = 0; !s_done; base += kWarps) {
+    const int64_t i = base + warp;
+    if (i <= n) {
+      const float* e = a.greedy_best + 2 * (b * (a.k + 1) + i) * chunks;
+      float2 best = make_float2(-INFINITY, BlockSampler<BLOCK>::kNoArg);
+      for (int64_t c = lane; c < chunks; c += 32)
+        best = MaxFloatIdx()(best, make_float2(e[2 * c], e[2 * c + 1]));
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, best.x, o),
+                                         __shfl_xor_sync(0xffffffffu, best.y, o));
+        best = MaxFloatIdx()(best, other);
+      }
+      if (lane == 0)
+        s_arg[warp] = best.y < BlockSampler<BLOCK>::kNoArg ? static_cast<int>(best.y) : 0;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 0; w < kWarps; ++w) {  // rows base .. base + kWarps - 1, in order
+        const int64_t j = base + w;
+        if (j >= n || a.tokens[b * a.tokens_sb + j] != s_arg[w]) {
+          s_acc = j;
+          s_t = s_arg[w];
+          s_done = true;
+          break;
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) chain_write_prefix(a, b, s_acc, s_t);
+}
+
 template <int BLOCK>
 __global__ void verify_chain_kernel(VerifyChainArgs a) {
   __shared__ typename BlockSampler<BLOCK>::TempStorage tmp;

@@ -59,7 +59,9 @@ struct VerifyChainArgs {
   RngArgs rng;                // row b = request b; draw i = test of draft i, draw K = final token
   int32_t* out_tokens;        // [B, K+1]
   int32_t* out_num_accepted;  // [B]
-  RowSplit split;             // CUDA, sampled (not greedy, not block): the final draw's split
+  RowSplit split;             // CUDA, not block: sampled, the final draw's split over B rows;
+                              // greedy, the argmaxes' split over the B * (K+1) rows
+  float* greedy_best = nullptr;  // CUDA, greedy split: [B * (K+1) * chunks, 2] (max, first id)
 };
 
 // Drafts of request b that take part: the leading ones before num_draft[b] and the first -1.
