@@ -37,11 +37,13 @@ VerifyChainArgs chain_args(bool cuda, T target, T tokens, T draft, T num_draft,
       c.output(out_tokens, "out_tokens", DType::i32, {a.batch, k + 1}, target).as<int32_t>();
   a.out_num_accepted =
       c.output(out_num, "out_num_accepted", DType::i32, {a.batch}, target).as<int32_t>();
-  // the CUDA kernel's split final draw at small batch; not with GSD's grouping, whose tests each
-  // pass over a row (every block of a split would repeat them).  Greedy: the argmaxes of all
-  // B * (K+1) rows split, then the walk over their chunk results.
-  if (cuda && !greedy && !block && a.relax.codebook == nullptr)
-    a.split = split_arg(c, a.batch, a.vocab, target);
+  // CUDA with GSD's grouping: a pre-pass tests every draft (a pass over its row each) into
+  // group_ok, which the chain kernels read.  The split final draw at small batch (its blocks
+  // each read the K decisions).  Greedy: the argmaxes of all B * (K+1) rows split, then the walk
+  // over their chunk results.
+  if (cuda && !greedy && a.relax.codebook != nullptr && a.batch > 0 && k > 0)
+    a.group_ok = c.scratch(TensorArg(), "group_ok", DType::i32, {a.batch, k}, target).as<int32_t>();
+  if (cuda && !greedy && !block) a.split = split_arg(c, a.batch, a.vocab, target);
   if (cuda && greedy) {
     a.split = row_split(a.batch * (k + 1), a.vocab);
     if (a.split.chunks > 1)

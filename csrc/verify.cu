@@ -10,6 +10,12 @@ std::string launch_verify_chain(const VerifyChainArgs& args, void* stream) {
   if (args.batch == 0) return std::string();
   constexpr int kBlock = 512;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (args.group_ok != nullptr) {  // GSD's tests, every draft's at once, before the chain kernel
+    const cudaError_t err =
+        launch_kernel("verify_chain_group_test_kernel", verify_chain_group_test_kernel<kBlock>,
+                      dim3(static_cast<unsigned>(args.batch * args.k)), dim3(kBlock), 0, s, args);
+    if (err != cudaSuccess) return error_text(err);
+  }
   if (args.split.chunks <= 1)
     return error_text(launch_kernel("verify_chain_kernel", verify_chain_kernel<kBlock>,
                                     dim3(static_cast<unsigned>(args.batch)), dim3(kBlock), 0, s,

@@ -115,6 +115,17 @@ def test_large_vocabulary_equals_reference(backend):
     pd, xd, qd = _on(backend, p, x, q)
     got = specops.verify_chain(pd, xd, qd, seed=1, relax=_to(backend, relax), backend=backend)
     assert torch.equal(got.tokens.cpu(), want.tokens)
+    # fewer valid drafts (num_draft, a -1 pad): CUDA's pre-pass tests only those, and the split
+    # final draw reads the decisions
+    nd, xpad = torch.tensor([3, 8]), x.clone()
+    xpad[1, 5] = -1
+    for seed, accepted in ((2, [3, 5]), (3, [2, 4])):  # every valid draft passes; one fails
+        want = specops.verify_chain(p, xpad, q, seed=seed, relax=relax, num_draft=nd,
+                                    backend="reference")  # fmt: skip
+        assert want.num_accepted.tolist() == accepted
+        got = specops.verify_chain(*_on(backend, p, xpad, q), seed=seed, relax=_to(backend, relax),
+                                   num_draft=_on(backend, nd)[0], backend=backend)  # fmt: skip
+        assert torch.equal(got.tokens.cpu(), want.tokens)
 
 
 @pytest.mark.parametrize("ties", [False, True])

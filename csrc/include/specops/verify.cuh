@@ -30,27 +30,30 @@ __device__ double2 block_sum2(typename BlockSampler<BLOCK>::TempStorage& tmp, do
   return s_sums;
 }
 
-// GSD's tests (relax.codebook), in order until the first rejection, each by the whole block:
-// the index of the first rejected draft, or n (every thread).
+// GSD's grouping (relax.codebook), before the chain kernels: block (b, i) runs draft i's test
+// over the block (group_block.cuh) and writes the decision to group_ok, which chain_test reads.
+// Every valid draft is tested, in parallel (a pass over a row each), not only those up to the
+// first rejection; drafts past the valid ones are not.
 template <int BLOCK>
-__device__ int chain_group_prefix(const VerifyChainArgs& a, int64_t b, int64_t n) {
+__global__ void __launch_bounds__(BLOCK, 1) verify_chain_group_test_kernel(VerifyChainArgs a) {
   __shared__ GroupSmem<BLOCK> sm;
-  int64_t i = 0;
-  for (; i < n; ++i) {
-    const float* p = a.target + b * a.target_sb + i * a.target_sk;
-    const float* q = a.draft ? a.draft + b * a.draft_sb + i * a.draft_sk : nullptr;
-    const int64_t x = a.tokens[b * a.tokens_sb + i];
-    if (!block_group_accept<BLOCK>(a.rng.uniform(b, i), p, q, a.vocab, x, a.relax, sm)) break;
-  }
-  return static_cast<int>(i);
+  __shared__ int64_t s_valid;
+  const int64_t b = blockIdx.x / a.k, i = blockIdx.x % a.k;
+  if (threadIdx.x == 0) s_valid = chain_num_valid(a, b);
+  __syncthreads();
+  if (i >= s_valid) return;
+  const float* p = a.target + b * a.target_sb + i * a.target_sk;
+  const float* q = a.draft ? a.draft + b * a.draft_sb + i * a.draft_sk : nullptr;
+  const bool ok = block_group_accept<BLOCK>(a.rng.uniform(b, i), p, q, a.vocab,
+                                            a.tokens[b * a.tokens_sb + i], a.relax, sm);
+  if (threadIdx.x == 0) a.group_ok[b * a.k + i] = ok ? 1 : 0;
 }
 
 // The accepted prefix of request b: n_valid, acc = the first rejected valid draft (else
 // n_valid) and that draft's token x (-1 if none).  The tests are independent (test i reads draw
-// i): thread i runs test i; GSD's, a pass over a row each, run one after another over the
-// block.  All three are valid on every thread.  kGroup = false: a kernel the binding never
-// launches with a grouping (the split kernels), which then holds no GroupSmem.
-template <int BLOCK, bool kGroup = true>
+// i): thread i runs test i (GSD's: its pre-pass's decision).  All three are valid on every
+// thread.
+template <int BLOCK>
 __device__ void chain_prefix(const VerifyChainArgs& a, int64_t b,
                              typename BlockSampler<BLOCK>::TempStorage& tmp, int64_t* n_valid,
                              int64_t* acc, int64_t* x = nullptr) {
@@ -58,20 +61,12 @@ __device__ void chain_prefix(const VerifyChainArgs& a, int64_t b,
   if (threadIdx.x == 0) s_valid = chain_num_valid(a, b);
   __syncthreads();
   const int64_t n = s_valid;
-  int first = INT32_MAX;
-  if (kGroup && a.relax.codebook) {
-    if constexpr (kGroup) {
-      const int i = chain_group_prefix<BLOCK>(a, b, n);
-      if (i < n) first = i;
-    }
-  } else {
-    int first_rejected = INT32_MAX;
-    for (int64_t i = threadIdx.x; i < n; i += BLOCK) {
-      if (first_rejected == INT32_MAX && !chain_test(a, b, i)) first_rejected = static_cast<int>(i);
-    }
-    using ReduceInt = typename BlockSampler<BLOCK>::ReduceInt;
-    first = ReduceInt(tmp.reduce_int).Reduce(first_rejected, MinOp());
+  int first_rejected = INT32_MAX;
+  for (int64_t i = threadIdx.x; i < n; i += BLOCK) {
+    if (first_rejected == INT32_MAX && !chain_test(a, b, i)) first_rejected = static_cast<int>(i);
   }
+  using ReduceInt = typename BlockSampler<BLOCK>::ReduceInt;
+  const int first = ReduceInt(tmp.reduce_int).Reduce(first_rejected, MinOp());
   if (threadIdx.x == 0) {
     s_acc = first < n ? first : n;
     s_x = first < n ? static_cast<int64_t>(a.tokens[b * a.tokens_sb + first]) : -1;
@@ -113,7 +108,7 @@ __global__ void __launch_bounds__(BLOCK, 2) verify_chain_split_sum_kernel(Verify
   const RowSplit& s = a.split;
   const int64_t b = blockIdx.x / s.chunks, c = blockIdx.x % s.chunks;
   int64_t n_valid, acc, x;
-  chain_prefix<BLOCK, false>(a, b, tmp, &n_valid, &acc, &x);
+  chain_prefix<BLOCK>(a, b, tmp, &n_valid, &acc, &x);
   const double sum = BlockSampler<BLOCK>(tmp).sum(chain_final_row(a, b, acc, n_valid, x), s.lo(c),
                                                   s.hi(c, a.vocab));
   if (threadIdx.x == 0) s.sums[blockIdx.x] = sum;
@@ -128,7 +123,7 @@ __global__ void verify_chain_split_draw_kernel(VerifyChainArgs a) {
   BlockSampler<BLOCK> sampler(tmp);
   const int64_t b = blockIdx.x;
   int64_t n_valid, acc, x;
-  chain_prefix<BLOCK, false>(a, b, tmp, &n_valid, &acc, &x);
+  chain_prefix<BLOCK>(a, b, tmp, &n_valid, &acc, &x);
   const ChainFinalRow w = chain_final_row(a, b, acc, n_valid, x);
   const float u = a.rng.uniform(b, a.k);
   const SplitStart at = sampler.split_locate(a.split, b, u);

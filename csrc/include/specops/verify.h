@@ -62,6 +62,7 @@ struct VerifyChainArgs {
   RowSplit split;             // CUDA, not block: sampled, the final draw's split over B rows;
                               // greedy, the argmaxes' split over the B * (K+1) rows
   float* greedy_best = nullptr;  // CUDA, greedy split: [B * (K+1) * chunks, 2] (max, first id)
+  int32_t* group_ok = nullptr;   // CUDA, GSD (not greedy): [B, K] the drafts' test decisions
 };
 
 // Drafts of request b that take part: the leading ones before num_draft[b] and the first -1.
@@ -76,8 +77,10 @@ SPECOPS_HD int64_t chain_num_valid(const VerifyChainArgs& a, int64_t b) {
   return n;
 }
 
-// The acceptance test of draft i of request b (it reads draw i: the tests are independent).
+// The acceptance test of draft i of request b (it reads draw i: the tests are independent);
+// CUDA with GSD's grouping reads the decision its pre-pass wrote (group_ok).
 SPECOPS_HD bool chain_test(const VerifyChainArgs& a, int64_t b, int64_t i) {
+  if (a.group_ok) return a.group_ok[b * a.k + i] != 0;
   const float* p = a.target + b * a.target_sb + i * a.target_sk;
   const float* q = a.draft ? a.draft + b * a.draft_sb + i * a.draft_sk : nullptr;
   return accept_draft(a.rng.uniform(b, i), p, q, a.vocab, a.tokens[b * a.tokens_sb + i], a.relax);
