@@ -49,6 +49,14 @@ def _greedy_floor(p, r) -> int:
     return rows * v * F32 + b * (k1 - 1) * 8 + b * (k1 + 1) * F32
 
 
+def _greedy_tree_floor(p, r) -> int:
+    """verify_tree, greedy: the rows of the accepted path's nodes (root included, whose argmax
+    the walk compares), the tokens, the outputs."""
+    b, n, v = p.shape
+    rows = sum(a + 1 for a in r.num_accepted.tolist())
+    return rows * v * F32 + b * n * 8 + b * r.tokens.shape[1] * 2 * F32 + b * F32
+
+
 def _gsd_floor(p, x, q, r) -> int:
     """verify_chain with GSD's grouping: each tested draft's whole p row (its window is the
     nearest keys in the row's order, so every entry is compared), q(x_i), and the chain's rows
@@ -310,6 +318,15 @@ def _cuda_cases(quick: bool):
         if quick
         else [(1, (4, 3), 128256, True), (8, (2, 4), 32000, False)]
     )
+    for b, (k, d), v in [(1, (2, 3), 8192)] if quick else [(1, (4, 3), 128256)]:
+        tree = Tree.kary(k, d)
+        p, x = inputs.greedy_tree_inputs(b, tree, v, "cpu", _gen(b + k + v), depth=d - 1)
+
+        def gtree(p=p, x=x, tree=tree):
+            r = specops.verify_tree(p, tree, x, greedy=True, backend="cuda_sim")
+            return _greedy_tree_floor(p, r)
+
+        cases.append(("verify_tree", f"greedy B={b} N={tree.num_nodes} V={v}", gtree))
     for b, (k, d), v, det in trees:
         tree = Tree.kary(k, d)
         p, x, q = inputs.tree_inputs(b, tree, v, "cpu", _gen(b + k + v), deterministic=det)

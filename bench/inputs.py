@@ -48,6 +48,25 @@ def greedy_chain_inputs(b, k, v, device, gen, accept=None):
     return p, torch.where(torch.arange(k, device=device) < keep, best, other)
 
 
+def greedy_tree_inputs(b, tree, v, device, gen, depth):
+    """Greedy tree verification's target rows p [B, N, V] and tokens [B, N]: each request's walk
+    descends ``depth`` levels, each through the last child of its node (every sibling before it
+    tested and rejected), then stops."""
+    n = tree.num_nodes
+    p = probs((b, n, v), gen, device)
+    top = p.argmax(-1)
+    tok = (top[:, :1] + 1 + torch.randint(0, v - 2, (b, n), generator=gen, device=device)) % v
+    parents = tree.parents[0].tolist()
+    cur = 0
+    for _ in range(depth):
+        kids = [c for c in range(n) if parents[c] == cur]
+        if not kids:
+            break
+        tok[:, kids[-1]] = top[:, cur]
+        cur = kids[-1]
+    return p, tok
+
+
 def torch_greedy_chain(p, x):
     """Greedy verification in eager torch (a peer): every row's argmax, the matched prefix."""
     t = p.argmax(-1)

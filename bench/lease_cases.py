@@ -151,6 +151,8 @@ def _tree(kw, flags, be, dev, copies):
     if n not in KARY:
         raise ValueError(f"N={n}: no kary tree of that size (known: {sorted(KARY)})")
     tree = Tree.kary(*KARY[n]).to(dev)
+    if "greedy" in flags:
+        return _tree_greedy(b, tree, v, be, dev, copies)
     det = "det" in flags
     ins = [
         inputs.tree_inputs(b, tree, v, dev, _gen(dev, b + n + v + i), deterministic=det)
@@ -169,6 +171,21 @@ def _tree(kw, flags, be, dev, copies):
             return [peers.sgl_call(fn, i[0], tree, i[1], depth) for i in ins]
 
         _peer(built, "sgl-kernel tree", sgl)
+    return built
+
+
+def _tree_greedy(b, tree, v, be, dev, copies):
+    """Greedy tree verification down to the leaves (as bench_traffic counts it), beside eager
+    torch's argmax of every node row (what a greedy verifier reads at least, without its walk)."""
+    depth = int(tree.depth.max())
+    ins = [inputs.greedy_tree_inputs(b, tree, v, dev, _gen(dev, b + v + i), depth=depth)
+           for i in range(copies)]  # fmt: skip
+    built = Built(
+        [lambda i=i: specops.verify_tree(i[0], tree, i[1], greedy=True, backend=be) for i in ins]
+    )
+    built.peers["torch argmax of every row (eager, no walk)"] = [
+        lambda i=i: i[0].argmax(-1) for i in ins
+    ]
     return built
 
 

@@ -88,6 +88,14 @@ VerifyTreeArgs tree_args(bool cuda, T target, T first_child, T next_sibling, int
   a.out_path = c.output(out_path, "out_path", DType::i32, {b, width}, target).as<int32_t>();
   a.out_tokens = c.output(out_tokens, "out_tokens", DType::i32, {b, width}, target).as<int32_t>();
   a.out_num_accepted = c.output(out_num, "out_num_accepted", DType::i32, {b}, target).as<int32_t>();
+  // CUDA greedy at small batch: every node row's argmax split over blocks, then the walk
+  if (cuda && greedy) {
+    a.split = row_split(b * n, v);
+    if (a.split.chunks > 1)
+      a.greedy_best =
+          c.scratch(TensorArg(), "greedy_best", DType::f32, {b * n * a.split.chunks, 2}, target)
+              .as<float>();
+  }
   return a;
 }
 

@@ -43,6 +43,17 @@ std::string launch_verify_chain(const VerifyChainArgs& args, void* stream) {
 std::string launch_verify_tree(const VerifyTreeArgs& args, void* stream) {
   if (args.batch == 0) return std::string();
   constexpr int kBlock = 512;
+  if (args.greedy && args.split.chunks > 1) {  // the argmaxes split over every node's row
+    const cudaStream_t s = static_cast<cudaStream_t>(stream);
+    const cudaError_t err =
+        launch_kernel("verify_tree_greedy_split_kernel", verify_tree_greedy_split_kernel<kBlock>,
+                      dim3(static_cast<unsigned>(args.batch * args.nodes * args.split.chunks)),
+                      dim3(kBlock), 0, s, args);
+    if (err != cudaSuccess) return error_text(err);
+    return error_text(
+        launch_kernel("verify_tree_greedy_walk_kernel", verify_tree_greedy_walk_kernel<kBlock>,
+                      dim3(static_cast<unsigned>(args.batch)), dim3(kBlock), 0, s, args));
+  }
   return error_text(launch_kernel("verify_tree_kernel", verify_tree_kernel<kBlock>,
                                   dim3(static_cast<unsigned>(args.batch)), dim3(kBlock), 0,
                                   static_cast<cudaStream_t>(stream), args));

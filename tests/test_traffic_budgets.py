@@ -55,6 +55,11 @@ BUDGETS = {
     # charges a node's shared q row once and the full rows of a path node accepted after a
     # rejected sibling (1.79 -> 2.43 MB): 2.74 -> 2.02 x it, the same bytes.
     ("verify_tree", "B=1 N=21 V=128256 det", "verify_tree_kernel"): (5.77, 4.16),
+    # greedy at small batch: every node row's argmax split over ~250 blocks, then the walk.  It
+    # reads all 21 rows where the walk needs the path's 3 (7.6x the floor) to spread the pass
+    # over the GPU (one block read the path's rows in turn: ~55 us in the traffic model, ~10 now)
+    ("verify_tree", "greedy B=1 N=21 V=128256", "verify_tree_greedy_split_kernel"): (7.64, 3.87),
+    ("verify_tree", "greedy B=1 N=21 V=128256", "verify_tree_greedy_walk_kernel"): (0.0048, 1.45),
     ("verify_tree", "B=8 N=15 V=32000 iid", "verify_tree_kernel"): (2.02, 4.99),
     ("verify_jacobi", "sjd B=2 L=64 V=65536", "jacobi_chain_kernel"): (2.13, 15.2),
     ("verify_jacobi", "sjd_pac root B=2 L=64 V=65536", "jacobi_tree_kernel"): (1.81, 15.6),

@@ -71,3 +71,28 @@ def test_folded_row_with_relaxation_and_non_finite_entries(be, kind):
             relax = Relaxation(nb, delta)
             run_tree(be, p, tree, tok, q, uniforms=u, relax=relax, without_replacement=wor)
         run_tree(be, p, tree, tok, q, seed=3, without_replacement=wor)
+
+
+@pytest.mark.parametrize("be", BACKENDS)
+def test_greedy_split_walk_matches_reference(be):
+    """Greedy at small batch and a large vocabulary: CUDA splits every node row's argmax over
+    blocks (verify_tree_greedy_split_kernel), then walks the chunk results.  Request 0 descends
+    two levels through its last-tested children (the tie at its root row, copied into a later
+    chunk, leaves the first maximal id the argmax), request 1 stops at the root; a padding node
+    and a row without mass (argmax 0) on the way."""
+    g = gen(21)
+    tree = specops.Tree.kary(4, 3)  # N = 21: root 0, children 1..4, grandchildren 5..20
+    b, n, v = 2, tree.num_nodes, 65536
+    p = torch.softmax(torch.randn(b, n, v, generator=g) * 2, -1)
+    top = p.argmax(-1)
+    p[0, 0, v - 3] = p[0, 0, top[0, 0]]  # a later tie
+    tok = (top[:, :1] + 1 + torch.randint(0, v - 2, (b, n), generator=g)) % v  # no matches
+    tok[0, 4] = top[0, 0]  # root's last child matches root's argmax
+    tok[0, 3] = -1  # a padding sibling before it
+    p[0, 4].zero_()  # node 4 without mass: its argmax is 0
+    kids4 = [c for c in range(n) if int(tree.parents[0, c]) == 4]
+    tok[0, kids4[-1]] = 0
+    with specops.validation(False):
+        out = run_tree(be, p, tree, tok, None, greedy=True)
+    assert out.num_accepted.tolist() == [2, 0]
+    assert out.path[0, :3].tolist() == [0, 4, kids4[-1]]

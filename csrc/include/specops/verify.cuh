@@ -133,6 +133,23 @@ __global__ void verify_chain_split_draw_kernel(VerifyChainArgs a) {
   if (threadIdx.x == 0) chain_write_prefix(a, b, acc, t);
 }
 
+// A row's argmax from its chunks' (max, first id) pairs e[2c], e[2c+1] (a split greedy pass 1):
+// the largest max, then the lowest id, i.e. the row's first maximal id (0 for a row without an
+// entry).  Every lane of the warp calls it and gets the id.
+__device__ inline int warp_chunk_argmax(const float* e, int64_t chunks) {
+  constexpr float kNoArg = 2147483647.f;
+  float2 best = make_float2(-INFINITY, kNoArg);
+  for (int64_t c = threadIdx.x & 31; c < chunks; c += 32)
+    best = MaxFloatIdx()(best, make_float2(e[2 * c], e[2 * c + 1]));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, best.x, o),
+                                     __shfl_xor_sync(0xffffffffu, best.y, o));
+    best = MaxFloatIdx()(best, other);
+  }
+  return best.y < kNoArg ? static_cast<int>(best.y) : 0;
+}
+
 // Greedy verification at small batch, pass 1: block (r, c) of the RowSplit over the B * (K+1)
 // rows (r = b * (K+1) + i) takes the max of mass(p) over chunk c of request b's row i and its
 // first maximal id.  Rows past request b's valid drafts are never read by the walk: skipped.
@@ -176,18 +193,8 @@ __global__ void verify_chain_greedy_walk_kernel(VerifyChainArgs a) {
   for (int64_t base = 0; !s_done; base += kWarps) {
     const int64_t i = base + warp;
     if (i <= n) {
-      const float* e = a.greedy_best + 2 * (b * (a.k + 1) + i) * chunks;
-      float2 best = make_float2(-INFINITY, BlockSampler<BLOCK>::kNoArg);
-      for (int64_t c = lane; c < chunks; c += 32)
-        best = MaxFloatIdx()(best, make_float2(e[2 * c], e[2 * c + 1]));
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
-        const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, best.x, o),
-                                         __shfl_xor_sync(0xffffffffu, best.y, o));
-        best = MaxFloatIdx()(best, other);
-      }
-      if (lane == 0)
-        s_arg[warp] = best.y < BlockSampler<BLOCK>::kNoArg ? static_cast<int>(best.y) : 0;
+      const int t = warp_chunk_argmax(a.greedy_best + 2 * (b * (a.k + 1) + i) * chunks, chunks);
+      if (lane == 0) s_arg[warp] = t;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -275,6 +282,47 @@ struct TreeRowW {
   const TreeWalk* w;
   __device__ float operator()(int64_t i) const { return mass(tree_fold(*w, p[i], i, q)); }
 };
+
+// Greedy tree verification at small batch, pass 1: block (r, c) of the RowSplit over the B * N
+// rows (r = b * N + n) takes the max of mass(p) over chunk c of node n's row and its first
+// maximal id.  Padding nodes (token -1) are never walked into: skipped.
+template <int BLOCK>
+__global__ void __launch_bounds__(BLOCK, 2) verify_tree_greedy_split_kernel(VerifyTreeArgs a) {
+  __shared__ typename BlockSampler<BLOCK>::TempStorage tmp;
+  const RowSplit& s = a.split;
+  const int64_t r = blockIdx.x / s.chunks, c = blockIdx.x % s.chunks;
+  const int64_t b = r / a.nodes, n = r % a.nodes;
+  if (n > 0 && a.tokens[b * a.tokens_sb + n] == -1) return;
+  const float2 best = BlockSampler<BLOCK>(tmp).argmax_in(
+      MassW{a.target + b * a.target_sb + n * a.target_sn}, s.lo(c), s.hi(c, a.vocab));
+  if (threadIdx.x == 0) {
+    a.greedy_best[2 * blockIdx.x] = best.x;
+    a.greedy_best[2 * blockIdx.x + 1] = best.y;
+  }
+}
+
+// Pass 2, one block per request: warp w merges the chunks of nodes w, w + kWarps, ... into their
+// argmax (written over the node's first chunk id), then thread 0 walks the tree: accept child x
+// of cur iff x == argmax p_cur (verify_tree_kernel's greedy walk).
+template <int BLOCK>
+__global__ void verify_tree_greedy_walk_kernel(VerifyTreeArgs a) {
+  constexpr int kWarps = BLOCK / 32;
+  const int64_t b = blockIdx.x, chunks = a.split.chunks;
+  const auto row = [&](int64_t n) { return a.greedy_best + 2 * (b * a.nodes + n) * chunks; };
+  for (int64_t n = threadIdx.x >> 5; n < a.nodes; n += kWarps) {
+    if (n > 0 && a.tokens[b * a.tokens_sb + n] == -1) continue;
+    const int t = warp_chunk_argmax(row(n), chunks);
+    if ((threadIdx.x & 31) == 0) row(n)[1] = static_cast<float>(t);  // (its chunks are read)
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  TreeWalk w;
+  tree_walk_init(a, b, w);
+  int64_t best = static_cast<int64_t>(row(0)[1]);
+  while (tree_walk_advance(a, b, w, best) == kTreeDescend)
+    best = static_cast<int64_t>(row(w.cur)[1]);
+  tree_walk_finish(a, b, w, static_cast<int32_t>(best));
+}
 
 // Tree walk: thread 0 runs tree_walk_advance until it needs the vocabulary; the block then
 // sums the residual and either folds the rejection in (with replacement: one read of p's row,

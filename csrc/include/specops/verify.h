@@ -171,12 +171,14 @@ struct VerifyTreeArgs {
   int64_t batch, nodes, vocab, width;
   bool without_replacement, greedy;
   RelaxArgs relax;
-  RngArgs rng;          // draws_per_row = N
-  float* ws_p;          // [B, V] workspace (not needed with greedy)
-  float* ws_q;          // [B, V] workspace (only without_replacement with draft probabilities)
-  int32_t* out_path;    // [B, W]
-  int32_t* out_tokens;  // [B, W]
-  int32_t* out_num_accepted;  // [B]
+  RngArgs rng;     // draws_per_row = N
+  float* ws_p;     // [B, V] workspace (not needed with greedy)
+  float* ws_q;     // [B, V] workspace (only without_replacement with draft probabilities)
+  RowSplit split;  // CUDA, greedy at small batch: the argmaxes' split over the B * N rows
+  float* greedy_best = nullptr;  // with it: [B * N * chunks, 2] (max, first id) of each chunk
+  int32_t* out_path;             // [B, W]
+  int32_t* out_tokens;           // [B, W]
+  int32_t* out_num_accepted;     // [B]
 };
 
 // The walk's scalar state (one request).  Sampling with replacement (q the same draft row for
