@@ -177,6 +177,7 @@ __global__ void __launch_bounds__(BLOCK, 2) verify_chain_greedy_split_kernel(Ver
 // kWarps rows follow while every one matched.
 template <int BLOCK>
 __global__ void verify_chain_greedy_walk_kernel(VerifyChainArgs a) {
+  static_assert(BLOCK % 32 == 0, "whole warps: every lane takes part in the shuffles");
   constexpr int kWarps = BLOCK / 32;
   __shared__ int s_arg[kWarps];
   __shared__ int64_t s_valid, s_acc;
@@ -306,6 +307,7 @@ __global__ void __launch_bounds__(BLOCK, 2) verify_tree_greedy_split_kernel(Veri
 // of cur iff x == argmax p_cur (verify_tree_kernel's greedy walk).
 template <int BLOCK>
 __global__ void verify_tree_greedy_walk_kernel(VerifyTreeArgs a) {
+  static_assert(BLOCK % 32 == 0, "whole warps: every lane takes part in the shuffles");
   constexpr int kWarps = BLOCK / 32;
   const int64_t b = blockIdx.x, chunks = a.split.chunks;
   const auto row = [&](int64_t n) { return a.greedy_best + 2 * (b * a.nodes + n) * chunks; };
