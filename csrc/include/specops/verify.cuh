@@ -150,6 +150,18 @@ __device__ inline int warp_chunk_argmax(const float* e, int64_t chunks) {
   return best.y < kNoArg ? static_cast<int>(best.y) : 0;
 }
 
+// A greedy split's pass 1, block (r, c): the max of mass(p) over chunk c of row p and its first
+// maximal id, into best[2 * blockIdx.x], best[2 * blockIdx.x + 1].
+template <int BLOCK>
+__device__ void greedy_chunk(typename BlockSampler<BLOCK>::TempStorage& tmp, const float* p,
+                             const RowSplit& s, int64_t c, int64_t vocab, float* best) {
+  const float2 m = BlockSampler<BLOCK>(tmp).argmax_in(MassW{p}, s.lo(c), s.hi(c, vocab));
+  if (threadIdx.x == 0) {
+    best[2 * blockIdx.x] = m.x;
+    best[2 * blockIdx.x + 1] = m.y;
+  }
+}
+
 // Greedy verification at small batch, pass 1: block (r, c) of the RowSplit over the B * (K+1)
 // rows (r = b * (K+1) + i) takes the max of mass(p) over chunk c of request b's row i and its
 // first maximal id.  Rows past request b's valid drafts are never read by the walk: skipped.
@@ -163,12 +175,8 @@ __global__ void __launch_bounds__(BLOCK, 2) verify_chain_greedy_split_kernel(Ver
   if (threadIdx.x == 0) s_valid = chain_num_valid(a, b);
   __syncthreads();
   if (i > s_valid) return;
-  const float2 best = BlockSampler<BLOCK>(tmp).argmax_in(
-      MassW{a.target + b * a.target_sb + i * a.target_sk}, s.lo(c), s.hi(c, a.vocab));
-  if (threadIdx.x == 0) {
-    a.greedy_best[2 * blockIdx.x] = best.x;
-    a.greedy_best[2 * blockIdx.x + 1] = best.y;
-  }
+  greedy_chunk<BLOCK>(tmp, a.target + b * a.target_sb + i * a.target_sk, s, c, a.vocab,
+                      a.greedy_best);
 }
 
 // Pass 2, one block per request: accept x_i iff x_i == argmax p_i, t = the argmax of the first
@@ -294,12 +302,8 @@ __global__ void __launch_bounds__(BLOCK, 2) verify_tree_greedy_split_kernel(Veri
   const int64_t r = blockIdx.x / s.chunks, c = blockIdx.x % s.chunks;
   const int64_t b = r / a.nodes, n = r % a.nodes;
   if (n > 0 && a.tokens[b * a.tokens_sb + n] == -1) return;
-  const float2 best = BlockSampler<BLOCK>(tmp).argmax_in(
-      MassW{a.target + b * a.target_sb + n * a.target_sn}, s.lo(c), s.hi(c, a.vocab));
-  if (threadIdx.x == 0) {
-    a.greedy_best[2 * blockIdx.x] = best.x;
-    a.greedy_best[2 * blockIdx.x + 1] = best.y;
-  }
+  greedy_chunk<BLOCK>(tmp, a.target + b * a.target_sb + n * a.target_sn, s, c, a.vocab,
+                      a.greedy_best);
 }
 
 // Pass 2, one block per request: warp w merges the chunks of nodes w, w + kWarps, ... into their
