@@ -170,6 +170,19 @@ inline RowSplit split_arg(const ArgCheck& c, int64_t rows, int64_t vocab, const 
   return s;
 }
 
+// Greedy verification's split over `rows` probability rows (the argmaxes of their chunks, then a
+// walk): the geometry, and into *best its pass 1's [rows * chunks, 2] (max, first id) workspace
+// (nullptr without a split).
+inline RowSplit greedy_split_arg(const ArgCheck& c, int64_t rows, int64_t vocab,
+                                 const TensorArg& like, float** best) {
+  RowSplit s = row_split(rows, vocab);
+  *best = s.chunks > 1
+              ? c.scratch(TensorArg(), "greedy_best", DType::f32, {rows * s.chunks, 2}, like)
+                    .as<float>()
+              : nullptr;
+  return s;
+}
+
 inline void check_cuda_error(const std::string& err, const char* op) {
   if (!err.empty()) throw std::runtime_error(std::string("specops.") + op + ": " + err);
 }

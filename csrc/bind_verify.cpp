@@ -44,13 +44,8 @@ VerifyChainArgs chain_args(bool cuda, T target, T tokens, T draft, T num_draft,
   if (cuda && !greedy && a.relax.codebook != nullptr && a.batch > 0 && k > 0)
     a.group_ok = c.scratch(TensorArg(), "group_ok", DType::i32, {a.batch, k}, target).as<int32_t>();
   if (cuda && !greedy && !block) a.split = split_arg(c, a.batch, a.vocab, target);
-  if (cuda && greedy) {
-    a.split = row_split(a.batch * (k + 1), a.vocab);
-    if (a.split.chunks > 1)
-      a.greedy_best = c.scratch(TensorArg(), "greedy_best", DType::f32,
-                                {a.batch * (k + 1) * a.split.chunks, 2}, target)
-                          .as<float>();
-  }
+  if (cuda && greedy)
+    a.split = greedy_split_arg(c, a.batch * (k + 1), a.vocab, target, &a.greedy_best);
   return a;
 }
 
@@ -89,13 +84,7 @@ VerifyTreeArgs tree_args(bool cuda, T target, T first_child, T next_sibling, int
   a.out_tokens = c.output(out_tokens, "out_tokens", DType::i32, {b, width}, target).as<int32_t>();
   a.out_num_accepted = c.output(out_num, "out_num_accepted", DType::i32, {b}, target).as<int32_t>();
   // CUDA greedy at small batch: every node row's argmax split over blocks, then the walk
-  if (cuda && greedy) {
-    a.split = row_split(b * n, v);
-    if (a.split.chunks > 1)
-      a.greedy_best =
-          c.scratch(TensorArg(), "greedy_best", DType::f32, {b * n * a.split.chunks, 2}, target)
-              .as<float>();
-  }
+  if (cuda && greedy) a.split = greedy_split_arg(c, b * n, v, target, &a.greedy_best);
   return a;
 }
 

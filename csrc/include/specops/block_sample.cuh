@@ -26,6 +26,12 @@ struct MaxFloatIdx {  // (value, index) max; ties -> lower index
   }
 };
 
+// An argmax's (max, id) before any entry: every id is below it.
+constexpr float kNoArg = 2147483647.f;
+
+// The id of an argmax's (max, id), 0 for a row without an entry.
+__device__ inline int arg_id(float2 r) { return r.y < kNoArg ? static_cast<int>(r.y) : 0; }
+
 // Where a split draw's scan starts (BlockSampler::split_locate).
 struct SplitStart {
   int64_t begin, until;  // the chunk holding the target: [begin, until)
@@ -197,12 +203,10 @@ struct BlockSampler {
     return ReduceArg(tmp.reduce_arg).Reduce(best, MaxFloatIdx());
   }
 
-  static constexpr float kNoArg = 2147483647.f;
-
   // The id of argmax_in's thread-0 result (0 for a row without an entry), on every thread.
   __device__ int argmax_id(float2 r) {
     __shared__ int s_arg;
-    if (threadIdx.x == 0) s_arg = r.y < kNoArg ? static_cast<int>(r.y) : 0;
+    if (threadIdx.x == 0) s_arg = arg_id(r);
     __syncthreads();
     return s_arg;
   }

@@ -100,7 +100,7 @@ __device__ bool block_group_accept(float u, const float* p, const float* q, int6
       float py;
       int64_t y;
       group_unscore(s, j < n, &py, &y);
-      in = group_member(r, g.px, c.img, c.xi, py, y);
+      in = group_member(r, g.px, c, py, y);
     }
     sm.member[j] = in;
   }

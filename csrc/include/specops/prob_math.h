@@ -118,14 +118,6 @@ SPECOPS_HD bool group_close(const RelaxArgs& r, int64_t xi, int64_t y) {
   return d < r.d_thr;
 }
 
-// Whether window entry (py, y) joins the group of x (w(x) = px; x's code row xi, x_img: x is an
-// image token with a code).
-SPECOPS_HD bool group_member(const RelaxArgs& r, float px, bool x_img, int64_t xi, float py,
-                             int64_t y) {
-  const float diff = py - px;
-  return (diff < 0.f ? -diff : diff) < r.p_thr && x_img && group_close(r, xi, y);
-}
-
 // x's code row for the distance test (xi) and whether x is an image token with a code (img).
 struct GroupCode {
   int64_t xi;
@@ -135,6 +127,13 @@ struct GroupCode {
 SPECOPS_HD GroupCode group_code(const RelaxArgs& r, int64_t x) {
   const int64_t xi = x - r.image_start;
   return GroupCode{xi, r.codebook != nullptr && xi >= 0 && xi < r.code_rows};
+}
+
+// Whether window entry (py, y) joins the group of x (w(x) = px; c: x's code row, group_code).
+SPECOPS_HD bool group_member(const RelaxArgs& r, float px, const GroupCode& c, float py,
+                             int64_t y) {
+  const float diff = py - px;
+  return (diff < 0.f ? -diff : diff) < r.p_thr && c.img && group_close(r, c.xi, y);
 }
 
 // P = w(x) + the members' w and Q = q(x) + the members' q (1 and 0 without q), float64, in
@@ -213,7 +212,7 @@ SPECOPS_HD void group_sums(const W& w, const QW& q, bool has_q, int64_t vocab, i
     const bool lo = j < g.nlo;
     *py = lo ? g.lo_w[j] : g.hi_w[j - g.nlo];
     *y = lo ? g.lo_id[j] : g.hi_id[j - g.nlo];
-    return group_member(r, g.px, c.img, c.xi, *py, *y);
+    return group_member(r, g.px, c, *py, *y);
   };
   group_total(g.px, x, g.nlo + g.nhi, entry, q, has_q, big_p, big_q);
 }

@@ -137,7 +137,6 @@ __global__ void verify_chain_split_draw_kernel(VerifyChainArgs a) {
 // the largest max, then the lowest id, i.e. the row's first maximal id (0 for a row without an
 // entry).  Every lane of the warp calls it and gets the id.
 __device__ inline int warp_chunk_argmax(const float* e, int64_t chunks) {
-  constexpr float kNoArg = 2147483647.f;
   float2 best = make_float2(-INFINITY, kNoArg);
   for (int64_t c = threadIdx.x & 31; c < chunks; c += 32)
     best = MaxFloatIdx()(best, make_float2(e[2 * c], e[2 * c + 1]));
@@ -147,7 +146,7 @@ __device__ inline int warp_chunk_argmax(const float* e, int64_t chunks) {
                                      __shfl_xor_sync(0xffffffffu, best.y, o));
     best = MaxFloatIdx()(best, other);
   }
-  return best.y < kNoArg ? static_cast<int>(best.y) : 0;
+  return arg_id(best);
 }
 
 // A greedy split's pass 1, block (r, c): the max of mass(p) over chunk c of row p and its first
